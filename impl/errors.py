@@ -1,0 +1,57 @@
+"""The verikv error hierarchy: every error the library raises on purpose derives from VeriKVError.
+
+Each class also derives from the builtin exception eSurge raised in the same situation
+(ValueError, RuntimeError), so callers written against eSurge keep catching what they caught.
+A raised error always means the call changed nothing.
+"""
+
+from __future__ import annotations
+
+
+class VeriKVError(Exception):
+    """Root of every error verikv raises deliberately."""
+
+
+class InvalidArgumentError(VeriKVError, ValueError):
+    """An argument has the wrong type, is out of range, or is inconsistent with the others."""
+
+
+class UnknownRequestError(InvalidArgumentError):
+    """The request id is not known to the manager (never allocated, or already freed/finished)."""
+
+
+class ForeignPageError(InvalidArgumentError):
+    """A page id is out of range or a page object belongs to another pool."""
+
+
+class CacheSpecError(InvalidArgumentError):
+    """A cache spec, or a set of cache groups, is invalid or unsupported."""
+
+
+class OutOfPagesError(VeriKVError, ValueError):
+    """Fewer free pages than requested (globally, or in the requested data-parallel shard)."""
+
+
+class PageStateError(VeriKVError, RuntimeError):
+    """The operation is illegal for the page's current state (e.g. re-hashing a hashed page,
+    appending a page that is already linked in the free queue)."""
+
+
+class DoubleFreeError(PageStateError):
+    """A page with reference count 0 was freed again."""
+
+
+class NullPageError(PageStateError):
+    """The null page (id 0) was freed, hashed, or appended to the free queue."""
+
+
+class CorruptedStateError(VeriKVError, RuntimeError):
+    """An internal invariant was found broken; the structure must not be used further."""
+
+
+class SizingError(InvalidArgumentError):
+    """Invalid device or model geometry given to the sizing planner."""
+
+
+class DoesNotFitError(VeriKVError):
+    """Not even one request of ``max_model_len`` fits in the device budget."""

@@ -1,0 +1,1 @@
+"""verikv.sizing: device-buffer sizing (accelerator catalog, kernel layouts, the planner)."""

@@ -1,0 +1,1 @@
+"""verikv.testing: the spec as reusable Hypothesis state machines (needs the ``testing`` extra)."""

@@ -1,0 +1,106 @@
+"""The registry of checks and mutants that `verikv prove` runs.
+
+A *provider* is any module in the ``verikv.proofs`` package that defines ``checks()`` (an
+iterable of `Check`) and/or ``mutants()`` (an iterable of `Mutant`). Discovery imports every
+module of the package, so adding a provider needs no edit here.
+
+Names are the project's thread (DESIGN.md): a theorem is ``<transition>/<INVARIANT>``, with a
+``:N=3..8`` suffix for bounded runs; other checks use ``<kind>:<target>``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+Status = Literal["proved", "passed", "failed", "unknown", "vacuous", "timeout", "error"]
+SUCCESS: frozenset[str] = frozenset({"proved", "passed"})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one check concluded. ``detail`` holds a readable counterexample on failure."""
+
+    status: Status
+    detail: str = ""
+    vacuity_checked: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status in SUCCESS
+
+
+@dataclass(frozen=True)
+class Check:
+    """One runnable proof obligation or verification check.
+
+    kind: "z3" (spec theorem), "z3-sizing" (theorem on impl sizing code), "crosshair",
+    "diffbehavior", ... ; invariant: the INV-* name or a sizing property name;
+    transition: e.g. "pool.free", "manager.allocate_slots", or "-"; bound: "unbounded" or a
+    stated bound such as "N=3..8"; run: does the work, never raises for a failed proof
+    (returns an Outcome instead).
+    """
+
+    name: str
+    kind: str
+    invariant: str
+    transition: str
+    bound: str
+    run: Callable[[], Outcome] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A deliberately broken spec or implementation and the means to show it is caught.
+
+    kind: "spec" (Z3), "impl" (Hypothesis / CrossHair); invariant: the INV-* name it breaks;
+    detect: runs the relevant checks against the mutant and returns the names of the checks
+    that failed (empty = the mutant survived, which is a defect of the check suite).
+    """
+
+    name: str
+    kind: str
+    invariant: str
+    description: str
+    detect: Callable[[], list[str]] = field(compare=False, repr=False)
+
+
+def _provider_modules() -> list[object]:
+    package = importlib.import_module("verikv.proofs")
+    modules = []
+    for info in sorted(pkgutil.walk_packages(package.__path__, "verikv.proofs."), key=lambda i: i.name):
+        if info.name.rsplit(".", 1)[-1].startswith("_"):
+            continue
+        modules.append(importlib.import_module(info.name))
+    return modules
+
+
+def discover_checks() -> list[Check]:
+    """Every Check of every provider, sorted by name; duplicate names are an error."""
+    found: dict[str, Check] = {}
+    for module in _provider_modules():
+        provider: Callable[[], Iterable[Check]] | None = getattr(module, "checks", None)
+        if provider is None:
+            continue
+        for check in provider():
+            if check.name in found:
+                raise RuntimeError(f"duplicate check name {check.name!r} in {module.__name__}")
+            found[check.name] = check
+    return [found[name] for name in sorted(found)]
+
+
+def discover_mutants() -> list[Mutant]:
+    """Every Mutant of every provider, sorted by name; duplicate names are an error."""
+    found: dict[str, Mutant] = {}
+    for module in _provider_modules():
+        provider: Callable[[], Iterable[Mutant]] | None = getattr(module, "mutants", None)
+        if provider is None:
+            continue
+        for mutant in provider():
+            if mutant.name in found:
+                raise RuntimeError(f"duplicate mutant name {mutant.name!r} in {module.__name__}")
+            found[mutant.name] = mutant
+    return [found[name] for name in sorted(found)]
