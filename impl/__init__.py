@@ -69,6 +69,11 @@ _EXPORTS: dict[str, str] = {
     "get_kv_cache_coordinator": "coordinators",
     "CacheManager": "cache_manager",
     "CachePages": "cache_manager",
+    # data-parallel sharding
+    "usable_pages_count": "dp_sharding",
+    "pages_per_dp_shard": "dp_sharding",
+    "dp_shard_for_page_id": "dp_sharding",
+    "dp_shard_page_bounds": "dp_sharding",
     # page table
     "PageTable": "page_table",
     "MultiGroupPageTable": "page_table",
