@@ -1,0 +1,254 @@
+"""The request as the cache manager sees it: token ids, progress, status and cache identity.
+
+`Request` carries what the page manager reads (eSurge's ``EngineRequest`` fields used by the
+cache code): the prompt and output token ids, ``num_computed_tokens``, the status, and what
+goes into page keys besides the tokens (``cache_salt``, ``lora_id``, ``mm_features``).
+Sampling parameters are not the manager's business; only ``prompt_logprobs`` matters (such
+requests never read the prefix cache, but their pages are still cached).
+
+The request's content keys are kept by the `CacheManager` that hashes it (keys depend on that
+manager's hash scheme and seed); they grow one full page at a time and are never recomputed.
+"""
+
+from __future__ import annotations
+
+import enum
+import numbers
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import overload
+
+from verikv.dp_sharding import checked_int
+from verikv.errors import InvalidArgumentError
+
+
+class RequestStatus(enum.IntEnum):
+    """Lifecycle of a request, eSurge's order: every value above PREEMPTED is a finished state."""
+
+    WAITING = enum.auto()
+    WAITING_FOR_FSM = enum.auto()
+    WAITING_FOR_REMOTE_KVS = enum.auto()
+    RUNNING = enum.auto()
+    PREEMPTED = enum.auto()
+    FINISHED_STOPPED = enum.auto()
+    FINISHED_LENGTH_CAPPED = enum.auto()
+    FINISHED_ABORTED = enum.auto()
+    FINISHED_IGNORED = enum.auto()
+
+    @staticmethod
+    def is_finished(status: RequestStatus) -> bool:
+        """True for the FINISHED_* states."""
+        return status > RequestStatus.PREEMPTED
+
+
+@dataclass(frozen=True, slots=True)
+class MultiModalFeature:
+    """One multimodal item placed in the prompt: its content identity and token positions.
+
+    ``identifier`` is the item's content hash (e.g. of the image bytes); the item occupies
+    prompt positions ``[offset, offset + length)``. Every page overlapping those positions gets
+    the identifier and the offset in its extra keys, so equal tokens with different images (or
+    the same image at another place) never share KV.
+    """
+
+    identifier: str
+    offset: int
+    length: int
+    modality: str = "image"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.identifier, str) or not self.identifier:
+            raise InvalidArgumentError(f"identifier must be a non-empty str, got {self.identifier!r}")
+        if not isinstance(self.modality, str) or not self.modality:
+            raise InvalidArgumentError(f"modality must be a non-empty str, got {self.modality!r}")
+        checked_int(self.offset, "offset", minimum=0)
+        checked_int(self.length, "length", minimum=1)
+
+
+class TokenView(Sequence[int]):
+    """Read-only view of a request's token list (no copy); slicing returns a new list."""
+
+    __slots__ = ("_tokens",)
+
+    def __init__(self, tokens: list[int]) -> None:
+        self._tokens = tokens
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        return self._tokens[index]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._tokens)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TokenView):
+            return self._tokens == other._tokens
+        if isinstance(other, (list, tuple)):
+            return self._tokens == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # the view tracks a mutable list
+
+    def __repr__(self) -> str:
+        return f"TokenView({self._tokens!r})"
+
+
+def _checked_tokens(tokens: Iterable[int], what: str) -> list[int]:
+    """The token ids as a list of Python ints >= 0, or InvalidArgumentError."""
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
+        raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(tokens).__name__}")
+    out = list(tokens)
+    for i, t in enumerate(out):
+        if type(t) is not int:
+            out[i] = t = checked_int(t, f"{what}[{i}]")
+        if t < 0:
+            raise InvalidArgumentError(f"{what}[{i}] must be >= 0, got {t}")
+    return out
+
+
+class Request:
+    """A generation request: prompt, generated tokens, progress, status, cache identity.
+
+    ``num_computed_tokens`` is set by the scheduler (tokens whose KV is in the cache or being
+    computed this step); ``append_output_token_ids`` adds sampled tokens. ``cache_salt``
+    (per-tenant isolation), ``lora_id`` and ``mm_features`` enter page keys, so requests that
+    differ in them never share pages.
+    """
+
+    __slots__ = (
+        "request_id",
+        "_tokens",
+        "_num_prompt_tokens",
+        "_num_computed_tokens",
+        "_status",
+        "cache_salt",
+        "lora_id",
+        "mm_features",
+        "prompt_logprobs",
+        "_view",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: Iterable[int],
+        *,
+        cache_salt: str | bytes | None = None,
+        lora_id: int | None = None,
+        mm_features: Sequence[MultiModalFeature] = (),
+        prompt_logprobs: bool = False,
+    ) -> None:
+        if not isinstance(request_id, str) or not request_id:
+            raise InvalidArgumentError(f"request_id must be a non-empty str, got {request_id!r}")
+        tokens = _checked_tokens(prompt_token_ids, "prompt_token_ids")
+        if not tokens:
+            raise InvalidArgumentError(f"request {request_id!r}: the prompt must have at least one token")
+        if cache_salt is not None and not isinstance(cache_salt, (str, bytes)):
+            raise InvalidArgumentError(f"cache_salt must be str, bytes or None, got {type(cache_salt).__name__}")
+        if lora_id is not None:
+            lora_id = checked_int(lora_id, "lora_id", minimum=0)
+        if isinstance(mm_features, (str, bytes)) or not isinstance(mm_features, Iterable):
+            raise InvalidArgumentError("mm_features must be a sequence of MultiModalFeature")
+        features = tuple(mm_features)
+        for f in features:
+            if not isinstance(f, MultiModalFeature):
+                raise InvalidArgumentError(f"mm_features items must be MultiModalFeature, got {type(f).__name__}")
+            if f.offset + f.length > len(tokens):
+                raise InvalidArgumentError(
+                    f"multimodal item {f.identifier!r} spans positions {f.offset}..{f.offset + f.length - 1}, "
+                    f"beyond the {len(tokens)}-token prompt"
+                )
+        if not isinstance(prompt_logprobs, bool):
+            raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(prompt_logprobs).__name__}")
+        self.request_id = request_id
+        self._tokens = tokens
+        self._num_prompt_tokens = len(tokens)
+        self._num_computed_tokens = 0
+        self._status = RequestStatus.WAITING
+        self.cache_salt = cache_salt
+        self.lora_id = lora_id
+        self.mm_features = tuple(sorted(features, key=lambda f: f.offset))
+        self.prompt_logprobs = prompt_logprobs
+        self._view = TokenView(tokens)
+
+    @property
+    def all_token_ids(self) -> TokenView:
+        """Prompt followed by the generated tokens, as a read-only view."""
+        return self._view
+
+    @property
+    def prompt_token_ids(self) -> TokenView:
+        """The prompt tokens (a read-only view over a copy taken at construction)."""
+        return TokenView(self._tokens[: self._num_prompt_tokens])
+
+    @property
+    def output_token_ids(self) -> TokenView:
+        """The generated tokens so far (a read-only view over a copy)."""
+        return TokenView(self._tokens[self._num_prompt_tokens :])
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens (speculative tokens are not included)."""
+        return len(self._tokens)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        """Length of the prompt."""
+        return self._num_prompt_tokens
+
+    @property
+    def num_output_tokens(self) -> int:
+        """Number of generated tokens."""
+        return len(self._tokens) - self._num_prompt_tokens
+
+    @property
+    def num_computed_tokens(self) -> int:
+        """Tokens whose KV is computed (or scheduled this step); set by the scheduler."""
+        return self._num_computed_tokens
+
+    @num_computed_tokens.setter
+    def num_computed_tokens(self, value: int) -> None:
+        if type(value) is not int:
+            value = checked_int(value, "num_computed_tokens")
+        if value < 0:
+            raise InvalidArgumentError(f"num_computed_tokens must be >= 0, got {value}")
+        self._num_computed_tokens = value
+
+    @property
+    def status(self) -> RequestStatus:
+        """Where the request is in its lifecycle."""
+        return self._status
+
+    @status.setter
+    def status(self, value: RequestStatus) -> None:
+        if not isinstance(value, RequestStatus):
+            raise InvalidArgumentError(f"status must be a RequestStatus, got {value!r}")
+        self._status = value
+
+    def is_finished(self) -> bool:
+        """True once the request reached a FINISHED_* status."""
+        return self._status > RequestStatus.PREEMPTED
+
+    def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
+        """Append one sampled token or several; all are validated before any is added."""
+        if isinstance(token_ids, numbers.Integral) and not isinstance(token_ids, bool):
+            token = int(token_ids)
+            if token < 0:
+                raise InvalidArgumentError(f"token id must be >= 0, got {token}")
+            self._tokens.append(token)
+            return
+        self._tokens.extend(_checked_tokens(token_ids, "token_ids"))
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, num_tokens={self.num_tokens}, "
+            f"num_computed_tokens={self._num_computed_tokens}, status={self._status.name})"
+        )

@@ -1,0 +1,106 @@
+"""Request: construction checks, token views, progress and status."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from verikv import InvalidArgumentError, Request, RequestStatus
+from verikv.request import MultiModalFeature, TokenView
+
+
+def test_tokens_and_counts():
+    r = Request("a", [1, 2, 3])
+    assert r.num_tokens == 3 and r.num_prompt_tokens == 3 and r.num_output_tokens == 0
+    r.append_output_token_ids(7)
+    r.append_output_token_ids([8, np.int64(9)])
+    assert list(r.all_token_ids) == [1, 2, 3, 7, 8, 9]
+    assert r.all_token_ids[3:5] == [7, 8]
+    assert r.num_tokens == 6 and r.num_output_tokens == 3
+    assert list(r.output_token_ids) == [7, 8, 9] and list(r.prompt_token_ids) == [1, 2, 3]
+    assert all(type(t) is int for t in r.all_token_ids)
+
+
+def test_all_token_ids_is_a_live_read_only_view():
+    r = Request("a", (1, 2))
+    view = r.all_token_ids
+    assert isinstance(view, TokenView)
+    r.append_output_token_ids([5])
+    assert len(view) == 3 and view[-1] == 5
+    with pytest.raises(TypeError):
+        view[0] = 9  # type: ignore[index]
+    assert view == [1, 2, 5] and view == (1, 2, 5)
+
+
+def test_prompt_is_copied():
+    prompt = [1, 2, 3]
+    r = Request("a", prompt)
+    prompt.append(4)
+    assert r.num_tokens == 3
+
+
+def test_num_computed_tokens_and_status():
+    r = Request("a", [1])
+    assert r.num_computed_tokens == 0 and r.status is RequestStatus.WAITING and not r.is_finished()
+    r.num_computed_tokens += 5
+    assert r.num_computed_tokens == 5
+    r.num_computed_tokens = np.int32(2)
+    assert r.num_computed_tokens == 2 and type(r.num_computed_tokens) is int
+    for bad in (-1, 1.0, True, "3"):
+        with pytest.raises(InvalidArgumentError):
+            r.num_computed_tokens = bad
+    assert r.num_computed_tokens == 2
+    r.status = RequestStatus.RUNNING
+    assert not r.is_finished()
+    r.status = RequestStatus.FINISHED_ABORTED
+    assert r.is_finished() and RequestStatus.is_finished(RequestStatus.FINISHED_IGNORED)
+    assert not RequestStatus.is_finished(RequestStatus.PREEMPTED)
+    with pytest.raises(InvalidArgumentError):
+        r.status = 3  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        ((1, [1]), {}),
+        (("", [1]), {}),
+        (("a", []), {}),
+        (("a", "abc"), {}),
+        (("a", [1, -2]), {}),
+        (("a", [1, 2.0]), {}),
+        (("a", [True]), {}),
+        (("a", 5), {}),
+        (("a", [1]), {"cache_salt": 3}),
+        (("a", [1]), {"lora_id": -1}),
+        (("a", [1]), {"lora_id": "x"}),
+        (("a", [1]), {"prompt_logprobs": None}),
+        (("a", [1]), {"mm_features": ["img"]}),
+        (("a", [1, 2]), {"mm_features": [MultiModalFeature("h", 1, 2)]}),
+    ],
+)
+def test_bad_construction(args, kwargs):
+    with pytest.raises(InvalidArgumentError):
+        Request(*args, **kwargs)
+
+
+def test_append_is_all_or_nothing():
+    r = Request("a", [1])
+    with pytest.raises(InvalidArgumentError):
+        r.append_output_token_ids([2, -3])
+    with pytest.raises(InvalidArgumentError):
+        r.append_output_token_ids(-1)
+    with pytest.raises(InvalidArgumentError):
+        r.append_output_token_ids([2, "x"])
+    assert list(r.all_token_ids) == [1]
+
+
+def test_multimodal_features_are_validated_and_sorted():
+    with pytest.raises(InvalidArgumentError):
+        MultiModalFeature("", 0, 1)
+    with pytest.raises(InvalidArgumentError):
+        MultiModalFeature("h", -1, 1)
+    with pytest.raises(InvalidArgumentError):
+        MultiModalFeature("h", 0, 0)
+    a, b = MultiModalFeature("b", 4, 2), MultiModalFeature("a", 0, 3)
+    r = Request("a", range(8), mm_features=[a, b], cache_salt="t", lora_id=3, prompt_logprobs=True)
+    assert r.mm_features == (b, a) and r.cache_salt == "t" and r.lora_id == 3 and r.prompt_logprobs
