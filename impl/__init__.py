@@ -56,6 +56,9 @@ _EXPORTS: dict[str, str] = {
     "RuntimePageBudgetEstimate": "cache_specs",
     "create_kv_cache_specs_from_config": "cache_specs",
     "estimate_runtime_page_budget": "cache_specs",
+    "split_cache_groups": "cache_specs",
+    "AttentionTypeGroups": "cache_specs",
+    "dtype_size_bytes": "cache_specs",
     # managers
     "SingleTypeCacheManager": "single_type_managers",
     "FullAttentionManager": "single_type_managers",
