@@ -483,15 +483,18 @@ def split_cache_groups(kv_cache_groups: Sequence[CacheGroupSpec]) -> tuple[Atten
 
     Every page size must be a multiple of the smallest one, so a hit length that is a whole
     number of pages of every class exists; otherwise ``CacheSpecError`` names the offending group.
+    Mamba groups are exempt: they hold one page per request and never produce prefix hits.
     """
     groups = _check_groups(kv_cache_groups)
     classes: dict[tuple[str, int, int | None], list[int]] = {}
     for group_id, group in enumerate(groups):
         classes.setdefault(_lookup_key(group.kv_cache_spec), []).append(group_id)
-    if groups:
-        smallest_id = min(range(len(groups)), key=lambda g: groups[g].kv_cache_spec.page_size)
+    paged = [g for g in range(len(groups)) if not isinstance(groups[g].kv_cache_spec, MambaSpec)]
+    if paged:
+        smallest_id = min(paged, key=lambda g: groups[g].kv_cache_spec.page_size)
         smallest = groups[smallest_id].kv_cache_spec.page_size
-        for group_id, group in enumerate(groups):
+        for group_id in paged:
+            group = groups[group_id]
             if group.kv_cache_spec.page_size % smallest != 0:
                 raise CacheSpecError(
                     f"page size {group.kv_cache_spec.page_size} of cache group {group_id} is not a "

@@ -221,6 +221,11 @@ def test_split_accepts_page_sizes_that_are_multiples_of_the_smallest() -> None:
     assert split_cache_groups([]) == ()
 
 
+def test_split_exempts_mamba_from_the_page_size_rule() -> None:
+    groups = [CacheGroupSpec(MambaSpec(1000, ((4,),), "float32")), CacheGroupSpec(full(ps=16))]
+    assert [(c.kind, c.group_ids) for c in split_cache_groups(groups)] == [("full_attention", (1,)), ("mamba", (0,))]
+
+
 def test_split_page_size_error_names_the_right_direction() -> None:
     groups = [CacheGroupSpec(full(ps=32)), CacheGroupSpec(sliding(ps=48))]
     with pytest.raises(CacheSpecError, match=r"page size 48 of cache group 1 is not a multiple of the smallest page size 32"):
