@@ -34,6 +34,8 @@ _EXPORTS: dict[str, str] = {
     "PageHasher": "hashing",
     "hash_page_tokens": "hashing",
     "hash_request_tokens": "hashing",
+    "MMFeature": "hashing",
+    "default_hasher": "hashing",
     # pool
     "PagePool": "page_pool",
     "PrefixCacheStats": "events",

@@ -1,0 +1,424 @@
+"""The free-page LRU list: `CachePage` views and `FreeCachePageQueue`, over flat int arrays.
+
+Pages are int ids. Per-page data (reference count, content key) lives in a `PageRecords`
+table of flat sequences indexed by id; free-list links live in `IdLinks`, two ``array('i')``
+of predecessor/successor ids with two sentinel slots per list. No operation allocates a
+per-page node, and every operation costs O(1) per page it touches, whatever the pool size.
+
+`CachePage` is eSurge's page record as a *view*: ``(records, page_id)``. A pool hands out one
+cached view per id; a page built directly (``CachePage(3)``) gets a private one-page record,
+as eSurge's plain dataclass did. `FreeCachePageQueue` keeps eSurge's API (``popleft``,
+``popleft_n``, ``remove``, ``append``, ``append_n``, ``get_all_free_pages``,
+``num_free_pages``) and adds id-level methods for the pool's hot path. Misuse raises a typed
+error from `verikv.errors` and changes nothing (eSurge asserted or silently corrupted links).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterable, MutableMapping, MutableSequence
+from typing import Any
+
+import numpy as np
+
+from verikv.dp_sharding import checked_int
+from verikv.errors import (
+    DoubleFreeError,
+    ForeignPageError,
+    InvalidArgumentError,
+    NullPageError,
+    OutOfPagesError,
+    PageStateError,
+)
+
+UNLINKED = -1
+
+
+class PageRecords:
+    """Per-page reference counts and content keys, indexed by page id.
+
+    ``ref`` and ``key`` are flat sequences (an ``array('i')`` and a list for a pool, dicts
+    for a lone page). ``null_id`` is the null page's id (or ``None``); ``queue`` is the free
+    queue the pages are linked in, if any. ``owned`` marks a pool's table: its views are
+    read-only, because the pool keeps its cached map and free lists consistent with them.
+    """
+
+    __slots__ = ("ref", "key", "null_id", "queue", "owned")
+
+    def __init__(self, ref: MutableSequence[int] | MutableMapping[int, int],
+                 key: MutableSequence[Any] | MutableMapping[int, Any],
+                 null_id: int | None, owned: bool) -> None:
+        self.ref = ref
+        self.key = key
+        self.null_id = null_id
+        self.queue: FreeCachePageQueue | None = None
+        self.owned = owned
+
+    @classmethod
+    def for_pool(cls, num_pages: int) -> PageRecords:
+        """A table for ``num_pages`` pages, all with ref 0 and no key; page 0 is null."""
+        return cls(int_array(np.zeros(num_pages, dtype=np.intc)), [None] * num_pages, 0, owned=True)
+
+
+def int_array(values: np.ndarray) -> array:
+    """``values`` as an ``array('i')`` (a bulk copy: milliseconds for millions of ids)."""
+    out = array("i")
+    out.frombytes(values.astype(np.intc, copy=False).tobytes())
+    return out
+
+
+class CachePage:
+    """View of one page: its id, reference count, content key (``page_hash``) and free links.
+
+    Equality and hashing are by (table, id), so one page is one value and views are usable
+    as dict keys (eSurge's dataclass compared every field and was unhashable).
+    """
+
+    __slots__ = ("page_id", "_records")
+
+    def __init__(self, page_id: int, ref_cnt: int = 0, page_hash: Any = None, *,
+                 is_null: bool = False) -> None:
+        pid = checked_int(page_id, "page_id", minimum=0)
+        ref = checked_int(ref_cnt, "ref_cnt", minimum=0)
+        self.page_id = pid
+        self._records = PageRecords({pid: ref}, {pid: page_hash}, pid if is_null else None, owned=False)
+
+    @classmethod
+    def view(cls, records: PageRecords, page_id: int) -> CachePage:
+        """The view of ``page_id`` in ``records`` (no validation: callers pass valid ids)."""
+        page = cls.__new__(cls)
+        page.page_id = page_id
+        page._records = records
+        return page
+
+    @property
+    def ref_cnt(self) -> int:
+        return self._records.ref[self.page_id]
+
+    @ref_cnt.setter
+    def ref_cnt(self, value: int) -> None:
+        self._check_mutable()
+        self._records.ref[self.page_id] = checked_int(value, "ref_cnt", minimum=0)
+
+    @property
+    def page_hash(self) -> Any:
+        return self._records.key[self.page_id]
+
+    @page_hash.setter
+    def page_hash(self, value: Any) -> None:
+        self._check_mutable()
+        if self.is_null:
+            raise NullPageError("the null page is never hashed")
+        if self._records.key[self.page_id] is not None:
+            raise PageStateError(f"page {self.page_id} already has a hash; reset it first")
+        self._records.key[self.page_id] = value
+
+    @property
+    def is_null(self) -> bool:
+        return self.page_id == self._records.null_id
+
+    @property
+    def prev_free_page(self) -> CachePage | None:
+        """The page before this one in its free queue (``None`` at the head or when not free)."""
+        queue = self._records.queue
+        return None if queue is None else queue.neighbour(self.page_id, forward=False)
+
+    @property
+    def next_free_page(self) -> CachePage | None:
+        """The page after this one in its free queue (``None`` at the tail or when not free)."""
+        queue = self._records.queue
+        return None if queue is None else queue.neighbour(self.page_id, forward=True)
+
+    def incr_ref(self) -> None:
+        """ref_cnt += 1."""
+        self._check_mutable()
+        self._records.ref[self.page_id] += 1
+
+    def decr_ref(self) -> None:
+        """ref_cnt -= 1; `DoubleFreeError` (a RuntimeError, as in eSurge) below zero."""
+        self._check_mutable()
+        if self._records.ref[self.page_id] <= 0:
+            raise DoubleFreeError(f"ref_cnt underflow on page {self.page_id}")
+        self._records.ref[self.page_id] -= 1
+
+    def reset_hash(self) -> None:
+        """Forget the content key (the page was evicted)."""
+        self._check_mutable()
+        self._records.key[self.page_id] = None
+
+    def _check_mutable(self) -> None:
+        if self._records.owned:
+            raise PageStateError(
+                f"page {self.page_id} belongs to a PagePool; change it through the pool's methods")
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, CachePage) and other.page_id == self.page_id
+                and other._records is self._records)
+
+    def __hash__(self) -> int:
+        return hash((id(self._records), self.page_id))
+
+    def __repr__(self) -> str:
+        return (f"CachePage(page_id={self.page_id}, ref_cnt={self.ref_cnt}, "
+                f"page_hash={self.page_hash!r}, is_null={self.is_null})")
+
+
+class IdLinks:
+    """``num_lists`` disjoint doubly linked lists over ids ``0..capacity-1``, plus lengths.
+
+    List ``i`` has head sentinel ``capacity + 2i`` and tail sentinel ``capacity + 2i + 1``;
+    an unlinked id has both links ``UNLINKED``. The methods trust their caller (validation is
+    the owner's job, done before any mutation) and cost O(1) per id.
+    """
+
+    __slots__ = ("capacity", "prev", "next", "lengths")
+
+    def __init__(self, capacity: int, num_lists: int = 1) -> None:
+        size = capacity + 2 * num_lists
+        self.capacity = capacity
+        self.prev = int_array(np.full(size, UNLINKED, dtype=np.intc))
+        self.next = int_array(np.full(size, UNLINKED, dtype=np.intc))
+        self.lengths = [0] * num_lists
+        for li in range(num_lists):
+            head, tail = capacity + 2 * li, capacity + 2 * li + 1
+            self.next[head] = tail
+            self.prev[tail] = head
+
+    def fill_range(self, li: int, first: int, stop: int) -> None:
+        """Make list ``li`` (empty) hold ``first, first+1, ..., stop-1`` in that order."""
+        if stop <= first:
+            return
+        head, tail = self.capacity + 2 * li, self.capacity + 2 * li + 1
+        ids = np.arange(first, stop, dtype=np.intc)
+        prev = np.frombuffer(self.prev, dtype=np.intc)
+        nxt = np.frombuffer(self.next, dtype=np.intc)
+        prev[first + 1:stop] = ids[:-1]
+        nxt[first:stop - 1] = ids[1:]
+        prev[first], nxt[stop - 1] = head, tail
+        nxt[head], prev[tail] = first, stop - 1
+        self.lengths[li] = stop - first
+
+    def is_linked(self, pid: int) -> bool:
+        return self.next[pid] != UNLINKED
+
+    def first(self, li: int) -> int:
+        """The head id of list ``li``, or ``UNLINKED`` when it is empty."""
+        pid = self.next[self.capacity + 2 * li]
+        return UNLINKED if pid >= self.capacity else pid
+
+    def pop_front(self, li: int, n: int) -> list[int]:
+        """Unlink and return the first ``n`` ids of list ``li`` (caller checked the length)."""
+        nxt, prev = self.next, self.prev
+        head = self.capacity + 2 * li
+        out = [0] * n
+        pid = nxt[head]
+        for i in range(n):
+            out[i] = pid
+            following = nxt[pid]
+            nxt[pid] = UNLINKED
+            prev[pid] = UNLINKED
+            pid = following
+        nxt[head] = pid
+        prev[pid] = head
+        self.lengths[li] -= n
+        return out
+
+    def unlink(self, li: int, pid: int) -> None:
+        """Remove the linked id ``pid`` from list ``li``."""
+        nxt, prev = self.next, self.prev
+        before, after = prev[pid], nxt[pid]
+        nxt[before] = after
+        prev[after] = before
+        nxt[pid] = UNLINKED
+        prev[pid] = UNLINKED
+        self.lengths[li] -= 1
+
+    def link_back(self, li: int, ids: Iterable[int]) -> None:
+        """Append unlinked ids at the tail of list ``li``, in order."""
+        nxt, prev = self.next, self.prev
+        tail = self.capacity + 2 * li + 1
+        last = prev[tail]
+        count = 0
+        for pid in ids:
+            nxt[last] = pid
+            prev[pid] = last
+            last = pid
+            count += 1
+        nxt[last] = tail
+        prev[tail] = last
+        self.lengths[li] += count
+
+    def link_front(self, li: int, ids: Iterable[int]) -> None:
+        """Insert unlinked ids before the head of list ``li``, keeping their order."""
+        nxt, prev = self.next, self.prev
+        head = self.capacity + 2 * li
+        old_first = nxt[head]
+        last = head
+        count = 0
+        for pid in ids:
+            nxt[last] = pid
+            prev[pid] = last
+            last = pid
+            count += 1
+        nxt[last] = old_first
+        prev[old_first] = last
+        self.lengths[li] += count
+
+    def ids(self, li: int) -> list[int]:
+        """The ids of list ``li``, head to tail (O(length))."""
+        nxt, cap = self.next, self.capacity
+        out: list[int] = []
+        pid = nxt[cap + 2 * li]
+        while pid < cap:
+            out.append(pid)
+            pid = nxt[pid]
+        return out
+
+
+class FreeCachePageQueue:
+    """The free pages as an LRU list: head = next page handed out, tail = most recently freed.
+
+    Build it from a list of `CachePage` (eSurge's constructor; the pages are linked in list
+    order) or with `for_range` (a pool's whole id range, in milliseconds). The eSurge methods
+    take and return `CachePage` views; the ``*_ids`` methods are the same operations on ids.
+    ``links`` is the raw `IdLinks` (list 0); an owning pool that has already validated the
+    page states may drive it directly, everyone else uses the checked methods.
+    """
+
+    def __init__(self, pages: list[CachePage]) -> None:
+        pages = list(pages)
+        ids = [p.page_id for p in pages]
+        if len(set(ids)) != len(ids):
+            raise InvalidArgumentError("FreeCachePageQueue: a page id occurs twice")
+        capacity = max(ids, default=-1) + 1
+        if any(p._records.owned or p._records.queue is not None for p in pages):
+            raise InvalidArgumentError("FreeCachePageQueue: a page already belongs to a pool or a queue")
+        nulls = [p.page_id for p in pages if p.is_null]
+        if len(nulls) > 1:
+            raise InvalidArgumentError("FreeCachePageQueue: more than one null page")
+        records = PageRecords({p.page_id: p.ref_cnt for p in pages},
+                              {p.page_id: p.page_hash for p in pages},
+                              nulls[0] if nulls else None, owned=False)
+        by_id = {p.page_id: p for p in pages}
+        for page in pages:
+            page._records = records
+        self._setup(records, IdLinks(capacity), by_id.__getitem__)
+        self.links.link_back(0, ids)
+
+    @classmethod
+    def for_range(cls, records: PageRecords, first: int, stop: int,
+                  page_of: Callable[[int], CachePage]) -> FreeCachePageQueue:
+        """A queue over ids ``0..len(records.ref)-1`` holding ``first..stop-1`` in order.
+
+        ``page_of`` turns an id into its `CachePage` view for the eSurge-style methods.
+        """
+        queue = cls.__new__(cls)
+        queue._setup(records, IdLinks(len(records.ref)), page_of)
+        queue.links.fill_range(0, first, stop)
+        return queue
+
+    def _setup(self, records: PageRecords, links: IdLinks, page_of: Callable[[int], CachePage]) -> None:
+        self._records = records
+        self.links = links
+        self._page_of = page_of
+        self._null = UNLINKED if records.null_id is None else records.null_id
+        records.queue = self
+
+    @property
+    def num_free_pages(self) -> int:
+        """How many pages are linked."""
+        return self.links.lengths[0]
+
+    def __len__(self) -> int:
+        return self.links.lengths[0]
+
+    # --- id level ------------------------------------------------------------------------
+
+    def is_linked(self, page_id: int) -> bool:
+        """Whether ``page_id`` is currently in the queue."""
+        return 0 <= page_id < self.links.capacity and self.links.is_linked(page_id)
+
+    def popleft_ids(self, n: int) -> list[int]:
+        """Unlink and return the first ``n`` ids (`OutOfPagesError` if fewer are linked)."""
+        count = checked_int(n, "n", minimum=0)
+        if count > self.links.lengths[0]:
+            raise OutOfPagesError(f"cannot pop {count} pages: only {self.links.lengths[0]} are free")
+        return self.links.pop_front(0, count)
+
+    def remove_id(self, page_id: int) -> None:
+        """Unlink ``page_id`` from anywhere in the queue (`PageStateError` if not linked)."""
+        self._check_ids((page_id,), want_linked=True)
+        self.links.unlink(0, page_id)
+
+    def append_ids(self, ids: list[int]) -> None:
+        """Link unlinked, distinct, non-null ids at the tail in the given order."""
+        self._check_ids(ids, want_linked=False)
+        self.links.link_back(0, ids)
+
+    def prepend_ids(self, ids: list[int]) -> None:
+        """Link unlinked, distinct, non-null ids before the head, keeping their order."""
+        self._check_ids(ids, want_linked=False)
+        self.links.link_front(0, ids)
+
+    def ids(self) -> list[int]:
+        """The linked ids, head to tail."""
+        return self.links.ids(0)
+
+    def neighbour(self, page_id: int, *, forward: bool) -> CachePage | None:
+        """The page after (``forward``) or before ``page_id``; ``None`` at an end or if unlinked."""
+        if not self.is_linked(page_id):
+            return None
+        other = (self.links.next if forward else self.links.prev)[page_id]
+        return None if other >= self.links.capacity else self._page_of(other)
+
+    def _check_ids(self, ids: Iterable[int], *, want_linked: bool) -> None:
+        """Raise before any change if an id is foreign, null, duplicated, or in the wrong state."""
+        cap, nxt = self.links.capacity, self.links.next
+        seen: set[int] = set()
+        for pid in ids:
+            if isinstance(pid, bool) or not isinstance(pid, int) or not 0 <= pid < cap:
+                raise ForeignPageError(f"page id {pid!r} is not a page of this queue (0..{cap - 1})")
+            if pid == self._null:
+                raise NullPageError("the null page is never linked in the free queue")
+            if (nxt[pid] != UNLINKED) != want_linked:
+                state = "not linked in" if want_linked else "already linked in"
+                raise PageStateError(f"page {pid} is {state} the free queue")
+            if pid in seen:
+                raise PageStateError(f"page {pid} occurs twice in one call")
+            seen.add(pid)
+
+    # --- eSurge API ----------------------------------------------------------------------
+
+    def popleft(self) -> CachePage:
+        """Unlink and return the head page (`OutOfPagesError`, a ValueError, when empty)."""
+        if self.links.lengths[0] == 0:
+            raise OutOfPagesError("No free pages available")
+        return self._page_of(self.links.pop_front(0, 1)[0])
+
+    def popleft_n(self, n: int) -> list[CachePage]:
+        """Unlink and return the first ``n`` pages in order."""
+        page_of = self._page_of
+        return [page_of(pid) for pid in self.popleft_ids(n)]
+
+    def remove(self, page: CachePage) -> None:
+        """Unlink ``page`` from the middle of the queue in O(1)."""
+        self.remove_id(self._own_id(page))
+
+    def append(self, page: CachePage) -> None:
+        """Link ``page`` at the tail."""
+        self.append_ids([self._own_id(page)])
+
+    def append_n(self, pages: list[CachePage]) -> None:
+        """Link ``pages`` at the tail in the given order."""
+        self.append_ids([self._own_id(p) for p in pages])
+
+    def get_all_free_pages(self) -> list[CachePage]:
+        """Every free page, head to tail (O(free pages); for tests and introspection)."""
+        page_of = self._page_of
+        return [page_of(pid) for pid in self.links.ids(0)]
+
+    def _own_id(self, page: CachePage) -> int:
+        if not isinstance(page, CachePage) or page._records is not self._records:
+            raise ForeignPageError(f"{page!r} is not a page of this queue")
+        return page.page_id
+

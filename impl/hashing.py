@@ -1,0 +1,345 @@
+"""Content keys for full pages: chained page hashes with salt and per-page extra keys.
+
+A page's key stands for the exact token prefix ending at that page: its own tokens, its
+extra keys, and (through ``parent``) everything before it. `PageHasher` computes keys with a
+chosen scheme:
+
+- ``"sha256"`` (default): SHA-256 over a canonical byte encoding (no pickle, no ``repr``):
+  ints as fixed-width little-endian int64 arrays, extra keys through a tagged, length-prefixed
+  encoding. Collisions are not a practical concern (eSurge §3 Q14).
+- ``"xxh3_128"``: the same bytes through xxHash3-128, much cheaper, not adversary-proof.
+- ``"builtin"``: eSurge's ``hash((parent, tokens, extra_keys))``, for compatibility only.
+  It is not collision resistant and its value for ``str`` extra keys depends on
+  ``PYTHONHASHSEED``. A callable ``hash_function`` behaves the same way.
+
+Each hasher holds its own parent-of-first-page value (``root``) derived from its ``seed``,
+so two hashers never disturb each other and no module global is re-seeded; the value never
+reads ``PYTHONHASHSEED``. Per-page extra keys are tagged tuples: ``("lora", id)`` on every
+page of a LoRA request, ``("mm", mm_hash, offset - page_start)`` on each page a multimodal
+item overlaps, and ``("salt", cache_salt)`` on the first page only (the salt isolates
+tenants; the chain carries it to later pages).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import sys
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import xxhash
+
+from verikv.dp_sharding import checked_int
+from verikv.errors import InvalidArgumentError
+
+SCHEMES: tuple[str, ...] = ("sha256", "xxh3_128", "builtin")
+_PAGE_TAG = b"verikv-page\x00"
+_ROOT_TAG = b"verikv-root\x00"
+_BIG_ENDIAN = sys.byteorder == "big"
+
+
+class PageHash(NamedTuple):
+    """A full page's key: the chained hash value, the page's own tokens, its extra keys.
+
+    The whole tuple is the cache key, so equal hash values with different tokens or extra
+    keys never share an entry.
+    """
+
+    hash_value: int
+    token_ids: tuple[int, ...]
+    extra_keys: Any | None = None
+
+
+class PageHashWithGroupId(NamedTuple):
+    """A page key within one cache group: identical tokens in two groups are two entries."""
+
+    page_hash: PageHash
+    group_id: int
+
+    def get_hash_value(self) -> int:
+        """The chained hash value of the page."""
+        return self.page_hash.hash_value
+
+
+class MMFeature(NamedTuple):
+    """A multimodal item of a request: its content hash and the token span it occupies."""
+
+    mm_hash: str | bytes | int
+    offset: int
+    length: int
+
+
+def _encode_int(value: int, out: bytearray) -> None:
+    size = (value.bit_length() + 8) // 8
+    out += struct.pack("<I", size)
+    out += value.to_bytes(size, "little", signed=True)
+
+
+def encode_canonical(obj: Any, out: bytearray) -> None:
+    """Append a canonical, unambiguous encoding of ``obj`` to ``out``.
+
+    Supported: None, bool, int, float, str, bytes, and tuples/lists of those (nested). Each
+    value is a type tag plus a length-prefixed payload, so different values never encode
+    alike. Anything else is rejected (`InvalidArgumentError`) rather than pickled.
+    """
+    if obj is None:
+        out += b"N"
+    elif isinstance(obj, bool):
+        out += b"T" if obj else b"F"
+    elif isinstance(obj, int):
+        out += b"I"
+        _encode_int(int(obj), out)
+    elif isinstance(obj, float):
+        out += b"D" + struct.pack("<d", obj)
+    elif isinstance(obj, str):
+        data = obj.encode("utf-8")
+        out += b"S" + struct.pack("<I", len(data)) + data
+    elif isinstance(obj, (bytes, bytearray)):
+        out += b"B" + struct.pack("<I", len(obj)) + bytes(obj)
+    elif isinstance(obj, (tuple, list)):
+        out += b"L" + struct.pack("<I", len(obj))
+        for item in obj:
+            encode_canonical(item, out)
+    elif hasattr(obj, "__index__"):
+        out += b"I"
+        _encode_int(obj.__index__(), out)
+    else:
+        raise InvalidArgumentError(f"cannot encode {type(obj).__name__} {obj!r} canonically")
+
+
+def _token_bytes(token_ids: Sequence[int]) -> bytes:
+    """Tokens as little-endian int64 (`InvalidArgumentError` for non-ints or overflow)."""
+    try:
+        packed = array("q", token_ids)
+    except (TypeError, OverflowError) as exc:
+        raise InvalidArgumentError(f"token ids must be integers within int64: {exc}") from None
+    if _BIG_ENDIAN:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _seed_bytes(seed: int | str | bytes) -> bytes:
+    out = bytearray()
+    encode_canonical(seed, out)
+    return bytes(out)
+
+
+def _mm_items(features: Any) -> list[MMFeature]:
+    """A request's ``mm_features`` as validated `MMFeature` tuples (tuples or attribute objects)."""
+    items: list[MMFeature] = []
+    for feature in features or ():
+        if isinstance(feature, (tuple, list)):
+            if len(feature) != 3:
+                raise InvalidArgumentError(f"mm_features item must be (mm_hash, offset, length), got {feature!r}")
+            mm_hash, offset, length = feature
+        else:
+            try:
+                mm_hash, offset, length = feature.mm_hash, feature.offset, feature.length
+            except AttributeError:
+                raise InvalidArgumentError(
+                    f"mm_features item needs mm_hash, offset and length: {feature!r}") from None
+        if not isinstance(mm_hash, (str, bytes, int)) or isinstance(mm_hash, bool):
+            raise InvalidArgumentError(f"mm_hash must be str, bytes or int, got {mm_hash!r}")
+        items.append(MMFeature(mm_hash, checked_int(offset, "mm offset", minimum=0),
+                               checked_int(length, "mm length", minimum=1)))
+    return items
+
+
+class PageHasher:
+    """Computes chained page keys with one scheme and one per-instance seed.
+
+    ``scheme`` is ``"sha256"``, ``"xxh3_128"``, ``"builtin"`` or a callable taking
+    ``(parent, token_tuple, extra_keys)`` (eSurge's ``hash_function``). ``seed`` (int, str or
+    bytes) fixes ``root``, the parent value of a chain's first page; ``None`` draws a fresh
+    random seed, so keys are private to the instance.
+    """
+
+    def __init__(self, scheme: str | Callable[[Any], int] = "sha256", seed: int | str | bytes | None = None) -> None:
+        if not callable(scheme) and scheme not in SCHEMES:
+            raise InvalidArgumentError(f"unknown hash scheme {scheme!r}; expected one of {SCHEMES} or a callable")
+        if seed is None:
+            seed = os.urandom(32)
+        elif isinstance(seed, bool) or not isinstance(seed, (int, str, bytes)):
+            raise InvalidArgumentError(f"seed must be int, str or bytes, got {seed!r}")
+        self.scheme = scheme
+        self.seed = seed
+        digest = hashlib.sha256(_ROOT_TAG + _seed_bytes(seed)).digest()
+        if scheme == "sha256":
+            self.root = int.from_bytes(digest, "little")
+        elif scheme == "xxh3_128":
+            self.root = int.from_bytes(digest[:16], "little")
+        else:
+            # Compatibility: with an int seed the root is hash(seed), as eSurge's none_hash
+            # was hash(int(PYTHONHASHSEED)); other seeds are reduced through SHA-256.
+            self.root = hash(seed) if isinstance(seed, int) else int.from_bytes(digest[:8], "little")
+        self._digest = self._make_digest()
+
+    def _make_digest(self) -> Callable[[int, bytes, Sequence[int], Any], int]:
+        """The function (parent, token bytes, tokens, extra) -> hash value for the scheme."""
+        scheme = self.scheme
+        if scheme == "sha256":
+            def digest(parent: int, tokens: bytes, _ids: Sequence[int], extra: Any) -> int:
+                return int.from_bytes(hashlib.sha256(_message(parent, tokens, extra)).digest(), "little")
+        elif scheme == "xxh3_128":
+            def digest(parent: int, tokens: bytes, _ids: Sequence[int], extra: Any) -> int:
+                return xxhash.xxh3_128_intdigest(_message(parent, tokens, extra))
+        else:
+            fn: Callable[[Any], int] = hash if scheme == "builtin" else scheme  # type: ignore[assignment]
+
+            def digest(parent: int, _tokens: bytes, ids: Sequence[int], extra: Any) -> int:
+                return fn((parent, tuple(ids), extra))
+        return digest
+
+    def hash_page(self, parent: int | None, token_ids: Sequence[int], extra_keys: Any = None) -> PageHash:
+        """The key of one full page whose predecessor's hash value is ``parent``.
+
+        ``parent=None`` means the page is the first of its chain (its parent is ``root``).
+        """
+        parent_value = self.root if parent is None else checked_int(parent, "parent")
+        tokens = tuple(token_ids)
+        return PageHash(self._digest(parent_value, _token_bytes(tokens), tokens, extra_keys), tokens, extra_keys)
+
+    def page_extra_keys(self, request: Any, page_index: int, page_size: int) -> tuple[Any, ...] | None:
+        """The extra keys of page ``page_index`` of ``request`` (``None`` when it has none)."""
+        return _ExtraKeys(request).for_page(page_index, page_size)
+
+    def hash_request(self, request: Any, page_size: int, start: int = 0,
+                     parent: PageHash | int | None = None, stop: int | None = None) -> list[PageHash]:
+        """Keys of the full pages ``start .. stop-1`` of ``request.all_token_ids``.
+
+        ``parent`` is the key (or hash value) of page ``start - 1`` and is required when
+        ``start > 0``; ``stop`` defaults to the number of full pages and may not exceed it.
+        This is the incremental form: a manager hashes each page once as it fills.
+        """
+        ps = checked_int(page_size, "page_size", minimum=1)
+        tokens = request.all_token_ids
+        full = len(tokens) // ps
+        first = checked_int(start, "start", minimum=0)
+        last = full if stop is None else checked_int(stop, "stop", minimum=first, maximum=full)
+        if first > last:
+            raise InvalidArgumentError(f"start {first} is beyond the {full} full pages of the request")
+        if first > 0 and parent is None:
+            raise InvalidArgumentError("parent is required when hashing from a page other than the first")
+        value: int | None = parent.hash_value if isinstance(parent, PageHash) else parent
+        if first == last:
+            return []
+        ids = list(tokens[first * ps:last * ps])
+        packed = _token_bytes(ids)
+        extra = _ExtraKeys(request)
+        view = memoryview(packed)
+        width = 8 * ps
+        digest = self._digest
+        out: list[PageHash] = []
+        for k in range(last - first):
+            page_ids = tuple(ids[k * ps:(k + 1) * ps])
+            keys = extra.for_page(first + k, ps)
+            parent_value = self.root if value is None else value
+            value = digest(parent_value, view[k * width:(k + 1) * width], page_ids, keys)
+            out.append(PageHash(value, page_ids, keys))
+        return out
+
+    def extend(self, request: Any, page_size: int, hashes: list[PageHash]) -> list[PageHash]:
+        """Append to ``hashes`` (the request's keys so far) the keys of newly full pages.
+
+        Returns the pages added (possibly none). O(new pages), so calling it after every
+        decode step costs one hash per page that filled.
+        """
+        parent = hashes[-1] if hashes else None
+        new = self.hash_request(request, page_size, start=len(hashes), parent=parent)
+        hashes.extend(new)
+        return new
+
+    def __repr__(self) -> str:
+        return f"PageHasher(scheme={self.scheme!r}, root={self.root:#x})"
+
+
+def _message(parent: int, tokens: bytes | memoryview, extra: Any) -> bytes:
+    """The canonical bytes hashed for one page."""
+    out = bytearray(_PAGE_TAG)
+    _encode_int(parent, out)
+    out += struct.pack("<I", len(tokens) // 8)
+    out += tokens
+    encode_canonical(extra, out)
+    return bytes(out)
+
+
+class _ExtraKeys:
+    """The per-page extra keys of one request, read once from its duck-typed attributes."""
+
+    __slots__ = ("lora", "salt", "mm")
+
+    def __init__(self, request: Any) -> None:
+        lora = getattr(request, "lora_id", None)
+        self.lora = None if lora is None else checked_int(lora, "lora_id")
+        self.salt = getattr(request, "cache_salt", None)
+        if self.salt is not None and not isinstance(self.salt, (str, bytes)):
+            raise InvalidArgumentError(f"cache_salt must be str or bytes, got {self.salt!r}")
+        self.mm = sorted(_mm_items(getattr(request, "mm_features", None)), key=lambda f: f.offset)
+
+    def for_page(self, page_index: int, page_size: int) -> tuple[Any, ...] | None:
+        start = page_index * page_size
+        end = start + page_size
+        keys: list[Any] = []
+        if self.lora is not None:
+            keys.append(("lora", self.lora))
+        for item in self.mm:
+            if item.offset >= end:
+                break
+            if item.offset + item.length > start:
+                keys.append(("mm", item.mm_hash, item.offset - start))
+        if page_index == 0 and self.salt is not None:
+            keys.append(("salt", self.salt))
+        return tuple(keys) if keys else None
+
+
+_DEFAULT_HASHERS: dict[str, PageHasher] = {}
+DEFAULT_SEED = 0
+
+
+def default_hasher(scheme: str = "sha256") -> PageHasher:
+    """The process-wide hasher of ``scheme`` used by the function API, seeded with ``DEFAULT_SEED``.
+
+    Deterministic across processes (the seed is a constant, not ``PYTHONHASHSEED``). Create a
+    `PageHasher` with your own seed to keep keys private to one deployment.
+    """
+    hasher = _DEFAULT_HASHERS.get(scheme)
+    if hasher is None:
+        hasher = _DEFAULT_HASHERS[scheme] = PageHasher(scheme, seed=DEFAULT_SEED)
+    return hasher
+
+
+def _resolve(hash_function: str | Callable[[Any], int] | PageHasher) -> PageHasher:
+    if isinstance(hash_function, PageHasher):
+        return hash_function
+    if isinstance(hash_function, str):
+        if hash_function not in SCHEMES:
+            raise InvalidArgumentError(f"unknown hash scheme {hash_function!r}; expected one of {SCHEMES}")
+        return default_hasher(hash_function)
+    if callable(hash_function):
+        if hash_function is hash:
+            return default_hasher("builtin")
+        return PageHasher(hash_function, seed=DEFAULT_SEED)
+    raise InvalidArgumentError(f"hash_function must be a scheme name, a callable or a PageHasher, got {hash_function!r}")
+
+
+def hash_page_tokens(hash_function: str | Callable[[Any], int] | PageHasher, parent_page_hash: int | None,
+                     curr_page_token_ids: Sequence[int], extra_keys: Any = None) -> PageHash:
+    """eSurge's call shape: the key of one full page given its parent's hash value.
+
+    ``hash_function`` is a scheme name, a callable (eSurge's builtin ``hash`` style) or a
+    `PageHasher`; names and callables use the default seed.
+    """
+    return _resolve(hash_function).hash_page(parent_page_hash, curr_page_token_ids, extra_keys)
+
+
+def hash_request_tokens(hash_function: str | Callable[[Any], int] | PageHasher, page_size: int,
+                        request: Any) -> list[PageHash]:
+    """eSurge's call shape: the keys of every full page of ``request.all_token_ids``.
+
+    The request is duck-typed: ``all_token_ids`` and optionally ``cache_salt``, ``lora_id``,
+    ``mm_features``. Extra keys are per page (see the module docstring).
+    """
+    return _resolve(hash_function).hash_request(request, page_size)

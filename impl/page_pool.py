@@ -1,0 +1,454 @@
+"""`PagePool`: reference counts, the LRU free list and the prefix-cache map of one page pool.
+
+This is the implementation of the pool transitions of `verikv.spec.pool` (same names:
+allocate = `get_new_page_ids`, touch = `touch_ids`, free = `free_page_ids`, cache =
+`cache_page_id`, lookup = `lookup_id`, `reset_prefix_cache`), plus eSurge's object-level API
+as thin wrappers. Every method validates its whole input before changing anything, so a
+raised error (from `verikv.errors`) means the pool is unchanged.
+
+Representation (docs/architecture.md): per-page ``ref`` (``array('i')``) and ``key`` (list)
+indexed by id, the free list as flat links, and the cached map ``key -> id`` (promoted to an
+insertion-ordered ``dict`` of ids when several pages hold equal content). Data-parallel
+shards get their own free sub-lists, built on the first shard-aware call and kept in the
+global list's relative order, so allocating from a shard is O(1) per page.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
+
+from verikv.dp_sharding import checked_int, dp_shard_page_bounds, pages_per_dp_shard
+from verikv.errors import (
+    DoubleFreeError,
+    ForeignPageError,
+    InvalidArgumentError,
+    NullPageError,
+    OutOfPagesError,
+    PageStateError,
+)
+from verikv.events import EventLog, KVEvent, PrefixCacheStats
+from verikv.free_queue import CachePage, FreeCachePageQueue, IdLinks, PageRecords
+from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, default_hasher
+
+FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
+NULL_PAGE_ID = 0
+_log = logging.getLogger(__name__)
+
+
+class PagePool:
+    """A pool of ``num_pages`` pages; page 0 is the null page and is never handed out.
+
+    ``free_order``: ``"esurge"`` puts every freed page at the tail of the free list;
+    ``"unhashed-first"`` puts freed pages without a content key at the head (they can never
+    be a cache hit, so they are reused first). ``enable_kv_events`` turns on event recording
+    (drain with `take_events`).
+    """
+
+    def __init__(self, num_pages: int, enable_caching: bool = True, *, free_order: str = "esurge",
+                 enable_kv_events: bool = False) -> None:
+        n = checked_int(num_pages, "num_pages", minimum=1)
+        if not isinstance(enable_caching, bool) or not isinstance(enable_kv_events, bool):
+            raise InvalidArgumentError("enable_caching and enable_kv_events must be bools")
+        if free_order not in FREE_ORDERS:
+            raise InvalidArgumentError(f"free_order must be one of {FREE_ORDERS}, got {free_order!r}")
+        self.num_pages = n
+        self.enable_caching = enable_caching
+        self.free_order = free_order
+        self._records = PageRecords.for_pool(n)
+        self._ref = self._records.ref
+        self._key = self._records.key
+        self._views: dict[int, CachePage] = {}
+        self.free_page_queue = FreeCachePageQueue.for_range(self._records, 1, n, self._view)
+        self._free = self.free_page_queue.links
+        self._cached: dict[Hashable, int | dict[int, None]] = {}
+        self.null_page = self._view(NULL_PAGE_ID)
+        self._dp: int | None = None
+        self._pps = 0
+        self._shards: IdLinks | None = None
+        self.prefix_cache_stats = PrefixCacheStats()
+        self._events: EventLog | None = EventLog() if enable_kv_events else None
+
+    # --- introspection (read-only; the abstraction protocol of verikv.spec.abstraction) ----
+
+    def page(self, page_id: int) -> CachePage:
+        """The `CachePage` view of ``page_id`` (one object per id)."""
+        return self._view(self._checked_id(page_id))
+
+    def ref_count(self, page_id: int) -> int:
+        """Reference count of ``page_id`` (0 for the null page, which is never held)."""
+        return self._ref[self._checked_id(page_id)]
+
+    def key_of(self, page_id: int) -> Hashable | None:
+        """The content key ``page_id`` is registered under, or ``None``."""
+        return self._key[self._checked_id(page_id)]
+
+    def free_list_ids(self) -> list[int]:
+        """The free page ids, head (next handed out) to tail. O(free pages)."""
+        return self._free.ids(0)
+
+    def cached_items(self) -> list[tuple[Hashable, tuple[int, ...]]]:
+        """Every ``(key, page ids)`` entry of the cached map, ids oldest first. O(cached pages)."""
+        return [(key, _ids_of(entry)) for key, entry in self._cached.items()]
+
+    def get_num_free_pages(self) -> int:
+        """How many pages are free (O(1))."""
+        return self._free.lengths[0]
+
+    def get_usage(self) -> float:
+        """Fraction of usable pages (the null page excluded) that are not free; idle pool: 0.0."""
+        usable = self.num_pages - 1
+        return 0.0 if usable == 0 else 1.0 - self._free.lengths[0] / usable
+
+    # --- id-level transitions ----------------------------------------------------------------
+
+    def get_new_page_ids(self, num_pages: int, *, dp_shard_hint: int | None = None,
+                         data_parallel_size: int | None = None) -> list[int]:
+        """Allocate ``num_pages`` pages from the head of the free list (or of the hinted shard).
+
+        Each page loses its content key if it had one (lazy eviction) and gets ref 1.
+        `OutOfPagesError` (nothing changed) when the pool, or the shard, has too few.
+        """
+        count = checked_int(num_pages, "num_pages", minimum=0)
+        shard = self._shard_index(dp_shard_hint, data_parallel_size)
+        free, shards = self._free, self._shards
+        if count > free.lengths[0]:
+            raise OutOfPagesError(f"Cannot get {count} free pages from the pool ({free.lengths[0]} free)")
+        if shard is None:
+            ids = free.pop_front(0, count)
+            if shards is not None:
+                pps = self._pps
+                for pid in ids:
+                    shards.unlink(pid // pps, pid)
+        else:
+            shard_lists: IdLinks = shards  # type: ignore[assignment]  # built by _shard_index
+            if count > shard_lists.lengths[shard]:
+                raise OutOfPagesError(
+                    f"Insufficient free pages in DP shard {shard}: requested {count}, "
+                    f"available {shard_lists.lengths[shard]}")
+            ids = shard_lists.pop_front(shard, count)
+            for pid in ids:
+                free.unlink(0, pid)
+        ref, key = self._ref, self._key
+        for pid in ids:
+            if key[pid] is not None:
+                self._evict(pid)
+            ref[pid] = 1
+        return ids
+
+    def touch_ids(self, page_ids: Sequence[int]) -> None:
+        """Take one more reference on each page (a cache hit); null ids are skipped.
+
+        A page with ref 0 first leaves the free list, keeping its key.
+        """
+        self._check_in_range(page_ids)
+        ref, free, shards, pps = self._ref, self._free, self._shards, self._pps
+        for pid in page_ids:
+            if pid == NULL_PAGE_ID:
+                continue
+            if ref[pid] == 0:
+                free.unlink(0, pid)
+                if shards is not None:
+                    shards.unlink(pid // pps, pid)
+            ref[pid] += 1
+
+    def free_page_ids(self, page_ids: Iterable[int]) -> None:
+        """Drop one reference per occurrence; pages reaching 0 rejoin the free list in order.
+
+        Under ``"esurge"`` they join the tail; under ``"unhashed-first"`` those without a key
+        go before the head (keeping their order) and the others to the tail. Keys are kept.
+        `NullPageError` for page 0, `ForeignPageError` out of range, `DoubleFreeError` for a
+        page freed more often than it is held; nothing changes then.
+        """
+        ids = page_ids if isinstance(page_ids, list) else list(page_ids)
+        self._check_ints(ids)
+        if NULL_PAGE_ID in ids:
+            raise NullPageError("the null page is never freed")
+        n, ref = self.num_pages, self._ref
+        for pid in ids:
+            if not 0 < pid < n:
+                raise ForeignPageError(f"page id {pid} is not a page of this pool (1..{n - 1})")
+        for pid in ids:
+            if ref[pid] < 1:
+                raise DoubleFreeError(f"page {pid} is not held (ref 0): double free")
+        if len(set(ids)) != len(ids):
+            for pid, times in Counter(ids).items():
+                if times > ref[pid]:
+                    raise DoubleFreeError(f"page {pid} freed {times} times but held {ref[pid]} times")
+        zeroed = []
+        for pid in ids:
+            r = ref[pid] - 1
+            ref[pid] = r
+            if r == 0:
+                zeroed.append(pid)
+        if self.free_order == "unhashed-first":
+            key = self._key
+            self._link(zeroed, [p for p in zeroed if key[p] is None], [p for p in zeroed if key[p] is not None])
+        else:
+            self._link(zeroed, [], zeroed)
+
+    def cache_page_id(self, page_id: int, key: Hashable) -> None:
+        """Register ``page_id`` as holding the content ``key`` (appended after equal pages).
+
+        `NullPageError` for page 0, `PageStateError` if the page already has a key,
+        `InvalidArgumentError` for a ``None``/unhashable key or when caching is disabled.
+        """
+        if key is None:
+            raise InvalidArgumentError("a cache key cannot be None")
+        try:
+            hash(key)
+        except TypeError:
+            raise InvalidArgumentError(f"unhashable cache key {key!r}") from None
+        self._check_cacheable([page_id])
+        self._insert(page_id, key)
+
+    def lookup_id(self, key: Hashable, *, dp_shard_hint: int | None = None,
+                  data_parallel_size: int | None = None) -> int | None:
+        """The oldest page holding ``key`` (inside the hinted shard, if any), or ``None``.
+
+        Counted in `prefix_cache_stats` as one query.
+        """
+        found = self._lookup(key, self._shard_bounds(dp_shard_hint, data_parallel_size))
+        self.prefix_cache_stats.record(1, 0 if found is None else 1)
+        return found
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every content key if no page is held; otherwise change nothing, return False."""
+        held = self.num_pages - 1 - self._free.lengths[0]
+        if held > 0:
+            _log.warning("Failed to reset the prefix cache: %d pages are still held", held)
+            return False
+        key = self._key
+        for entry in self._cached.values():
+            for pid in _ids_of(entry):
+                key[pid] = None
+        self._cached.clear()
+        self.prefix_cache_stats.reset = True
+        if self._events is not None:
+            self._events.cleared()
+        return True
+
+    # --- eSurge object-level API ----------------------------------------------------------
+
+    def get_new_pages(self, num_pages: int, *, dp_shard_hint: int | None = None,
+                      data_parallel_size: int | None = None) -> list[CachePage]:
+        """eSurge's allocation: `get_new_page_ids` returning `CachePage` views."""
+        view = self._view
+        return [view(pid) for pid in self.get_new_page_ids(
+            num_pages, dp_shard_hint=dp_shard_hint, data_parallel_size=data_parallel_size)]
+
+    def touch(self, pages: Sequence[Sequence[CachePage]] | Sequence[CachePage]) -> None:
+        """eSurge's touch: ``pages`` is one list of pages per cache group (or one flat list)."""
+        flat = [p for group in pages for p in group] if pages and not isinstance(pages[0], CachePage) else pages
+        self.touch_ids(self._own_ids(flat))  # type: ignore[arg-type]
+
+    def free_pages(self, ordered_pages: Iterable[CachePage]) -> None:
+        """eSurge's free: `free_page_ids` on page views, in the given (eviction) order."""
+        self.free_page_ids(self._own_ids(ordered_pages))
+
+    def get_cached_page(self, page_hash: PageHash, kv_cache_group_ids: Sequence[int], *,
+                        dp_shard_hint: int | None = None,
+                        data_parallel_size: int | None = None) -> list[CachePage] | None:
+        """One cached page per group for ``page_hash``, or ``None`` if any group misses.
+
+        Each is the oldest page under ``(page_hash, group)`` (inside the hinted shard, if any).
+        Counted in `prefix_cache_stats` as one query.
+        """
+        bounds = self._shard_bounds(dp_shard_hint, data_parallel_size)
+        found: list[CachePage] = []
+        for gid in kv_cache_group_ids:
+            pid = self._lookup(PageHashWithGroupId(page_hash, gid), bounds)
+            if pid is None:
+                self.prefix_cache_stats.record(1, 0)
+                return None
+            found.append(self._view(pid))
+        self.prefix_cache_stats.record(1, 1)
+        return found
+
+    def cache_full_pages(self, request: Any, pages: Sequence[CachePage], page_hashes: list[PageHash],
+                         num_cached_pages: int, num_full_pages: int, page_size: int,
+                         kv_cache_group_id: int, *, hasher: PageHasher | None = None) -> None:
+        """Register ``pages[num_cached_pages:num_full_pages]`` under the request's page keys.
+
+        Missing keys are computed from ``request`` with ``hasher`` (default: the sha256
+        default hasher), chained from ``page_hashes[-1]``, and appended to ``page_hashes``
+        (the caller's per-request list). Null placeholders in the range are skipped: they hold
+        no content, and the chain runs through the key list, not through the pages.
+        """
+        first = checked_int(num_cached_pages, "num_cached_pages", minimum=0)
+        last = checked_int(num_full_pages, "num_full_pages", minimum=0)
+        checked_int(kv_cache_group_id, "kv_cache_group_id", minimum=0)
+        if first >= last:
+            return
+        if len(page_hashes) < first:
+            raise InvalidArgumentError(
+                f"page_hashes has {len(page_hashes)} entries, fewer than num_cached_pages={first}")
+        if last > len(pages):
+            raise InvalidArgumentError(f"num_full_pages={last} exceeds the {len(pages)} pages given")
+        ids = self._own_ids(pages[first:last])
+        real = [pid for pid in ids if pid != NULL_PAGE_ID]
+        self._check_cacheable(real)
+        new_hashes: list[PageHash] = []
+        if len(page_hashes) < last:
+            new_hashes = (hasher or default_hasher()).hash_request(
+                request, page_size, start=len(page_hashes),
+                parent=page_hashes[-1] if page_hashes else None, stop=last)
+        page_hashes.extend(new_hashes)
+        for offset, pid in enumerate(ids, start=first):
+            if pid != NULL_PAGE_ID:
+                self._insert(pid, PageHashWithGroupId(page_hashes[offset], kv_cache_group_id))
+
+    def make_prefix_cache_stats(self) -> PrefixCacheStats:
+        """The lookup statistics since the last call (the counters restart)."""
+        return self.prefix_cache_stats.take()
+
+    def take_events(self) -> list[KVEvent]:
+        """KV events since the last call, oldest first (always empty when events are off)."""
+        return [] if self._events is None else self._events.take()
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _view(self, page_id: int) -> CachePage:
+        page = self._views.get(page_id)
+        if page is None:
+            page = self._views[page_id] = CachePage.view(self._records, page_id)
+        return page
+
+    def _checked_id(self, page_id: int) -> int:
+        if type(page_id) is not int or not 0 <= page_id < self.num_pages:
+            raise ForeignPageError(f"page id {page_id!r} is not a page of this pool (0..{self.num_pages - 1})")
+        return page_id
+
+    @staticmethod
+    def _check_ints(ids: Iterable[int]) -> None:
+        for pid in ids:
+            if type(pid) is not int:
+                raise InvalidArgumentError(f"page ids must be ints, got {type(pid).__name__} {pid!r}")
+
+    def _check_in_range(self, ids: Iterable[int]) -> None:
+        self._check_ints(ids)
+        n = self.num_pages
+        for pid in ids:
+            if not 0 <= pid < n:
+                raise ForeignPageError(f"page id {pid} is not a page of this pool (0..{n - 1})")
+
+    def _own_ids(self, pages: Iterable[CachePage]) -> list[int]:
+        records = self._records
+        ids = []
+        for page in pages:
+            if not isinstance(page, CachePage) or page._records is not records:
+                raise ForeignPageError(f"{page!r} is not a page of this pool")
+            ids.append(page.page_id)
+        return ids
+
+    def _check_cacheable(self, ids: list[int]) -> None:
+        """Raise unless caching is on and every id is a non-null page of this pool without a key."""
+        if not self.enable_caching:
+            raise InvalidArgumentError("prefix caching is disabled for this pool")
+        self._check_ints(ids)
+        if NULL_PAGE_ID in ids:
+            raise NullPageError("the null page is never hashed")
+        self._check_in_range(ids)
+        for pid in ids:
+            if self._key[pid] is not None:
+                raise PageStateError(f"page {pid} already has a key ({self._key[pid]!r})")
+        if len(set(ids)) != len(ids):
+            raise PageStateError("a page occurs twice in one caching call")
+
+    def _insert(self, pid: int, key: Hashable) -> None:
+        self._key[pid] = key
+        entry = self._cached.get(key)
+        if entry is None:
+            self._cached[key] = pid
+        elif isinstance(entry, int):
+            self._cached[key] = {entry: None, pid: None}
+        else:
+            entry[pid] = None
+        if self._events is not None:
+            self._events.stored(pid, key)
+
+    def _evict(self, pid: int) -> None:
+        """Remove ``pid`` from the cached map and forget its key."""
+        key = self._key[pid]
+        entry = self._cached[key]
+        if isinstance(entry, int):
+            del self._cached[key]
+        else:
+            del entry[pid]
+            if len(entry) == 1:
+                self._cached[key] = next(iter(entry))
+        self._key[pid] = None
+        if self._events is not None:
+            self._events.removed(pid, key)
+
+    def _lookup(self, key: Hashable, bounds: tuple[int, int] | None) -> int | None:
+        try:
+            entry = self._cached.get(key)
+        except TypeError:
+            raise InvalidArgumentError(f"unhashable cache key {key!r}") from None
+        if entry is None:
+            return None
+        if isinstance(entry, int):
+            return entry if bounds is None or bounds[0] <= entry < bounds[1] else None
+        if bounds is None:
+            return next(iter(entry))
+        lo, hi = bounds
+        return next((pid for pid in entry if lo <= pid < hi), None)
+
+    def _link(self, zeroed: list[int], front: list[int], back: list[int]) -> None:
+        """Link freed pages: ``front`` before the head, ``back`` at the tail (shards mirrored)."""
+        free, shards = self._free, self._shards
+        if front:
+            free.link_front(0, front)
+        if back:
+            free.link_back(0, back)
+        if shards is None:
+            return
+        pps = self._pps
+        if front:
+            groups: dict[int, list[int]] = {}
+            for pid in front:
+                groups.setdefault(pid // pps, []).append(pid)
+            for shard, members in groups.items():
+                shards.link_front(shard, members)
+        for pid in back:
+            shards.link_back(pid // pps, (pid,))
+
+    def _shard_index(self, hint: int | None, dp: int | None) -> int | None:
+        """The active shard for a hint (eSurge's rule), building the shard sub-lists if needed.
+
+        Active only when both are given, dp > 1 and num_pages % dp == 0; shard = hint % dp.
+        A dp different from the one the sub-lists were built for is an `InvalidArgumentError`.
+        """
+        if hint is None or dp is None:
+            return None
+        pps = pages_per_dp_shard(self.num_pages, dp)
+        if pps is None:
+            return None
+        size = checked_int(dp, "data_parallel_size", minimum=1)
+        shard = checked_int(hint, "dp_shard_hint") % size
+        if self._shards is None:
+            self._build_shards(size, pps)
+        elif self._dp != size:
+            raise InvalidArgumentError(
+                f"data_parallel_size {size} differs from {self._dp}, which this pool's shards use")
+        return shard
+
+    def _shard_bounds(self, hint: int | None, dp: int | None) -> tuple[int, int] | None:
+        shard = self._shard_index(hint, dp)
+        return None if shard is None else dp_shard_page_bounds(shard, self._pps)
+
+    def _build_shards(self, dp: int, pps: int) -> None:
+        shards = IdLinks(self.num_pages, dp)
+        groups: list[list[int]] = [[] for _ in range(dp)]
+        for pid in self._free.ids(0):
+            groups[pid // pps].append(pid)
+        for shard, members in enumerate(groups):
+            shards.link_back(shard, members)
+        self._dp, self._pps, self._shards = dp, pps, shards
+
+
+def _ids_of(entry: int | dict[int, None]) -> tuple[int, ...]:
+    return (entry,) if isinstance(entry, int) else tuple(entry)
