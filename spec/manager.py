@@ -1,0 +1,532 @@
+"""The cache manager as an abstract state machine, built on the pool spec.
+
+A `ManagerState` is a `PoolState` plus, per request, one page list per cache group (null
+placeholders allowed for windowed groups), how many leading pages of each list are cached
+(``num_cached``), and the request's data-parallel shard. Every change to reference counts,
+the free list or the keys goes through the pool transitions of `verikv.spec.pool`.
+
+Keys and the ideal-hash assumption. The spec's key for a request's first ``m`` tokens is the
+exact content they stand for (`content_of`: the salt and, per base page, its tokens, LoRA id
+and multimodal items), and a page's pool key is ``(content, group)``. Using the content itself
+as the key *is* the ideal hash: key equality is content equality. The implementation's
+digests are related to these keys by the abstraction's key renaming, which must stay
+injective both ways (a digest that stands for two contents is a collision the spec forbids).
+
+Ghost state (takes no part in equality; empty in an abstraction of an implementation):
+``keys`` (each request's full-page keys, at the base page size, kept until
+`free_page_hashes`) and ``content[p]``: the content page ``p`` was cached for, recorded from
+the request's tokens when the page is cached and erased when the page is evicted. It is what
+makes INV-HIT-SAFE checkable against whatever a lookup returns.
+
+Base page size: keys are computed at the smallest page size among the caching groups (every
+group but Mamba); a group whose page size is ``k`` times that uses, for its page ``j``, the key
+with index ``(j + 1) * k - 1``. Mamba groups never cache and never hit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+from verikv.spec import pool
+from verikv.spec.hit_rules import KINDS, Kind, Span, common_hit_length, group_rule
+from verikv.spec.pool import NULL_PAGE, Bounds, FreeOrder, PoolState, PreconditionError
+
+RequestId = str
+Content = tuple[Any, tuple[Any, ...]]
+"""``(cache_salt, ((page tokens, lora_id, multimodal items), ...))`` for each base page."""
+PoolKey = tuple[Content, int]
+"""``(content, group id)``: the spec's pool key of a cached page."""
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """One cache group as plain data: attention type, page size, window or chunk size."""
+
+    kind: Kind
+    page_size: int
+    span: int = 0
+    """Sliding window (``"sliding"``) or attention chunk (``"chunked"``) in tokens; else 0."""
+
+
+@dataclass(frozen=True)
+class ManagerConfig:
+    """What a manager is constructed with (never changes)."""
+
+    groups: tuple[GroupLayout, ...]
+    num_pages: int
+    max_model_len: int
+    enable_caching: bool = True
+    use_eagle: bool = False
+    data_parallel_size: int = 1
+    free_order: FreeOrder = "esurge"
+
+    @property
+    def caching_groups(self) -> tuple[int, ...]:
+        """Ids of the groups that cache pages (all but Mamba); none when caching is off."""
+        if not self.enable_caching:
+            return ()
+        return tuple(g for g, layout in enumerate(self.groups) if layout.kind != "mamba")
+
+    @property
+    def base_page_size(self) -> int:
+        """The page size keys are computed at (smallest caching page size; 1 if none)."""
+        return min((self.groups[g].page_size for g in self.caching_groups), default=1)
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """What the manager reads from a request (the implementation's ``Request``, as data)."""
+
+    request_id: RequestId
+    tokens: tuple[int, ...]
+    num_computed_tokens: int = 0
+    cache_salt: Hashable = None
+    lora_id: int | None = None
+    mm_features: tuple[tuple[str, int, int], ...] = ()
+    """Multimodal items as ``(identifier, offset, length)`` in token positions."""
+    prompt_logprobs: bool = False
+    finished: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A request's pages: one list per group, the cached prefix length per group, its shard."""
+
+    pages: tuple[tuple[int, ...], ...]
+    num_cached: tuple[int, ...]
+    shard: int | None = None
+
+
+@dataclass(frozen=True)
+class ManagerState:
+    """Pool + request entries (observable) + ghost keys and page contents (spec only)."""
+
+    config: ManagerConfig
+    pool: PoolState
+    entries: frozenset[tuple[RequestId, Entry]]
+    keys: frozenset[tuple[RequestId, tuple[Content, ...]]] = field(default=frozenset(), compare=False)
+    content: tuple[PoolKey | None, ...] = field(default=(), compare=False)
+
+    def entry(self, rid: RequestId) -> Entry | None:
+        """The request's entry, or None when it holds no pages."""
+        return next((e for r, e in self.entries if r == rid), None)
+
+    def pages(self, g: int, rid: RequestId) -> tuple[int, ...]:
+        """DESIGN's ``pages[g][r]`` (empty when the request has no entry)."""
+        e = self.entry(rid)
+        return e.pages[g] if e is not None else ()
+
+    def num_cached(self, g: int, rid: RequestId) -> int:
+        """DESIGN's ``num_cached[g][r]`` (0 when the request has no entry)."""
+        e = self.entry(rid)
+        return e.num_cached[g] if e is not None else 0
+
+
+class Hit(NamedTuple):
+    """A lookup result: the hit pages per group (0 = null placeholder) and the hit tokens."""
+
+    pages: tuple[tuple[int, ...], ...]
+    num_tokens: int
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _fail(transition: str, detail: str, reason: str = "argument") -> PreconditionError:
+    return PreconditionError(f"manager.{transition}", reason, detail)
+
+
+def _with_entry(s: ManagerState, rid: RequestId, e: Entry | None) -> frozenset[tuple[RequestId, Entry]]:
+    rest = frozenset(item for item in s.entries if item[0] != rid)
+    return rest | {(rid, e)} if e is not None else rest
+
+
+def _with_keys(s: ManagerState, rid: RequestId, keys: tuple[Content, ...] | None) -> frozenset[Any]:
+    rest = frozenset(item for item in s.keys if item[0] != rid)
+    return rest | {(rid, keys)} if keys is not None else rest
+
+
+# --- configuration and contents ------------------------------------------------------------
+
+def init(config: ManagerConfig) -> ManagerState:
+    """A fresh manager: a fresh pool, no requests. Zero groups force caching off.
+
+    pre: valid group layouts; EAGLE is not combined with chunked-local attention; caching page
+    sizes are multiples of the smallest one; a Mamba page holds ``max_model_len`` tokens.
+    """
+    if not _is_int(config.max_model_len) or config.max_model_len < 1:
+        raise _fail("init", f"max_model_len must be an int >= 1, got {config.max_model_len!r}")
+    if not _is_int(config.data_parallel_size) or config.data_parallel_size < 1:
+        raise _fail("init", f"data_parallel_size must be an int >= 1, got {config.data_parallel_size!r}")
+    if not config.groups:
+        config = replace(config, enable_caching=False)
+    for g, layout in enumerate(config.groups):
+        if layout.kind not in KINDS or not _is_int(layout.page_size) or layout.page_size < 1:
+            raise _fail("init", f"group {g}: bad layout {layout!r}")
+        if (layout.kind in ("sliding", "chunked")) != (_is_int(layout.span) and layout.span >= 1):
+            raise _fail("init", f"group {g}: window/chunk must be >= 1 exactly for sliding/chunked")
+        if layout.kind == "chunked" and config.use_eagle:
+            raise _fail("init", "EAGLE cannot be combined with chunked-local attention")
+        if layout.kind == "mamba" and layout.page_size < config.max_model_len:
+            raise _fail("init", f"group {g}: a Mamba page must hold max_model_len tokens")
+    if any(config.groups[g].page_size % config.base_page_size for g in config.caching_groups):
+        raise _fail("init", "caching page sizes must be multiples of the smallest")
+    p = pool.init(config.num_pages, config.free_order)
+    return ManagerState(config, p, frozenset(), frozenset(), (None,) * config.num_pages)
+
+
+def content_of(req: RequestView, num_tokens: int, base_page_size: int) -> Content:
+    """The exact content the first ``num_tokens`` tokens stand for, base page by base page.
+
+    Each base page contributes its tokens, the LoRA id and the multimodal items overlapping it
+    (identifier, offset relative to the page); the salt is the request's tenant.
+    """
+    pages = []
+    for i in range(num_tokens // base_page_size):
+        lo, hi = i * base_page_size, (i + 1) * base_page_size
+        mm = tuple((ident, off - lo) for ident, off, length in req.mm_features if off < hi and off + length > lo)
+        pages.append((req.tokens[lo:hi], req.lora_id, mm))
+    return (req.cache_salt, tuple(pages))
+
+
+def request_keys(req: RequestView, base_page_size: int) -> tuple[Content, ...]:
+    """The request's key list: one key per full base page of its current tokens."""
+    return tuple(content_of(req, (i + 1) * base_page_size, base_page_size)
+                 for i in range(req.num_tokens // base_page_size))
+
+
+def page_key(s: ManagerState, req: RequestView, g: int, j: int) -> PoolKey:
+    """The pool key of page ``j`` of group ``g`` for ``req`` (the content up to its end)."""
+    base = s.config.base_page_size
+    return (content_of(req, (j + 1) * s.config.groups[g].page_size, base), g)
+
+
+# --- data-parallel shards ------------------------------------------------------------------
+
+def call_shard(s: ManagerState, transition: str, dp_shard_hint: int | None,
+               data_parallel_size: int | None) -> int | None:
+    """The shard a call asks for, or None (whole pool) when its DP arguments are inactive.
+
+    DP is active when ``data_parallel_size > 1`` divides ``num_pages``; it must then equal the
+    manager's construction value (else "argument"). The shard is ``hint % dp`` when a hint is
+    given.
+    """
+    if dp_shard_hint is not None and not _is_int(dp_shard_hint):
+        raise _fail(transition, f"dp_shard_hint must be an int or None, got {dp_shard_hint!r}")
+    if data_parallel_size is None:
+        return None
+    if not _is_int(data_parallel_size) or data_parallel_size < 1:
+        raise _fail(transition, f"data_parallel_size must be an int >= 1, got {data_parallel_size!r}")
+    if data_parallel_size == 1 or s.config.num_pages % data_parallel_size:
+        return None
+    if data_parallel_size != s.config.data_parallel_size:
+        raise _fail(transition, "data_parallel_size differs from the manager's")
+    return None if dp_shard_hint is None else dp_shard_hint % data_parallel_size
+
+
+def shard_bounds(s: ManagerState, shard: int | None) -> Bounds | None:
+    """Page-id range of a shard (the null page excluded from shard 0); None = whole pool."""
+    if shard is None:
+        return None
+    per = s.config.num_pages // s.config.data_parallel_size
+    return (max(1, shard * per), (shard + 1) * per)
+
+
+# --- lookup ---------------------------------------------------------------------------------
+
+def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
+           data_parallel_size: int | None = None) -> Hit:
+    """The longest prefix-cache hit for ``req`` (pure: no reference is taken).
+
+    No hit when caching is off or the request wants prompt logprobs. Otherwise each group's
+    pages are looked up by key in the request's shard (its entry's, else the call's) and the
+    groups' rules are combined by `common_hit_length` with ``max_length = num_tokens - 1``;
+    each group returns its own rule's pages at that length.
+    pre: the request has at least one token; valid DP arguments.
+    """
+    if req.num_tokens < 1:
+        raise _fail("lookup", "a request needs at least one token")
+    shard = call_shard(s, "lookup", dp_shard_hint, data_parallel_size)
+    cfg = s.config
+    empty = Hit(tuple(() for _ in cfg.groups), 0)
+    if not cfg.enable_caching or req.prompt_logprobs:
+        return empty
+    e = s.entry(req.request_id)
+    bounds = shard_bounds(s, e.shard if e is not None else shard)
+
+    def found(g: int, max_length: int) -> tuple[int | None, ...]:
+        n = max_length // cfg.groups[g].page_size
+        return tuple(pool.lookup(s.pool, page_key(s, req, g, j), bounds) for j in range(n))
+
+    def span(g: int, max_length: int) -> Span:
+        layout = cfg.groups[g]
+        hit = tuple(p is not None for p in found(g, max_length))
+        return group_rule(layout.kind, layout.span, hit, layout.page_size, max_length)
+
+    rules = [lambda n, g=g: span(g, n).end * cfg.groups[g].page_size for g in range(len(cfg.groups))]
+    length = common_hit_length(rules, [layout.page_size for layout in cfg.groups],
+                               req.num_tokens - 1, cfg.use_eagle)
+    pages = []
+    for g in range(len(cfg.groups)):
+        first, end = span(g, length)
+        ids = found(g, length)
+        pages.append(tuple(NULL_PAGE if j < first else ids[j] for j in range(end)))
+    return Hit(tuple(pages), length)
+
+
+# --- remove_skipped ------------------------------------------------------------------------
+
+def skipped_before(layout: GroupLayout, num_computed_tokens: int) -> int:
+    """Pages with a smaller index are never attended again after ``num_computed_tokens``."""
+    n = num_computed_tokens
+    if layout.kind == "sliding":
+        return max(0, (n - layout.span + 1) // layout.page_size)
+    if layout.kind == "chunked":
+        return (n // layout.span) * layout.span // layout.page_size
+    return 0
+
+
+def remove_skipped(s: ManagerState, rid: RequestId, num_computed_tokens: int) -> ManagerState:
+    """Replace the request's out-of-window pages by null placeholders and free them.
+
+    Per group in group order, the non-null pages before `skipped_before` are freed in
+    descending index order (they keep their keys and stay hit-able until reused).
+    pre: ``num_computed_tokens`` is an int >= 0; a request with no entry is unchanged.
+    """
+    if not _is_int(num_computed_tokens) or num_computed_tokens < 0:
+        raise _fail("remove_skipped", f"num_computed_tokens must be an int >= 0, got {num_computed_tokens!r}")
+    e = s.entry(rid)
+    if e is None:
+        return s
+    p, lists = s.pool, []
+    for layout, pages in zip(s.config.groups, e.pages):
+        cut = min(skipped_before(layout, num_computed_tokens), len(pages))
+        p = pool.free(p, tuple(q for q in reversed(pages[:cut]) if q != NULL_PAGE))
+        lists.append((NULL_PAGE,) * cut + pages[cut:])
+    return replace(s, pool=p, entries=_with_entry(s, rid, replace(e, pages=tuple(lists))))
+
+
+# --- cache_pages ---------------------------------------------------------------------------
+
+def cache_pages(s: ManagerState, req: RequestView, num_tokens: int) -> ManagerState:
+    """Register the request's full pages up to ``num_tokens`` under their keys.
+
+    Per caching group: pages ``[num_cached, num_tokens // page_size)`` get their key from the
+    request's key list, except null placeholders (never hashed) and pages that already have a
+    key (never re-keyed); ``num_cached`` never decreases (a lower count is a no-op). The ghost
+    records each newly keyed page's content from the request's tokens. No-op when caching is
+    off.
+    pre: the request has an entry; ``0 <= num_tokens <= req.num_tokens``; every group holds
+    the pages to cache.
+    """
+    e = s.entry(req.request_id)
+    if e is None:
+        raise _fail("cache_pages", f"request {req.request_id!r} holds no pages", "unknown-request")
+    if not _is_int(num_tokens) or not 0 <= num_tokens <= req.num_tokens:
+        raise _fail("cache_pages", f"num_tokens must be an int in [0, {req.num_tokens}], got {num_tokens!r}")
+    cfg = s.config
+    if any(num_tokens // layout.page_size > len(pages) for layout, pages in zip(cfg.groups, e.pages)):
+        raise _fail("cache_pages", f"{num_tokens} tokens exceed the pages allocated")
+    if not cfg.caching_groups:
+        return s
+    keys = request_keys(req, cfg.base_page_size)
+    p, content, num_cached = s.pool, list(s.content), list(e.num_cached)
+    for g in cfg.caching_groups:
+        k = cfg.groups[g].page_size // cfg.base_page_size
+        full = num_tokens // cfg.groups[g].page_size
+        for j in range(num_cached[g], full):
+            page = e.pages[g][j]
+            if page == NULL_PAGE or p.key_of[page] is not None:
+                continue
+            p = pool.cache(p, page, (keys[(j + 1) * k - 1], g))
+            content[page] = page_key(s, req, g, j)
+        num_cached[g] = max(num_cached[g], full)
+    return replace(s, pool=p, content=tuple(content), keys=_with_keys(s, req.request_id, keys),
+                   entries=_with_entry(s, req.request_id, replace(e, num_cached=tuple(num_cached))))
+
+
+# --- allocate_slots ------------------------------------------------------------------------
+
+def _check_hits(s: ManagerState, req: RequestView, hits: tuple[tuple[int, ...], ...],
+                num_new_computed_tokens: int) -> None:
+    """Hits must be what a lookup for this request returns now (shape, keys), for a new request."""
+    cfg = s.config
+    if len(hits) != len(cfg.groups):
+        raise _fail("allocate_slots", f"expected {len(cfg.groups)} hit lists, got {len(hits)}")
+    if not any(hits) and num_new_computed_tokens == 0:
+        return
+    if s.entry(req.request_id) is not None:
+        raise _fail("allocate_slots", "hit pages are only accepted for a request holding no pages")
+    for g, (layout, pages) in enumerate(zip(cfg.groups, hits)):
+        if num_new_computed_tokens % layout.page_size or len(pages) != num_new_computed_tokens // layout.page_size:
+            raise _fail("allocate_slots", f"group {g}: hits do not cover {num_new_computed_tokens} tokens")
+        for j, page in enumerate(pages):
+            if not _is_int(page) or not 0 <= page < cfg.num_pages:
+                raise _fail("allocate_slots", f"group {g}: hit {page!r} is not a page of this pool")
+            if page == NULL_PAGE and layout.kind == "full":
+                raise _fail("allocate_slots", f"group {g}: a full-attention hit has no null page")
+            if page != NULL_PAGE and s.pool.key_of[page] != page_key(s, req, g, j):
+                raise _fail("allocate_slots", f"group {g}: page {page} is not cached for position {j}")
+
+
+def allocate_slots(s: ManagerState, req: RequestView, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                   new_computed_pages: Sequence[Sequence[int]] | None = None, num_lookahead_tokens: int = 0,
+                   delay_cache_pages: bool = False, dp_shard_hint: int | None = None,
+                   data_parallel_size: int | None = None
+                   ) -> tuple[ManagerState, tuple[tuple[int, ...], ...] | None]:
+    """Give the request pages for its new tokens, all or nothing (INV-ATOMIC).
+
+    Plan: free the out-of-window pages, take the hits, and count per group
+    ``max(0, cdiv(slots, page_size) - held - hits)`` new pages with
+    ``slots = min(computed + num_new_tokens + num_lookahead_tokens, max_model_len)``. If the
+    sum does not fit in the request's shard of the planned pool, return ``(s, None)``: the
+    same state. Otherwise apply in eSurge's order (skip-free, touch hits, save hits, allocate
+    per group in group order, then cache full pages up to ``min(computed + num_new_tokens,
+    num_tokens)`` unless caching is off or ``delay_cache_pages``) and return the new pages.
+    pre: not finished; ``num_new_tokens >= 1``; counts ``>= 0``; ``computed + num_new_tokens
+    <= max_model_len``; hits as a lookup returns them, for a request holding no pages.
+    """
+    cfg = s.config
+    counts = (num_new_tokens, num_new_computed_tokens, num_lookahead_tokens)
+    if req.finished:
+        raise _fail("allocate_slots", f"request {req.request_id!r} is finished")
+    if not all(_is_int(n) for n in counts) or num_new_tokens < 1 or min(counts) < 0:
+        raise _fail("allocate_slots", f"bad token counts {counts!r}")
+    if not isinstance(delay_cache_pages, bool):
+        raise _fail("allocate_slots", f"delay_cache_pages must be a bool, got {delay_cache_pages!r}")
+    computed = req.num_computed_tokens + num_new_computed_tokens
+    if computed + num_new_tokens > cfg.max_model_len:
+        raise _fail("allocate_slots", f"{computed + num_new_tokens} tokens exceed max_model_len")
+    hits = tuple(() for _ in cfg.groups) if new_computed_pages is None else tuple(map(tuple, new_computed_pages))
+    _check_hits(s, req, hits, num_new_computed_tokens)
+    requested = call_shard(s, "allocate_slots", dp_shard_hint, data_parallel_size)
+
+    planned = remove_skipped(s, req.request_id, req.num_computed_tokens)
+    old = planned.entry(req.request_id)
+    entry = old or Entry(hits, tuple(map(len, hits)), requested)
+    bounds = shard_bounds(s, entry.shard)
+    p = pool.touch(planned.pool, tuple(q for group in hits for q in group))
+    slots = min(computed + num_new_tokens + num_lookahead_tokens, cfg.max_model_len)
+    needs = [max(0, -(-slots // layout.page_size) - len(pages)) for layout, pages in zip(cfg.groups, entry.pages)]
+    if not pool.pre_allocate(p, sum(needs), bounds):
+        return s, None
+    new_pages, lists, content = [], [], list(planned.content)
+    for need, pages in zip(needs, entry.pages):
+        p, got = pool.allocate(p, need, bounds)
+        for q in got:
+            content[q] = None
+        new_pages.append(got)
+        lists.append(pages + got)
+    t = replace(planned, pool=p, content=tuple(content),
+                entries=_with_entry(planned, req.request_id, replace(entry, pages=tuple(lists))))
+    if cfg.enable_caching and not delay_cache_pages:
+        t = cache_pages(t, req, min(computed + num_new_tokens, req.num_tokens))
+    return t, tuple(new_pages)
+
+
+# --- free, free_page_hashes, reset_prefix_cache ---------------------------------------------
+
+def free_request(s: ManagerState, rid: RequestId) -> ManagerState:
+    """Release the request's pages: per group, its non-null pages in reverse order.
+
+    Reverse order puts the chain tail nearest the free-list head, so it is evicted first. The
+    entry (pages, ``num_cached``, shard) is forgotten; the key list is kept (a preempted request
+    resumes with it). A request with no entry is unchanged.
+    """
+    e = s.entry(rid)
+    if e is None:
+        return s
+    p = s.pool
+    for pages in e.pages:
+        p = pool.free(p, tuple(q for q in reversed(pages) if q != NULL_PAGE))
+    return replace(s, pool=p, entries=_with_entry(s, rid, None))
+
+
+def free_page_hashes(s: ManagerState, rid: RequestId) -> ManagerState:
+    """Forget the request's key list (on finish); only ghost state changes."""
+    return replace(s, keys=_with_keys(s, rid, None))
+
+
+def reset_prefix_cache(s: ManagerState) -> tuple[ManagerState, bool]:
+    """Forget every page key when no page is held; otherwise change nothing and return False.
+
+    Request key lists are kept (they stand for token content, not for pages).
+    """
+    p, done = pool.reset_prefix_cache(s.pool)
+    if not done:
+        return s, False
+    return replace(s, pool=p, content=(None,) * s.config.num_pages), True
+
+
+def usage(s: ManagerState) -> float:
+    """Fraction of usable pages held: ``1 - free / (N - 1)``; 0.0 when idle."""
+    return pool.usage(s.pool)
+
+
+# --- invariants (DESIGN.md names) ----------------------------------------------------------
+
+def inv_ref_count(s: ManagerState) -> bool:
+    """INV-REF-COUNT: ref[p] = number of (group, request) page lists holding p, for p >= 1."""
+    held = [q for _, e in s.entries for pages in e.pages for q in pages if q != NULL_PAGE]
+    return all(s.pool.ref[p] == held.count(p) for p in range(1, s.config.num_pages))
+
+
+def inv_hit_safe_state(s: ManagerState) -> bool:
+    """INV-HIT-SAFE (state form): every keyed page holds exactly the content its key stands for.
+
+    A lookup only returns pages registered under the requested key, so this makes every hit
+    safe; it is the inductive form of the lookup predicate `inv_hit_safe`.
+    """
+    return len(s.content) == s.config.num_pages and all(
+        s.content[p] == s.pool.key_of[p] for p in range(s.config.num_pages))
+
+
+def inv_hit_safe(s: ManagerState, req: RequestView, hit: Hit) -> bool:
+    """INV-HIT-SAFE: each page of a hit at position j of group g holds req's content to its end.
+
+    Judged by the ghost ``content`` of ``s`` (the state the lookup was made in).
+    """
+    return all(page == NULL_PAGE or (0 < page < len(s.content) and s.content[page] == page_key(s, req, g, j))
+               for g, pages in enumerate(hit.pages) for j, page in enumerate(pages))
+
+
+def inv_hit_shape(s: ManagerState, req: RequestView, hit: Hit) -> bool:
+    """INV-HIT-SHAPE: page-aligned, at most num_tokens - 1 tokens, a prefix for full attention.
+
+    Every group's list covers exactly ``hit.num_tokens`` tokens; full-attention lists have no
+    null placeholder (a miss at j means misses after j); sliding and chunked lists have their
+    placeholders first; no hit when caching is off or prompt logprobs are requested.
+    """
+    cfg = s.config
+    if len(hit.pages) != len(cfg.groups) or not 0 <= hit.num_tokens <= req.num_tokens - 1:
+        return False
+    if hit.num_tokens and (not cfg.enable_caching or req.prompt_logprobs):
+        return False
+    for layout, pages in zip(cfg.groups, hit.pages):
+        real = [q for q in pages if q != NULL_PAGE]
+        if len(pages) * layout.page_size != hit.num_tokens or len(set(real)) != len(real):
+            return False
+        if pages[len(pages) - len(real):] != tuple(real) or (layout.kind == "full" and len(real) != len(pages)):
+            return False
+    return True
+
+
+def inv_atomic(pre: ManagerState, post: ManagerState, result: object) -> bool:
+    """INV-ATOMIC: an allocation that returned None left the state exactly as it was."""
+    return result is not None or post == pre
+
+
+def well_formed(s: ManagerState) -> bool:
+    """Shape every invariant presupposes: one list and count per group, cached prefix in range."""
+    groups = len(s.config.groups)
+    return pool.well_formed(s.pool) and s.pool.num_pages == s.config.num_pages and all(
+        len(e.pages) == groups and len(e.num_cached) == groups
+        and all(0 <= c <= len(pages) for c, pages in zip(e.num_cached, e.pages))
+        for _, e in s.entries)
