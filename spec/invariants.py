@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from verikv.spec import pool
+from verikv.spec import manager, pool
 
 POOL_INVARIANTS: Mapping[str, Callable[[pool.PoolState], bool]] = {
     "INV-NULL": pool.inv_null,
@@ -24,6 +24,37 @@ POOL_INVARIANTS: Mapping[str, Callable[[pool.PoolState], bool]] = {
 }
 
 INVARIANTS: dict[str, Callable[[Any], bool]] = dict(POOL_INVARIANTS)
+
+MANAGER_INVARIANTS: Mapping[str, Callable[[manager.ManagerState], bool]] = {
+    **{name: (lambda s, holds=holds: holds(s.pool)) for name, holds in POOL_INVARIANTS.items()},
+    "INV-REF-COUNT": manager.inv_ref_count,
+}
+"""Predicates over one `ManagerState`: the pool invariants lifted to its pool, and INV-REF-COUNT.
+INV-HIT-SAFE's state form (`manager.inv_hit_safe_state`) reads ghost state, so it is listed
+in `GHOST_INVARIANTS` and only applies to spec states."""
+
+GHOST_INVARIANTS: Mapping[str, Callable[[manager.ManagerState], bool]] = {
+    "INV-HIT-SAFE": manager.inv_hit_safe_state,
+}
+
+LOOKUP_INVARIANTS: Mapping[str, Callable[[manager.ManagerState, manager.RequestView, manager.Hit], bool]] = {
+    "INV-HIT-SAFE": manager.inv_hit_safe,
+    "INV-HIT-SHAPE": manager.inv_hit_shape,
+}
+"""Predicates over (state the lookup ran in, request, hit returned)."""
+
+TRANSITION_INVARIANTS: Mapping[str, Callable[[manager.ManagerState, manager.ManagerState, object], bool]] = {
+    "INV-ATOMIC": manager.inv_atomic,
+}
+"""Predicates over (pre-state, post-state, result) of `manager.allocate_slots`."""
+
+
+def violated_manager_invariants(s: manager.ManagerState, ghost: bool = False) -> list[str]:
+    """Names of the manager invariants ``s`` breaks (with the ghost ones when ``ghost``)."""
+    if not manager.well_formed(s):
+        return ["well-formed"]
+    checks = {**MANAGER_INVARIANTS, **(GHOST_INVARIANTS if ghost else {})}
+    return [name for name, holds in checks.items() if not holds(s)]
 
 
 def violated_pool_invariants(s: pool.PoolState) -> list[str]:
