@@ -55,3 +55,30 @@ class SizingError(InvalidArgumentError):
 
 class DoesNotFitError(VeriKVError):
     """Not even one request of ``max_model_len`` fits in the device budget."""
+
+
+class KVCacheDoesNotFitError(DoesNotFitError):
+    """The planned KV cache cannot hold one request of ``max_model_len``; carries the numbers.
+
+    ``largest_max_model_len`` is the longest request that would fit with the same device,
+    geometry and page size (0 when not even one page fits).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        max_model_len: int,
+        largest_max_model_len: int,
+        pages_per_request: int,
+        num_pages: int,
+        budget_bytes: int,
+        page_bytes: int,
+    ) -> None:
+        super().__init__(message)
+        self.max_model_len = max_model_len
+        self.largest_max_model_len = largest_max_model_len
+        self.pages_per_request = pages_per_request
+        self.num_pages = num_pages
+        self.budget_bytes = budget_bytes
+        self.page_bytes = page_bytes
