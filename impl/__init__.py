@@ -82,6 +82,7 @@ _EXPORTS: dict[str, str] = {
     # page table
     "PageTable": "page_table",
     "MultiGroupPageTable": "page_table",
+    "PAGE_TABLE_PADDING_VAL": "page_table",
     # sizing
     "plan_kv_cache": "sizing",
     "KVCachePlan": "sizing",
