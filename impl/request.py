@@ -15,11 +15,11 @@ from __future__ import annotations
 import enum
 import numbers
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import overload
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import InvalidArgumentError
+from verikv.hashing import MMFeature
 
 
 class RequestStatus(enum.IntEnum):
@@ -39,30 +39,6 @@ class RequestStatus(enum.IntEnum):
     def is_finished(status: RequestStatus) -> bool:
         """True for the FINISHED_* states."""
         return status > RequestStatus.PREEMPTED
-
-
-@dataclass(frozen=True, slots=True)
-class MultiModalFeature:
-    """One multimodal item placed in the prompt: its content identity and token positions.
-
-    ``identifier`` is the item's content hash (e.g. of the image bytes); the item occupies
-    prompt positions ``[offset, offset + length)``. Every page overlapping those positions gets
-    the identifier and the offset in its extra keys, so equal tokens with different images (or
-    the same image at another place) never share KV.
-    """
-
-    identifier: str
-    offset: int
-    length: int
-    modality: str = "image"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.identifier, str) or not self.identifier:
-            raise InvalidArgumentError(f"identifier must be a non-empty str, got {self.identifier!r}")
-        if not isinstance(self.modality, str) or not self.modality:
-            raise InvalidArgumentError(f"modality must be a non-empty str, got {self.modality!r}")
-        checked_int(self.offset, "offset", minimum=0)
-        checked_int(self.length, "length", minimum=1)
 
 
 class TokenView(Sequence[int]):
@@ -114,6 +90,27 @@ def _checked_tokens(tokens: Iterable[int], what: str) -> list[int]:
     return out
 
 
+def _checked_features(features: object, num_prompt_tokens: int) -> tuple[MMFeature, ...]:
+    """Multimodal items as `MMFeature` tuples sorted by offset, each inside the prompt."""
+    if isinstance(features, (str, bytes)) or not isinstance(features, Iterable):
+        raise InvalidArgumentError("mm_features must be an iterable of (mm_hash, offset, length)")
+    out = []
+    for item in features:
+        if not isinstance(item, tuple) or len(item) != 3:
+            raise InvalidArgumentError(f"mm_features items must be (mm_hash, offset, length), got {item!r}")
+        mm_hash, offset, length = item
+        if isinstance(mm_hash, bool) or not isinstance(mm_hash, (str, bytes, int)) or mm_hash in ("", b""):
+            raise InvalidArgumentError(f"mm_hash must be a non-empty str, bytes or an int, got {mm_hash!r}")
+        feature = MMFeature(mm_hash, checked_int(offset, "mm offset", minimum=0), checked_int(length, "mm length", minimum=1))
+        if feature.offset + feature.length > num_prompt_tokens:
+            raise InvalidArgumentError(
+                f"multimodal item {mm_hash!r} spans positions {feature.offset}..{feature.offset + feature.length - 1}, "
+                f"beyond the {num_prompt_tokens}-token prompt"
+            )
+        out.append(feature)
+    return tuple(sorted(out, key=lambda f: f.offset))
+
+
 class Request:
     """A generation request: prompt, generated tokens, progress, status, cache identity.
 
@@ -143,7 +140,7 @@ class Request:
         *,
         cache_salt: str | bytes | None = None,
         lora_id: int | None = None,
-        mm_features: Sequence[MultiModalFeature] = (),
+        mm_features: Iterable[MMFeature | tuple[str | bytes | int, int, int]] = (),
         prompt_logprobs: bool = False,
     ) -> None:
         if not isinstance(request_id, str) or not request_id:
@@ -155,17 +152,7 @@ class Request:
             raise InvalidArgumentError(f"cache_salt must be str, bytes or None, got {type(cache_salt).__name__}")
         if lora_id is not None:
             lora_id = checked_int(lora_id, "lora_id", minimum=0)
-        if isinstance(mm_features, (str, bytes)) or not isinstance(mm_features, Iterable):
-            raise InvalidArgumentError("mm_features must be a sequence of MultiModalFeature")
-        features = tuple(mm_features)
-        for f in features:
-            if not isinstance(f, MultiModalFeature):
-                raise InvalidArgumentError(f"mm_features items must be MultiModalFeature, got {type(f).__name__}")
-            if f.offset + f.length > len(tokens):
-                raise InvalidArgumentError(
-                    f"multimodal item {f.identifier!r} spans positions {f.offset}..{f.offset + f.length - 1}, "
-                    f"beyond the {len(tokens)}-token prompt"
-                )
+        features = _checked_features(mm_features, len(tokens))
         if not isinstance(prompt_logprobs, bool):
             raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(prompt_logprobs).__name__}")
         self.request_id = request_id
@@ -175,7 +162,7 @@ class Request:
         self._status = RequestStatus.WAITING
         self.cache_salt = cache_salt
         self.lora_id = lora_id
-        self.mm_features = tuple(sorted(features, key=lambda f: f.offset))
+        self.mm_features = features
         self.prompt_logprobs = prompt_logprobs
         self._view = TokenView(tokens)
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from verikv import InvalidArgumentError, Request, RequestStatus
-from verikv.request import MultiModalFeature, TokenView
+from verikv.hashing import MMFeature
+from verikv.request import TokenView
 
 
 def test_tokens_and_counts():
@@ -75,7 +76,12 @@ def test_num_computed_tokens_and_status():
         (("a", [1]), {"lora_id": "x"}),
         (("a", [1]), {"prompt_logprobs": None}),
         (("a", [1]), {"mm_features": ["img"]}),
-        (("a", [1, 2]), {"mm_features": [MultiModalFeature("h", 1, 2)]}),
+        (("a", [1, 2]), {"mm_features": [MMFeature("h", 1, 2)]}),
+        (("a", [1, 2]), {"mm_features": [("", 0, 1)]}),
+        (("a", [1, 2]), {"mm_features": [("h", -1, 1)]}),
+        (("a", [1, 2]), {"mm_features": [("h", 0, 0)]}),
+        (("a", [1, 2]), {"mm_features": [(1.5, 0, 1)]}),
+        (("a", [1, 2]), {"mm_features": "h01"}),
     ],
 )
 def test_bad_construction(args, kwargs):
@@ -95,12 +101,6 @@ def test_append_is_all_or_nothing():
 
 
 def test_multimodal_features_are_validated_and_sorted():
-    with pytest.raises(InvalidArgumentError):
-        MultiModalFeature("", 0, 1)
-    with pytest.raises(InvalidArgumentError):
-        MultiModalFeature("h", -1, 1)
-    with pytest.raises(InvalidArgumentError):
-        MultiModalFeature("h", 0, 0)
-    a, b = MultiModalFeature("b", 4, 2), MultiModalFeature("a", 0, 3)
+    a, b = MMFeature("b", 4, 2), ("a", 0, 3)
     r = Request("a", range(8), mm_features=[a, b], cache_salt="t", lora_id=3, prompt_logprobs=True)
-    assert r.mm_features == (b, a) and r.cache_salt == "t" and r.lora_id == 3 and r.prompt_logprobs
+    assert r.mm_features == (MMFeature(*b), a) and isinstance(r.mm_features[0], MMFeature) and r.cache_salt == "t" and r.lora_id == 3 and r.prompt_logprobs
