@@ -23,6 +23,7 @@ import numpy as np
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import (
+    CorruptedStateError,
     DoubleFreeError,
     ForeignPageError,
     InvalidArgumentError,
@@ -265,11 +266,17 @@ class IdLinks:
         self.lengths[li] += count
 
     def ids(self, li: int) -> list[int]:
-        """The ids of list ``li``, head to tail (O(length))."""
+        """The ids of list ``li``, head to tail (O(length)).
+
+        A walk longer than ``capacity`` means the links form a cycle: `CorruptedStateError`
+        instead of looping forever.
+        """
         nxt, cap = self.next, self.capacity
         out: list[int] = []
         pid = nxt[cap + 2 * li]
-        while pid < cap:
+        while 0 <= pid < cap:
+            if len(out) >= cap:
+                raise CorruptedStateError(f"free list {li} has a cycle")
             out.append(pid)
             pid = nxt[pid]
         return out

@@ -36,6 +36,7 @@ from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, default_ha
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
 NULL_PAGE_ID = 0
 _log = logging.getLogger(__name__)
+_log.addHandler(logging.NullHandler())  # a library logs only where the application asks it to
 
 
 class PagePool:
@@ -93,9 +94,13 @@ class PagePool:
         """Every ``(key, page ids)`` entry of the cached map, ids oldest first. O(cached pages)."""
         return [(key, _ids_of(entry)) for key, entry in self._cached.items()]
 
-    def get_num_free_pages(self) -> int:
-        """How many pages are free (O(1))."""
-        return self._free.lengths[0]
+    def get_num_free_pages(self, *, dp_shard_hint: int | None = None,
+                           data_parallel_size: int | None = None) -> int:
+        """How many pages are free (O(1)); with an active DP hint, in that shard only."""
+        shard = self._shard_index(dp_shard_hint, data_parallel_size)
+        if shard is None:
+            return self._free.lengths[0]
+        return self._shards.lengths[shard]  # type: ignore[union-attr]  # built by _shard_index
 
     def get_usage(self) -> float:
         """Fraction of usable pages (the null page excluded) that are not free; idle pool: 0.0."""

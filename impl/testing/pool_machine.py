@@ -1,0 +1,282 @@
+"""The pool spec as a reusable Hypothesis state machine: any pool implementation vs the spec.
+
+`make_pool_machine(factory)` returns a `RuleBasedStateMachine` class that drives a pool made
+by ``factory(num_pages, free_order)`` and the spec (`verikv.spec.pool`) side by side:
+allocation (whole pool and data-parallel shards), prefix-cache hits claimed with touch,
+caching pages, freeing requests in reverse or forward order, resets with and without held
+pages, and bad inputs (double free, freeing or hashing the null page, over-allocation,
+re-keying a keyed page). After every step it checks that the abstraction of the pool
+(`verikv.spec.abstraction.abstract_pool`) equals the spec state and that every pool
+invariant holds; a failure raises `PoolCheckFailure` naming each failed check.
+
+Check names: the ``INV-*`` names of `verikv.spec.invariants` (evaluated on the abstracted
+implementation state; reported usage and free count are checked as ``INV-USAGE`` and
+``INV-FREE-DISTINCT``); ``INV-ATOMIC`` (a rejected call changed the state);
+``refines-spec`` (abstract state differs from the spec's); ``result:<op>`` (a return value
+differs); ``rejects:<reason>`` (bad input was accepted or raised the wrong error);
+``raises:<op>`` (a valid call raised).
+
+The pool must offer the read-only protocol of `verikv.spec.abstraction` and the id-level
+API of docs/architecture.md (``get_new_page_ids``, ``touch_ids``, ``free_page_ids``,
+``cache_page_id``, ``lookup_id``, ``reset_prefix_cache``, ``get_num_free_pages``,
+``get_usage``); eSurge's object-level methods are exercised too when present.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+
+from verikv.errors import DoubleFreeError, ForeignPageError, NullPageError, OutOfPagesError, PageStateError
+from verikv.hashing import PageHash, PageHashWithGroupId
+from verikv.spec import pool as spec
+from verikv.spec.abstraction import abstract_pool
+from verikv.spec.invariants import POOL_INVARIANTS
+
+PoolFactory = Callable[[int, str], Any]
+
+EXPECTED_ERROR: dict[str, type[Exception]] = {
+    "null-page": NullPageError,
+    "double-free": DoubleFreeError,
+    "out-of-pages": OutOfPagesError,
+    "out-of-range": ForeignPageError,
+    "already-keyed": PageStateError,
+}
+# Small pools hit eviction, exhaustion and key sharing often; the larger ones exercise long
+# free lists and data-parallel shards with several pages each.
+POOL_SIZES = st.one_of(st.integers(min_value=1, max_value=10), st.sampled_from([12, 64, 257]))
+DP_SIZES = st.sampled_from([None, 2, 3, 4])
+# A tiny key domain, so several pages share a key and lookups hit often.
+KEYS = [PageHashWithGroupId(PageHash(k, (k,), None), 0) for k in range(5)]
+
+
+class PoolCheckFailure(AssertionError):
+    """The implementation departed from the spec; ``checks`` names every failed check."""
+
+    def __init__(self, checks: list[str], detail: str) -> None:
+        super().__init__(f"{', '.join(checks)}: {detail}")
+        self.checks = checks
+
+
+def pool_invariant_failures(pool: Any, state: spec.PoolState) -> list[str]:
+    """Failed checks of ``pool`` against the expected spec ``state`` (empty when it conforms)."""
+    actual = abstract_pool(pool)
+    failed = [name for name, holds in POOL_INVARIANTS.items() if not spec.well_formed(actual) or not holds(actual)]
+    if pool.get_num_free_pages() != len(actual.free) and "INV-FREE-DISTINCT" not in failed:
+        failed.append("INV-FREE-DISTINCT")
+    if pool.get_usage() != spec.usage(actual) and "INV-USAGE" not in failed:
+        failed.append("INV-USAGE")
+    if actual != state:
+        failed.append("refines-spec")
+    return failed
+
+
+def make_pool_machine(factory: PoolFactory) -> type[RuleBasedStateMachine]:
+    """A state machine class checking pools built by ``factory(num_pages, free_order)``."""
+
+    class PoolMachine(RuleBasedStateMachine):
+        """One pool and its spec state, driven by the same operations."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.pool: Any = None
+            self.state: spec.PoolState | None = None
+            self.requests: list[list[int]] = []
+            self.dp: int | None = None
+            self.steps = 0
+
+        # --- helpers -------------------------------------------------------------------
+
+        def fail(self, checks: list[str], detail: str) -> None:
+            raise PoolCheckFailure(checks, f"{detail} (pool of {self.state.num_pages}, "
+                                           f"{self.state.free_order!r}, dp={self.dp})")
+
+        def expect_ok(self, op: str, call: Callable[[], Any]) -> Any:
+            try:
+                return call()
+            except Exception as exc:  # the spec allows this call: any error is a departure
+                self.fail([f"raises:{op}"], f"{op} raised {type(exc).__name__}: {exc}")
+
+        def expect_rejected(self, op: str, reason: str, call: Callable[[], Any]) -> None:
+            """The spec rejects this call for ``reason``: the pool must raise and not change."""
+            before = abstract_pool(self.pool)
+            try:
+                call()
+            except EXPECTED_ERROR[reason]:
+                pass
+            except Exception as exc:
+                self.fail([f"rejects:{reason}"], f"{op}: expected {EXPECTED_ERROR[reason].__name__}, "
+                                                 f"got {type(exc).__name__}: {exc}")
+            else:
+                failed = pool_invariant_failures(self.pool, self.state)
+                self.fail([f"rejects:{reason}", *failed], f"{op} was accepted")
+            if abstract_pool(self.pool) != before:
+                broken = [name for name in pool_invariant_failures(self.pool, self.state) if name != "refines-spec"]
+                self.fail(["INV-ATOMIC", *broken], f"{op} raised but changed the pool")
+
+        def bounds(self, hint: int | None) -> tuple[int, int] | None:
+            """eSurge's shard rule, restated independently of the implementation."""
+            n = self.state.num_pages
+            if hint is None or self.dp is None or self.dp == 1 or n % self.dp:
+                return None
+            pps, shard = n // self.dp, hint % self.dp
+            return (1 if shard == 0 else shard * pps, (shard + 1) * pps)
+
+        def dp_kwargs(self, hint: int | None) -> dict[str, int | None]:
+            return {} if hint is None else {"dp_shard_hint": hint, "data_parallel_size": self.dp}
+
+        def held_pages(self) -> list[int]:
+            return [p for pages in self.requests for p in pages]
+
+        # --- rules ---------------------------------------------------------------------
+
+        @initialize(num_pages=POOL_SIZES, free_order=st.sampled_from(sorted(spec.FREE_ORDERS)), dp=DP_SIZES)
+        def build(self, num_pages: int, free_order: str, dp: int | None) -> None:
+            self.pool = factory(num_pages, free_order)
+            self.state = spec.init(num_pages, free_order)  # type: ignore[arg-type]
+            self.dp = dp
+
+        @rule(data=st.data(), hint=st.one_of(st.none(), st.integers(0, 7)), views=st.booleans())
+        def allocate(self, data: st.DataObject, hint: int | None, views: bool) -> None:
+            bounds = self.bounds(hint)
+            available = sum(1 for p in self.state.free if bounds is None or bounds[0] <= p < bounds[1])
+            n = data.draw(st.integers(0, min(available, 6)), label="n")
+            self.state, expected = spec.allocate(self.state, n, bounds)
+            if views and hasattr(self.pool, "get_new_pages"):
+                got = [pg.page_id for pg in self.expect_ok("allocate", lambda: self.pool.get_new_pages(n, **self.dp_kwargs(hint)))]
+            else:
+                got = list(self.expect_ok("allocate", lambda: self.pool.get_new_page_ids(n, **self.dp_kwargs(hint))))
+            if tuple(got) != expected:
+                self.fail(["result:allocate"], f"allocate({n}, hint={hint}) gave {got}, spec {list(expected)}")
+            if got:
+                self.requests.append(got)
+
+        @rule(extra=st.integers(1, 3), hint=st.one_of(st.none(), st.integers(0, 7)))
+        def over_allocate(self, extra: int, hint: int | None) -> None:
+            bounds = self.bounds(hint)
+            n = sum(1 for p in self.state.free if bounds is None or bounds[0] <= p < bounds[1]) + extra
+            self.expect_rejected(f"allocate({n}, hint={hint})", "out-of-pages",
+                                 lambda: self.pool.get_new_page_ids(n, **self.dp_kwargs(hint)))
+
+        @rule(key=st.sampled_from(KEYS), hint=st.one_of(st.none(), st.integers(0, 7)),
+              placeholder=st.booleans(), views=st.booleans())
+        def touch_cache_hit(self, key: Any, hint: int | None, placeholder: bool, views: bool) -> None:
+            expected = spec.lookup(self.state, key, self.bounds(hint))
+            if views and hasattr(self.pool, "get_cached_page"):
+                pages = self.expect_ok("lookup", lambda: self.pool.get_cached_page(key.page_hash, [key.group_id],
+                                                                                    **self.dp_kwargs(hint)))
+                got = None if pages is None else pages[0].page_id
+            else:
+                got = self.expect_ok("lookup", lambda: self.pool.lookup_id(key, **self.dp_kwargs(hint)))
+            if got != expected:
+                self.fail(["result:lookup"], f"lookup({key.get_hash_value()}, hint={hint}) gave {got}, spec {expected}")
+            if expected is None:
+                return
+            ids = (0, expected) if placeholder else (expected,)
+            self.state = spec.touch(self.state, ids)
+            if views and hasattr(self.pool, "touch"):
+                self.expect_ok("touch", lambda: self.pool.touch(([self.pool.page(p) for p in ids],)))
+            else:
+                self.expect_ok("touch", lambda: self.pool.touch_ids(list(ids)))
+            self.requests.append([expected])
+
+        @precondition(lambda self: any(self.state.key_of[p] is None for p in self.held_pages()))
+        @rule(data=st.data(), key=st.sampled_from(KEYS))
+        def cache_page(self, data: st.DataObject, key: Any) -> None:
+            page = data.draw(st.sampled_from(sorted({p for p in self.held_pages() if self.state.key_of[p] is None})),
+                             label="page")
+            self.state = spec.cache(self.state, page, key)
+            self.expect_ok("cache", lambda: self.pool.cache_page_id(page, key))
+
+        @precondition(lambda self: self.requests)
+        @rule(data=st.data(), reverse=st.booleans(), views=st.booleans())
+        def free_request(self, data: st.DataObject, reverse: bool, views: bool) -> None:
+            index = data.draw(st.integers(0, len(self.requests) - 1), label="request")
+            pages = self.requests.pop(index)
+            order = pages[::-1] if reverse else list(pages)
+            self.state = spec.free(self.state, tuple(order))
+            if views and hasattr(self.pool, "free_pages"):
+                self.expect_ok("free", lambda: self.pool.free_pages([self.pool.page(p) for p in order]))
+            else:
+                self.expect_ok("free", lambda: self.pool.free_page_ids(order))
+
+        @precondition(lambda self: self.state.free)
+        @rule(data=st.data(), with_held=st.booleans())
+        def double_free(self, data: st.DataObject, with_held: bool) -> None:
+            victim = data.draw(st.sampled_from(self.state.free), label="free page")
+            ids = ([self.requests[0][0]] if with_held and self.requests else []) + [victim]
+            self.expect_rejected(f"free({ids})", "double-free", lambda: self.pool.free_page_ids(ids))
+
+        @rule(with_held=st.booleans())
+        def free_null_page(self, with_held: bool) -> None:
+            ids = ([self.requests[0][0]] if with_held and self.requests else []) + [0]
+            self.expect_rejected(f"free({ids})", "null-page", lambda: self.pool.free_page_ids(ids))
+
+        @rule(key=st.sampled_from(KEYS))
+        def cache_null_page(self, key: Any) -> None:
+            self.expect_rejected("cache(0)", "null-page", lambda: self.pool.cache_page_id(0, key))
+
+        @precondition(lambda self: any(k is not None for k in self.state.key_of))
+        @rule(data=st.data(), key=st.sampled_from(KEYS))
+        def recache_keyed_page(self, data: st.DataObject, key: Any) -> None:
+            page = data.draw(st.sampled_from([p for p, k in enumerate(self.state.key_of) if k is not None]), label="page")
+            self.expect_rejected(f"cache({page})", "already-keyed", lambda: self.pool.cache_page_id(page, key))
+
+        @rule(offset=st.integers(0, 2))
+        def touch_out_of_range(self, offset: int) -> None:
+            bad = self.state.num_pages + offset
+            self.expect_rejected(f"touch([{bad}])", "out-of-range", lambda: self.pool.touch_ids([bad]))
+
+        @rule(release_all=st.booleans())
+        def reset_prefix_cache(self, release_all: bool) -> None:
+            if release_all:
+                while self.requests:
+                    pages = self.requests.pop()[::-1]
+                    self.state = spec.free(self.state, tuple(pages))
+                    self.expect_ok("free", lambda: self.pool.free_page_ids(pages))
+            self.state, done = spec.reset_prefix_cache(self.state)
+            got = self.expect_ok("reset_prefix_cache", self.pool.reset_prefix_cache)
+            if got is not done:
+                self.fail(["result:reset_prefix_cache"], f"reset_prefix_cache() gave {got}, spec {done}")
+
+        # --- after every step ------------------------------------------------------------
+
+        @invariant()
+        def conforms(self) -> None:
+            if self.state is None:
+                return
+            self.steps += 1
+            failed = pool_invariant_failures(self.pool, self.state)
+            if failed:
+                self.fail(failed, f"after step {self.steps}: implementation {abstract_pool(self.pool)} "
+                                  f"vs spec {self.state}")
+
+    PoolMachine.__name__ = PoolMachine.__qualname__ = f"PoolMachine[{getattr(factory, '__name__', 'factory')}]"
+    return PoolMachine
+
+
+def detection_settings(max_examples: int = 300, steps: int = 50) -> settings:
+    """Bounded, derandomized settings for showing that a broken pool is caught (no shrinking)."""
+    return settings(max_examples=max_examples, stateful_step_count=steps, derandomize=True, database=None,
+                    deadline=None, report_multiple_bugs=False, print_blob=False,
+                    phases=[Phase.explicit, Phase.generate],
+                    suppress_health_check=list(HealthCheck))
+
+
+def find_pool_failure(factory: PoolFactory, run_settings: settings | None = None) -> list[str]:
+    """Run the pool machine against ``factory``; the names of the checks that failed, or [].
+
+    An unexpected exception escaping the machine is reported as ``crash:<type>``.
+    """
+    machine = make_pool_machine(factory)
+    try:
+        run_state_machine_as_test(machine, settings=run_settings or detection_settings())
+    except PoolCheckFailure as failure:
+        return failure.checks
+    except Exception as exc:  # a crash is a detection too; report it by type
+        return [f"crash:{type(exc).__name__}"]
+    return []
