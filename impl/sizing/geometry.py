@@ -122,15 +122,15 @@ Layer = Union[AttentionLayer, MLALayer, MambaLayer]
 class ModelGeometry:
     """What the planner needs to know about a model.
 
-    ``dtype``: the weights' dtype, also the KV dtype for ``kv_dtype="auto"``. ``num_params``:
-    parameter count, for the default weights bytes (``None``: the caller must give
-    ``weights_bytes``). ``max_model_len``: the model's context length, the default request length.
+    ``dtype``: the KV dtype for ``kv_dtype="auto"`` (the model's activation dtype).
+    ``weights_bytes``: bytes of all weights, the planner's default (``None``: the caller must give
+    it). ``max_model_len``: the model's context length, the default request length.
     """
 
     name: str
     layers: tuple[Layer, ...]
     dtype: str = "bfloat16"
-    num_params: int | None = None
+    weights_bytes: int | None = None
     max_model_len: int | None = None
 
     def __post_init__(self) -> None:
@@ -148,7 +148,7 @@ class ModelGeometry:
             raise SizingError("mixing MLA and standard attention layers in one model is not supported")
         object.__setattr__(self, "layers", layers)
         object.__setattr__(self, "dtype", _dtype_name(self.dtype, "dtype"))
-        object.__setattr__(self, "num_params", _optional_positive(self.num_params, "num_params"))
+        object.__setattr__(self, "weights_bytes", _optional_positive(self.weights_bytes, "weights_bytes"))
         object.__setattr__(self, "max_model_len", _optional_positive(self.max_model_len, "max_model_len"))
 
     @property
@@ -164,10 +164,10 @@ def uniform_model(
     head_dim: int,
     *,
     dtype: str = "bfloat16",
-    num_params: int | None = None,
+    weights_bytes: int | None = None,
     max_model_len: int | None = None,
 ) -> ModelGeometry:
     """A model whose layers are all full attention with the same geometry."""
     count = _positive(num_layers, "num_layers")
     layer = AttentionLayer(num_kv_heads, head_dim)
-    return ModelGeometry(name, (layer,) * count, dtype, num_params, max_model_len)
+    return ModelGeometry(name, (layer,) * count, dtype, weights_bytes, max_model_len)

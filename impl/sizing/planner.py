@@ -1,0 +1,498 @@
+"""The KV-cache planner: model geometry + accelerator -> exact buffers and page count.
+
+``plan_kv_cache`` works per device. It builds every layer's arrays for one page (padded, as the
+kernel allocates them), adds them up into the bytes one page id costs on one device, applies
+the utilisation rule to get the device's KV budget, and gives each data-parallel shard as many
+pages as fit (``verikv.sizing.budget``), so ``num_pages`` is a multiple of ``dp``. Page 0 is the
+null page. The result is checked against ``max_model_len``: if not one request of that length
+fits, ``KVCacheDoesNotFitError`` says by how much and which length would fit.
+
+How page ids map to memory depends on the platform:
+
+* TPU (JAX arrays cannot alias): every layer has its own arrays with ``num_pages`` pages, so a
+  page id costs the sum over all layers. Layers of equal geometry and kind form one cache group.
+* GPU (vLLM's hybrid allocator): all pages have one size (Mamba states are padded to the
+  attention page, whose block size is raised to hold them), layers of each kind are split into
+  groups of ``group_size`` layers, and ``group_size`` tensors are each shared by one layer of
+  every group, so a page id costs ``group_size`` pages. For a uniform model both rules agree.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from verikv.cache_specs import (
+    CacheGroupsConfig,
+    CacheGroupSpec,
+    CacheSpec,
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+    estimate_runtime_page_budget,
+)
+from verikv.dp_sharding import checked_int, dp_shard_page_bounds
+from verikv.errors import DoesNotFitError, KVCacheDoesNotFitError, SizingError
+from verikv.sizing.arith import cdiv
+from verikv.sizing.budget import (
+    UTILIZATION_RULES,
+    device_budget,
+    memory_page_limit,
+    pages_per_shard,
+    utilization_fraction,
+)
+from verikv.sizing.catalog import Accelerator, get_accelerator
+from verikv.sizing.dtypes import KVDType, get_dtype
+from verikv.sizing.geometry import AttentionLayer, Layer, MambaLayer, MLALayer, ModelGeometry
+from verikv.sizing.gpu import auto_block_size, kv_heads_per_rank
+from verikv.sizing.kernels import Kernel, get_kernel
+from verikv.sizing.layers import PageArray, layer_arrays
+from verikv.sizing.mamba import unified_block_size
+from verikv.sizing.tpu import auto_page_size, packing, tpu_mla_token_packing
+
+
+@dataclass(frozen=True)
+class LayerBuffer:
+    """Identical device buffers: ``len(layers)`` of them on TPU (one per layer), or on GPU
+    ``num_buffers`` tensors each shared by one layer of every group (``layers`` lists them all).
+
+    ``shape`` is the global shape (all TP ranks, all DP shards), ``device_shape`` what one device
+    holds; ``page_bytes`` is what one page of one buffer costs on one device, padding included,
+    ``unpadded_page_bytes`` what its data needs; ``bytes_per_device`` is one buffer on one device.
+    """
+
+    label: str
+    layers: tuple[int, ...]
+    num_buffers: int
+    shape: tuple[int, ...]
+    device_shape: tuple[int, ...]
+    dtype: str
+    page_bytes: int
+    unpadded_page_bytes: int
+    bytes_per_device: int
+
+
+@dataclass(frozen=True)
+class PlanGroup:
+    """One cache group of the plan: its kind, its layers and the spec the manager uses for it."""
+
+    kind: str
+    layers: tuple[int, ...]
+    spec: CacheSpec
+
+
+@dataclass(frozen=True)
+class KVCachePlan:
+    """A sized KV cache. Bytes are per device unless the name says otherwise.
+
+    ``num_pages`` includes the null page (``usable_pages = num_pages - 1``) and is
+    ``pages_per_shard * dp``; ``kv_bytes_per_device = pages_per_shard * page_bytes_per_device``
+    never exceeds ``budget_bytes``. ``limited_by`` is ``"memory"`` or ``"int32 index"``.
+    ``capacity_tokens = num_pages * page_size`` (what engines log); ``max_concurrent_requests``
+    counts requests of ``max_model_len`` that fit at once, window-aware and per DP shard.
+    """
+
+    model: str
+    device: str
+    platform: str
+    kernel: str
+    kv_dtype: str
+    page_size: int
+    tp: int
+    dp: int
+    memory_bytes: int
+    memory_source: str
+    utilization: str
+    utilization_rule: str
+    weights_bytes_per_device: int
+    in_use_bytes: int
+    reserved_bytes: int
+    budget_bytes: int
+    page_bytes_per_device: int
+    unpadded_page_bytes_per_device: int
+    pages_per_shard: int
+    num_pages: int
+    limited_by: str
+    kv_bytes_per_device: int
+    max_model_len: int
+    max_num_batched_tokens: int
+    pages_per_request: int
+    max_concurrent_requests: int
+    buffers: tuple[LayerBuffer, ...]
+    groups: tuple[PlanGroup, ...] = field(repr=False)
+    shard_ranges: tuple[tuple[int, int], ...]
+    notes: tuple[str, ...]
+
+    @property
+    def num_devices(self) -> int:
+        """Devices the plan spans: ``tp * dp``."""
+        return self.tp * self.dp
+
+    @property
+    def usable_pages(self) -> int:
+        """Pages that can be handed out (all but the null page)."""
+        return self.num_pages - 1
+
+    @property
+    def capacity_tokens(self) -> int:
+        """Token slots of all pages, null page included (the figure engines log)."""
+        return self.num_pages * self.page_size
+
+    def to_cache_groups_config(self) -> CacheGroupsConfig:
+        """The ``CacheGroupsConfig`` a ``CacheManager`` is built from (layers named ``layer.{i}``)."""
+        groups = tuple(
+            CacheGroupSpec(g.spec, tuple(f"layer.{i}" for i in g.layers)) for g in self.groups
+        )
+        return CacheGroupsConfig(self.num_pages, groups)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON: every field, plus the derived totals, groups without their spec objects."""
+        data = asdict(self)
+        data["groups"] = [{"kind": g.kind, "layers": list(g.layers)} for g in self.groups]
+        data.update(num_devices=self.num_devices, usable_pages=self.usable_pages, capacity_tokens=self.capacity_tokens)
+        return data
+
+    def to_json(self) -> str:
+        """``to_dict`` as indented JSON."""
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def plan_kv_cache(
+    model: ModelGeometry,
+    device: Accelerator | str,
+    *,
+    tp: int = 1,
+    dp: int = 1,
+    num_devices: int | None = None,
+    kv_dtype: str = "auto",
+    page_size: int | None = None,
+    max_model_len: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int = 256,
+    utilization: float | str = 0.9,
+    utilization_of: str = "total",
+    memory_bytes: int | None = None,
+    weights_bytes: int | None = None,
+    in_use_bytes: int = 0,
+    reserved_bytes: int = 0,
+    kernel: str | None = None,
+) -> KVCachePlan:
+    """Size the KV cache of ``model`` on ``tp * dp`` devices of type ``device``.
+
+    utilization / utilization_of: the share of memory KV may use and what it is a share of,
+    ``"total"`` (vLLM, tpu-inference) or ``"free"`` (EasyDeL: memory left after ``weights`` and
+    ``in_use_bytes``); see ``verikv.sizing.budget``. memory_bytes: the device's bytes (default:
+    the catalog's software-visible figure, else its vendor capacity). weights_bytes: all weights
+    (default: the model's), split evenly over TP. in_use_bytes: other
+    memory in use per device before sizing. reserved_bytes: per device, kept back after the
+    utilisation (plus the kernel's workspace). page_size: tokens per page (default: the kernel's
+    rule; see ``tpu.auto_page_size`` / ``gpu.auto_block_size``). max_num_seqs only steers the TPU
+    page-size choice. Raises ``SizingError`` for invalid input and ``KVCacheDoesNotFitError``
+    when not one ``max_model_len`` request fits.
+    """
+    if not isinstance(model, ModelGeometry):
+        raise SizingError(f"model must be a ModelGeometry, got {type(model).__name__}")
+    acc = device if isinstance(device, Accelerator) else get_accelerator(device)
+    tp = checked_int(tp, "tp", minimum=1, error=SizingError)
+    dp = checked_int(dp, "dp", minimum=1, error=SizingError)
+    if num_devices is not None and checked_int(num_devices, "num_devices", minimum=1, error=SizingError) != tp * dp:
+        raise SizingError(f"num_devices = {num_devices} but tp * dp = {tp * dp}")
+    kern = _resolve_kernel(model, acc, kernel)
+    dtype = _resolve_kv_dtype(model, acc, kern, kv_dtype)
+    mml = _resolve_max_model_len(model, max_model_len)
+    mnbt = mml if max_num_batched_tokens is None else min(
+        checked_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1, error=SizingError), mml)
+    seqs = checked_int(max_num_seqs, "max_num_seqs", minimum=1, maximum=2**16, error=SizingError)
+    if utilization_of not in UTILIZATION_RULES:
+        raise SizingError(f"utilization_of must be one of {UTILIZATION_RULES}, got {utilization_of!r}")
+    util = utilization_fraction(utilization)
+    in_use = checked_int(in_use_bytes, "in_use_bytes", minimum=0, error=SizingError)
+    reserved = checked_int(reserved_bytes, "reserved_bytes", minimum=0, error=SizingError)
+    memory, memory_source = _resolve_memory(acc, memory_bytes)
+    weights = _resolve_weights(model, weights_bytes)
+    notes: list[str] = []
+
+    ps = _resolve_page_size(model, kern, dtype, tp, mml, seqs, page_size, notes)
+    arrays = [layer_arrays(layer, kern, dtype.name, model.dtype, ps, tp) for layer in model.layers]
+    if kern.platform == "gpu":
+        arrays = _pad_to_uniform_pages(model, arrays, notes)
+        groups, buffers_layout = _gpu_groups(model)
+        group_size = len(buffers_layout)
+        page_bytes = group_size * arrays[0][0].page_bytes
+        unpadded = sum(max(sum(a.unpadded_bytes for a in arrays[i]) for i in tensor) for tensor in buffers_layout)
+    else:
+        groups = _tpu_groups(model)
+        buffers_layout = [(i,) for i in range(len(model.layers))]
+        page_bytes = sum(a.page_bytes for layer in arrays for a in layer)
+        unpadded = sum(a.unpadded_bytes for layer in arrays for a in layer)
+    _note_padding(model, arrays, tp, notes)
+
+    weights_dev = cdiv(weights, tp)
+    reserved_total = reserved + kern.workspace_bytes
+    if kern.workspace_bytes:
+        notes.append(f"{kern.name} workspace of {kern.workspace_bytes:,} B added to the reserved bytes")
+    budget = device_budget(memory, weights_dev + in_use, reserved_total, util.numerator, util.denominator,
+                           utilization_of)
+    index_unit = ps if kern.flat_int32_slots else 1
+    per_shard = pages_per_shard(budget, page_bytes, dp, index_unit)
+    limited_by = "memory" if per_shard == memory_page_limit(budget, page_bytes) else "int32 index"
+    if limited_by != "memory":
+        notes.append("page count capped so page ids and slot indices fit in int32")
+    num_pages = per_shard * dp
+
+    plan_groups = tuple(
+        PlanGroup(kind, layers, _group_spec(model.layers[layers[0]], arrays[layers[0]], kern, dtype, ps, tp))
+        for kind, layers in groups
+    )
+    config_groups = [CacheGroupSpec(g.spec) for g in plan_groups]
+    estimate = _estimate(num_pages, config_groups, mml, mnbt, dp)
+    if estimate is None:
+        needed = _pages_per_request(config_groups, mml, mnbt)
+        largest = _largest_fitting_len(num_pages, config_groups, mml, mnbt, dp)
+        raise KVCacheDoesNotFitError(
+            f"{model.name} on {acc.name} (tp={tp}, dp={dp}): one request of {mml} tokens needs {needed} pages of "
+            f"{ps} tokens, but the budget of {budget:,} B per device holds {per_shard} page(s) of "
+            f"{page_bytes:,} B per shard ({num_pages} in all, page 0 reserved); the largest max_model_len that "
+            f"fits is {largest}",
+            max_model_len=mml, largest_max_model_len=largest, pages_per_request=needed, num_pages=num_pages,
+            budget_bytes=budget, page_bytes=page_bytes,
+        )
+    buffers = _buffers(arrays, buffers_layout, per_shard, num_pages)
+    shard_ranges = tuple(dp_shard_page_bounds(s, per_shard, dp) for s in range(dp))
+    return KVCachePlan(
+        model=model.name, device=acc.name, platform=acc.platform, kernel=kern.name, kv_dtype=dtype.name,
+        page_size=ps, tp=tp, dp=dp, memory_bytes=memory, memory_source=memory_source,
+        utilization=str(float(util)), utilization_rule=utilization_of, weights_bytes_per_device=weights_dev,
+        in_use_bytes=in_use, reserved_bytes=reserved_total, budget_bytes=budget, page_bytes_per_device=page_bytes,
+        unpadded_page_bytes_per_device=unpadded, pages_per_shard=per_shard, num_pages=num_pages,
+        limited_by=limited_by, kv_bytes_per_device=per_shard * page_bytes, max_model_len=mml,
+        max_num_batched_tokens=mnbt, pages_per_request=estimate.pages_per_request,
+        max_concurrent_requests=estimate.max_num_seqs, buffers=buffers, groups=plan_groups,
+        shard_ranges=shard_ranges, notes=tuple(notes),
+    )
+
+
+def _resolve_kernel(model: ModelGeometry, acc: Accelerator, name: str | None) -> Kernel:
+    kern = get_kernel(name if name is not None else (acc.mla_kernel if model.is_mla else acc.attention_kernel))
+    if kern.platform != acc.platform:
+        raise SizingError(f"kernel {kern.name} is a {kern.platform} kernel; {acc.name} is a {acc.platform}")
+    if kern.is_mla != model.is_mla:
+        what = "an MLA" if model.is_mla else "a standard-attention"
+        raise SizingError(f"kernel {kern.name} cannot hold {what} model")
+    return kern
+
+
+def _resolve_kv_dtype(model: ModelGeometry, acc: Accelerator, kern: Kernel, kv_dtype: str) -> KVDType:
+    dtype = get_dtype(model.dtype if kv_dtype == "auto" else kv_dtype)
+    if dtype.name not in acc.kv_dtypes:
+        raise SizingError(f"{acc.name} does not support KV dtype {dtype.name}; supported: {', '.join(acc.kv_dtypes)}")
+    if dtype.name not in kern.kv_dtypes:
+        raise SizingError(f"kernel {kern.name} does not support KV dtype {dtype.name}; "
+                          f"supported: {', '.join(kern.kv_dtypes)}")
+    return dtype
+
+
+def _resolve_max_model_len(model: ModelGeometry, max_model_len: int | None) -> int:
+    if max_model_len is None:
+        if model.max_model_len is None:
+            raise SizingError(f"max_model_len is required: {model.name} does not state its context length")
+        return model.max_model_len
+    return checked_int(max_model_len, "max_model_len", minimum=1, error=SizingError)
+
+
+def _resolve_memory(acc: Accelerator, memory_bytes: int | None) -> tuple[int, str]:
+    if memory_bytes is None:
+        return acc.memory_bytes, acc.memory_source
+    return checked_int(memory_bytes, "memory_bytes", minimum=1, error=SizingError), "given by the caller"
+
+
+def _resolve_weights(model: ModelGeometry, weights_bytes: int | None) -> int:
+    if weights_bytes is not None:
+        return checked_int(weights_bytes, "weights_bytes", minimum=0, error=SizingError)
+    if model.weights_bytes is None:
+        raise SizingError(f"weights_bytes is required: {model.name} does not state the size of its weights")
+    return model.weights_bytes
+
+
+def _resolve_page_size(model: ModelGeometry, kern: Kernel, dtype: KVDType, tp: int, mml: int, seqs: int,
+                       page_size: int | None, notes: list[str]) -> int:
+    """The page size: validated if given, else the kernel's rule (raised on GPU to hold a Mamba state)."""
+    alignment = packing(dtype.bits) if kern.page_multiple == 0 else kern.page_multiple
+    if page_size is None:
+        if kern.platform == "tpu":
+            auto_alignment = tpu_mla_token_packing(kern.token_packing, dtype.bits) if kern.is_mla else alignment
+            chosen = auto_page_size(mml, seqs, auto_alignment)
+        else:
+            chosen = auto_block_size(kern.default_page_size, alignment)
+    else:
+        chosen = checked_int(page_size, "page_size", minimum=1, error=SizingError)
+        if chosen % alignment != 0:
+            raise SizingError(f"page_size {chosen} must be a multiple of {alignment} for {kern.name} with {dtype.name}")
+        if kern.allowed_page_sizes is not None and chosen not in kern.allowed_page_sizes:
+            raise SizingError(f"kernel {kern.name} accepts page sizes {kern.allowed_page_sizes}, not {chosen}")
+    mamba = [layer for layer in model.layers if isinstance(layer, MambaLayer)]
+    if kern.platform != "gpu" or not mamba:
+        return chosen
+    attention = next(layer for layer in model.layers if not isinstance(layer, MambaLayer))
+    per_token = layer_arrays(attention, kern, dtype.name, model.dtype, 1, tp)[0].page_bytes
+    state = max(sum(a.page_bytes for a in layer_arrays(m, kern, dtype.name, model.dtype, 1, tp)) for m in mamba)
+    if page_size is None:
+        unified = unified_block_size(state, per_token, alignment, chosen)
+        if unified != chosen:
+            notes.append(f"page size raised from {chosen} to {unified} tokens so one attention page holds a "
+                         f"Mamba state of {state:,} B")
+        return unified
+    if chosen * per_token < state:
+        least = unified_block_size(state, per_token, alignment, alignment)
+        raise SizingError(f"page_size {chosen} gives {chosen * per_token:,} B attention pages, smaller than the "
+                          f"Mamba state of {state:,} B; use at least {least}")
+    return chosen
+
+
+def _pad_to_uniform_pages(model: ModelGeometry, arrays: list[tuple[PageArray, ...]],
+                          notes: list[str]) -> list[tuple[PageArray, ...]]:
+    """GPU: one page size for every layer; a Mamba state becomes one byte array of the attention page size."""
+    attention_bytes = {arrays[i][0].page_bytes for i, layer in enumerate(model.layers)
+                       if not isinstance(layer, MambaLayer)}
+    if len(attention_bytes) != 1:
+        raise SizingError(f"GPU hybrid allocation needs one page size for all attention layers; got "
+                          f"{sorted(attention_bytes)} B (layers of different KV geometry are not supported on GPU)")
+    page = attention_bytes.pop()
+    result = []
+    for layer, layer_pages in zip(model.layers, arrays):
+        if isinstance(layer, MambaLayer):
+            state = sum(a.page_bytes for a in layer_pages)
+            result.append((PageArray("mamba state (padded)", (1, page), (1, page), 0, "uint8", 8, state),))
+        else:
+            result.append(layer_pages)
+    if any(isinstance(layer, MambaLayer) for layer in model.layers):
+        state = max(a[0].unpadded_bytes for a, l in zip(result, model.layers) if isinstance(l, MambaLayer))
+        notes.append(f"Mamba state pages padded from {state:,} B to the attention page of {page:,} B")
+    return result
+
+
+def _type_key(layer: Layer) -> tuple[Any, ...]:
+    if isinstance(layer, AttentionLayer):
+        return (layer.kind, layer.sliding_window, layer.attention_chunk_size, layer.num_kv_heads, layer.head_dim)
+    if isinstance(layer, MLALayer):
+        return ("mla", layer.kv_lora_rank, layer.qk_rope_head_dim)
+    return ("mamba", layer)
+
+
+def _bucket(model: ModelGeometry) -> list[tuple[str, list[int]]]:
+    buckets: dict[tuple[Any, ...], list[int]] = {}
+    for index, layer in enumerate(model.layers):
+        buckets.setdefault(_type_key(layer), []).append(index)
+    return [(key[0], layers) for key, layers in buckets.items()]
+
+
+def _tpu_groups(model: ModelGeometry) -> list[tuple[str, tuple[int, ...]]]:
+    """One cache group per layer type and geometry, in order of first appearance."""
+    return [(kind, tuple(layers)) for kind, layers in _bucket(model)]
+
+
+def _gpu_groups(model: ModelGeometry) -> tuple[list[tuple[str, tuple[int, ...]]], list[tuple[int, ...]]]:
+    """vLLM's grouping: ``group_size`` = the smallest type's layer count, or the largest's when it
+    is below 1.5x the smallest; each type splits into ``cdiv(n, group_size)`` strided groups;
+    tensor ``t`` is shared by the ``t``-th layer of every group."""
+    buckets = _bucket(model)
+    counts = [len(layers) for _, layers in buckets]
+    group_size = min(counts)
+    if 2 * max(counts) < 3 * min(counts):
+        group_size = max(counts)
+    groups: list[tuple[str, tuple[int, ...]]] = []
+    for kind, layers in buckets:
+        num_groups = cdiv(len(layers), group_size)
+        groups.extend((kind, tuple(layers[j::num_groups])) for j in range(num_groups))
+    tensors = [tuple(g[t] for _, g in groups if t < len(g)) for t in range(group_size)]
+    return groups, tensors
+
+
+def _group_spec(layer: Layer, arrays: tuple[PageArray, ...], kern: Kernel, dtype: KVDType, ps: int, tp: int
+                ) -> CacheSpec:
+    """The manager's spec for a group, in per-device heads; Mamba states are given as byte arrays."""
+    if isinstance(layer, AttentionLayer):
+        heads = kv_heads_per_rank(layer.num_kv_heads, tp)
+        if layer.kind == "sliding":
+            return SlidingWindowSpec(ps, heads, layer.head_dim, dtype.name, False, layer.sliding_window)
+        if layer.kind == "chunked":
+            return ChunkedLocalAttentionSpec(ps, heads, layer.head_dim, dtype.name, False, layer.attention_chunk_size)
+        return FullAttentionSpec(ps, heads, layer.head_dim, dtype.name, False)
+    if isinstance(layer, MLALayer):
+        if arrays[0].dtype == "uint8":
+            return FullAttentionSpec(ps, 1, arrays[0].device_shape[-1], "uint8", True)
+        return FullAttentionSpec(ps, 1, layer.kv_lora_rank + layer.qk_rope_head_dim, dtype.name, True)
+    if kern.platform == "gpu":
+        return MambaSpec(ps, ((arrays[0].unpadded_bytes,),), "uint8", page_size_padded=arrays[0].page_bytes)
+    return MambaSpec(ps, tuple((a.page_bytes,) for a in arrays), "uint8")
+
+
+def _estimate(num_pages: int, groups: list[CacheGroupSpec], mml: int, mnbt: int, dp: int) -> Any:
+    """The window-aware request estimate, or ``None`` when not one request fits."""
+    if num_pages < 1:
+        return None
+    try:
+        return estimate_runtime_page_budget(num_pages=num_pages, kv_cache_groups=groups, max_model_len=mml,
+                                            max_num_batched_tokens=mnbt, data_parallel_size=dp)
+    except DoesNotFitError:
+        return None
+
+
+def _pages_per_request(groups: list[CacheGroupSpec], mml: int, mnbt: int) -> int:
+    return sum(cdiv(g.kv_cache_spec.max_memory_usage_bytes(mml, mnbt), g.kv_cache_spec.page_size_bytes)
+               for g in groups)
+
+
+def _largest_fitting_len(num_pages: int, groups: list[CacheGroupSpec], mml: int, mnbt: int, dp: int) -> int:
+    """Largest request length below ``mml`` that fits (0 if none); pages needed grow with the length."""
+    low, high = 0, mml - 1
+    while low < high:
+        mid = (low + high + 1) // 2
+        if _estimate(num_pages, groups, mid, min(mnbt, mid), dp) is not None:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _buffers(arrays: list[tuple[PageArray, ...]], layout: list[tuple[int, ...]], per_shard: int, num_pages: int
+             ) -> tuple[LayerBuffer, ...]:
+    """Group identical buffers (same label, shape, dtype) for the report, in order of first layer."""
+    merged: dict[tuple[Any, ...], list[Any]] = {}
+    for tensor in layout:
+        members = [arrays[i] for i in tensor]
+        if len({m[0].label for m in members}) > 1:
+            # GPU: attention pages and padded Mamba states alias one byte tensor.
+            page = members[0][0].page_bytes
+            members = [(PageArray("shared kv / mamba state", (1, page), (1, page), 0, "uint8", 8,
+                                  m[0].unpadded_bytes),) for m in members]
+        for position, array in enumerate(members[0]):
+            unpadded = max(m[position].unpadded_bytes for m in members)
+            key = (array.label, array.device_shape, array.global_shape, array.dtype, unpadded)
+            entry = merged.setdefault(key, [array, [], 0, unpadded])
+            entry[1].extend(tensor)
+            entry[2] += 1
+    result = []
+    for array, layers, count, unpadded in merged.values():
+        device_shape = array.with_pages(per_shard, array.device_shape)
+        result.append(LayerBuffer(
+            label=array.label, layers=tuple(sorted(layers)), num_buffers=count,
+            shape=array.with_pages(num_pages, array.global_shape), device_shape=device_shape, dtype=array.dtype,
+            page_bytes=array.page_bytes, unpadded_page_bytes=unpadded, bytes_per_device=per_shard * array.page_bytes,
+        ))
+    return tuple(result)
+
+
+def _note_padding(model: ModelGeometry, arrays: list[tuple[PageArray, ...]], tp: int, notes: list[str]) -> None:
+    padded = sum(a.page_bytes for layer in arrays for a in layer)
+    raw = sum(a.unpadded_bytes for layer in arrays for a in layer)
+    if padded != raw:
+        notes.append(f"layout padding: {padded:,} B allocated per page id for {raw:,} B of data "
+                     f"(x{padded / raw:.3f}); sized from the allocated bytes")
+    heads = {layer.num_kv_heads for layer in model.layers if isinstance(layer, AttentionLayer)}
+    if any(tp > h for h in heads):
+        notes.append(f"KV heads replicated: tp = {tp} exceeds {min(heads)} KV heads, one head per rank")
+    if model.is_mla and tp > 1:
+        notes.append(f"MLA latent replicated on all {tp} TP ranks (no head axis)")
