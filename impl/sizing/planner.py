@@ -175,6 +175,7 @@ def plan_kv_cache(
     utilization_of: str = "total",
     memory_bytes: int | None = None,
     weights_bytes: int | None = None,
+    weights_shards: int | None = None,
     in_use_bytes: int = 0,
     reserved_bytes: int = 0,
     kernel: str | None = None,
@@ -185,7 +186,8 @@ def plan_kv_cache(
     ``"total"`` (vLLM, tpu-inference) or ``"free"`` (EasyDeL: memory left after ``weights`` and
     ``in_use_bytes``); see ``verikv.sizing.budget``. memory_bytes: the device's bytes (default:
     the catalog's software-visible figure, else its vendor capacity). weights_bytes: all weights
-    (default: the model's), split evenly over TP. in_use_bytes: other
+    (default: the model's), split evenly over ``weights_shards`` devices (default ``tp``; more
+    when experts or FSDP shard the weights over the DP devices too). in_use_bytes: other
     memory in use per device before sizing. reserved_bytes: per device, kept back after the
     utilisation (plus the kernel's workspace). page_size: tokens per page (default: the kernel's
     rule; see ``tpu.auto_page_size`` / ``gpu.auto_block_size``). max_num_seqs only steers the TPU
@@ -212,6 +214,8 @@ def plan_kv_cache(
     reserved = checked_int(reserved_bytes, "reserved_bytes", minimum=0, error=SizingError)
     memory, memory_source = _resolve_memory(acc, memory_bytes)
     weights = _resolve_weights(model, weights_bytes)
+    shards = tp if weights_shards is None else checked_int(
+        weights_shards, "weights_shards", minimum=1, maximum=tp * dp, error=SizingError)
     notes: list[str] = []
 
     ps = _resolve_page_size(model, kern, dtype, tp, mml, seqs, page_size, notes)
@@ -229,7 +233,7 @@ def plan_kv_cache(
         unpadded = sum(a.unpadded_bytes for layer in arrays for a in layer)
     _note_padding(model, arrays, tp, notes)
 
-    weights_dev = cdiv(weights, tp)
+    weights_dev = cdiv(weights, shards)
     reserved_total = reserved + kern.workspace_bytes
     if kern.workspace_bytes:
         notes.append(f"{kern.name} workspace of {kern.workspace_bytes:,} B added to the reserved bytes")
