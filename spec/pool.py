@@ -125,7 +125,8 @@ def allocate(s: PoolState, n: int, bounds: Bounds | None = None) -> tuple[PoolSt
     for p in chosen:
         key = key_of[p]
         if key is not None:
-            cached = _replace_key(cached, key, tuple(q for q in s.cached_ids(key) if q != p))
+            current = next((ids for k, ids in cached if k == key), ())  # not s: earlier evictions count
+            cached = _replace_key(cached, key, tuple(q for q in current if q != p))
             key_of[p] = None
         ref[p] = 1
     taken = frozenset(chosen)
