@@ -148,7 +148,9 @@ class ModelGeometry:
             raise SizingError("mixing MLA and standard attention layers in one model is not supported")
         object.__setattr__(self, "layers", layers)
         object.__setattr__(self, "dtype", _dtype_name(self.dtype, "dtype"))
-        object.__setattr__(self, "weights_bytes", _optional_positive(self.weights_bytes, "weights_bytes"))
+        if self.weights_bytes is not None:
+            weights = checked_int(self.weights_bytes, "weights_bytes", minimum=0, error=SizingError)
+            object.__setattr__(self, "weights_bytes", weights)
         object.__setattr__(self, "max_model_len", _optional_positive(self.max_model_len, "max_model_len"))
 
     @property

@@ -131,6 +131,11 @@ class KVCachePlan:
         return self.tp * self.dp
 
     @property
+    def data_parallel_size(self) -> int:
+        """The DP size, under the name ``CacheManager.from_plan`` reads."""
+        return self.dp
+
+    @property
     def usable_pages(self) -> int:
         """Pages that can be handed out (all but the null page)."""
         return self.num_pages - 1
