@@ -1,0 +1,471 @@
+"""`CacheManager`: the scheduler-facing page manager (eSurge's API), and `CachePages`.
+
+The manager validates every argument, keeps each request's content keys (computed once per
+full page with its own `PageHasher`) and its DP shard, and delegates page bookkeeping to a
+coordinator (`verikv.coordinators`). Semantics are eSurge's (reference §1.6) with the
+departures of docs/differences.md; the refinements both the spec and this code follow are in
+docs/semantics.md. A raised error always means the call changed nothing.
+
+Read-only introspection used by the abstraction function and the conformance harness:
+``num_pages``, ``page_pool``, ``kv_cache_groups``, ``max_model_len``, ``enable_caching``,
+``use_eagle``, ``data_parallel_size``, `group_layouts`, `request_ids`, `get_page_ids`,
+`num_cached_pages`, `request_shard`, `page_hashes_of`, `hashed_request_ids` (the protocol of
+`verikv.spec.abstraction`; none changes state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from verikv.cache_specs import CacheGroupSpec, CacheGroupsConfig
+from verikv.coordinators import CacheCoordinator, PageIds, get_kv_cache_coordinator
+from verikv.dp_sharding import checked_int, dp_shard_page_bounds, pages_per_dp_shard
+from verikv.errors import ForeignPageError, InvalidArgumentError, UnknownRequestError
+from verikv.events import KVEvent, PrefixCacheStats
+from verikv.free_queue import CachePage
+from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId
+from verikv.page_pool import PagePool
+from verikv.request import Request, RequestStatus
+from verikv.single_type_managers import NULL_PAGE
+
+
+class CachePages:
+    """Pages per cache group, as ids; ``.pages`` gives eSurge's `CachePage` views.
+
+    Returned by `CacheManager.get_computed_pages` (prefix hits) and
+    `CacheManager.allocate_slots` (the new pages); hits go back into ``allocate_slots``.
+    """
+
+    __slots__ = ("page_ids", "page_pool")
+
+    def __init__(self, page_ids: Sequence[Sequence[int]], page_pool: PagePool | None = None) -> None:
+        if isinstance(page_ids, (str, bytes)) or not isinstance(page_ids, Sequence):
+            raise InvalidArgumentError("page_ids must be a sequence with one id list per cache group")
+        groups = []
+        for ids in page_ids:
+            if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+                raise InvalidArgumentError(f"each group's page ids must be a sequence of ints, got {ids!r}")
+            groups.append([checked_int(p, "page id", minimum=0, error=ForeignPageError) for p in ids])
+        if page_pool is not None and not isinstance(page_pool, PagePool):
+            raise InvalidArgumentError(f"page_pool must be a PagePool, got {type(page_pool).__name__}")
+        self.page_ids: PageIds = tuple(groups)
+        self.page_pool = page_pool
+
+    @classmethod
+    def _of(cls, page_ids: PageIds, page_pool: PagePool | None) -> CachePages:
+        """Wrap lists the manager built (already valid) without copying them."""
+        out = object.__new__(cls)
+        out.page_ids = page_ids
+        out.page_pool = page_pool
+        return out
+
+    @property
+    def pages(self) -> tuple[list[CachePage], ...]:
+        """The pages as `CachePage` views of their pool (one object per id)."""
+        if self.page_pool is None:
+            raise InvalidArgumentError("these CachePages were built without a pool; only their ids are known")
+        page = self.page_pool.page
+        return tuple([page(p) for p in ids] for ids in self.page_ids)
+
+    def get_page_ids(self) -> tuple[list[int], ...]:
+        """The ids per group (copies)."""
+        return tuple(list(ids) for ids in self.page_ids)
+
+    def get_unhashed_page_ids(self) -> list[int]:
+        """Ids of the pages without a content key (single-group managers only, as eSurge)."""
+        if len(self.page_ids) != 1:
+            raise InvalidArgumentError(f"get_unhashed_page_ids needs exactly one group, got {len(self.page_ids)}")
+        if self.page_pool is None:
+            raise InvalidArgumentError("these CachePages were built without a pool; keys are unknown")
+        key_of = self.page_pool.key_of
+        return [p for p in self.page_ids[0] if key_of(p) is None]
+
+    def __add__(self, other: CachePages) -> CachePages:
+        """Concatenate group by group; both must have the same number of groups and pool."""
+        if not isinstance(other, CachePages):
+            return NotImplemented
+        if len(self.page_ids) != len(other.page_ids):
+            raise InvalidArgumentError(
+                f"cannot add CachePages of {len(self.page_ids)} and {len(other.page_ids)} groups")
+        if self.page_pool is not None and other.page_pool is not None and self.page_pool is not other.page_pool:
+            raise ForeignPageError("cannot add CachePages of two different pools")
+        return CachePages._of(tuple(a + b for a, b in zip(self.page_ids, other.page_ids)),
+                              self.page_pool if self.page_pool is not None else other.page_pool)
+
+    def new_empty(self) -> CachePages:
+        """Empty lists, one per group, same pool."""
+        return CachePages._of(tuple([] for _ in self.page_ids), self.page_pool)
+
+    def __len__(self) -> int:
+        """Number of cache groups."""
+        return len(self.page_ids)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CachePages):
+            return NotImplemented
+        return self.page_ids == other.page_ids
+
+    __hash__ = None  # type: ignore[assignment]  # holds mutable lists
+
+    def __repr__(self) -> str:
+        return f"CachePages({self.page_ids!r})"
+
+
+def _int(value: object, name: str, minimum: int) -> int:
+    """Fast path of `checked_int` for plain ints (the hot path passes plain ints)."""
+    if type(value) is int:
+        if value < minimum:
+            raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}")
+        return value
+    return checked_int(value, name, minimum=minimum)
+
+
+def _request(request: object) -> Request:
+    if not isinstance(request, Request):
+        raise InvalidArgumentError(f"expected a verikv.Request, got {type(request).__name__}")
+    return request
+
+
+class CacheManager:
+    """Pages for every request of a scheduler: prefix lookup, allocation, caching, freeing.
+
+    ``kv_cache_groups`` lists the model's cache groups (one `CacheGroupSpec` each); all share
+    one pool of ``num_pages`` pages (page 0 is the null page). ``hash_scheme`` /
+    ``hash_seed`` choose the content keys (see `verikv.hashing`), ``free_order`` the free-list
+    policy, ``enable_kv_events`` event recording, ``data_parallel_size`` the DP size the
+    pool's shards are cut for (calls pass it with ``dp_shard_hint``, as eSurge's scheduler).
+    """
+
+    def __init__(
+        self,
+        num_pages: int,
+        kv_cache_groups: Sequence[CacheGroupSpec],
+        max_model_len: int,
+        enable_caching: bool = True,
+        use_eagle: bool = False,
+        *,
+        hash_scheme: str = "sha256",
+        hash_seed: int | str | bytes | None = None,
+        free_order: str = "esurge",
+        enable_kv_events: bool = False,
+        data_parallel_size: int | None = None,
+    ) -> None:
+        if not isinstance(enable_caching, bool) or not isinstance(use_eagle, bool):
+            raise InvalidArgumentError("enable_caching and use_eagle must be bools")
+        dp_size = 1 if data_parallel_size is None else checked_int(data_parallel_size, "data_parallel_size", minimum=1)
+        self.hasher = PageHasher(hash_scheme, seed=hash_seed)
+        self.coordinator: CacheCoordinator = get_kv_cache_coordinator(
+            num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching,
+            free_order=free_order, enable_kv_events=enable_kv_events,
+        )
+        coordinator = self.coordinator
+        self.page_pool: PagePool = coordinator.page_pool
+        self.num_pages: int = self.page_pool.num_pages
+        self.kv_cache_groups: tuple[CacheGroupSpec, ...] = coordinator.kv_cache_groups
+        self.max_model_len: int = coordinator.max_model_len
+        self.enable_caching: bool = coordinator.enable_caching  # False when there is no group
+        self.use_eagle = use_eagle
+        #: eSurge's attribute: the first group's page size when caching, else None
+        self.page_size: int | None = self.kv_cache_groups[0].kv_cache_spec.page_size if self.enable_caching else None
+        self._caching_key_size = coordinator.key_page_size is not None  # False: only Mamba groups
+        self._key_page_size = coordinator.key_page_size or 1
+        self._page_sizes = tuple(g.kv_cache_spec.page_size for g in self.kv_cache_groups)
+        self._windowed_groups = tuple(m.frees_skipped_pages for m in coordinator.single_type_managers)
+        self._keys: dict[str, list[PageHash]] = {}
+        self._shards: dict[str, int | None] = {}  # request with pages -> its DP shard (None: whole pool)
+        #: DP size the shards are cut for (1: no DP); calls may only ask for this size
+        self.data_parallel_size: int = dp_size
+        self.prefix_cache_stats = PrefixCacheStats()
+
+    @classmethod
+    def from_plan(cls, plan: Any, max_model_len: int, **kwargs: Any) -> CacheManager:
+        """A manager for a sizing plan (anything with ``to_cache_groups_config()``, e.g.
+        `verikv.sizing.KVCachePlan`); its ``data_parallel_size`` (if any) is used unless
+        given. ``kwargs`` are the other constructor arguments."""
+        to_config = getattr(plan, "to_cache_groups_config", None)
+        if not callable(to_config):
+            raise InvalidArgumentError(f"{type(plan).__name__} has no to_cache_groups_config()")
+        config = to_config()
+        if not isinstance(config, CacheGroupsConfig):
+            raise InvalidArgumentError("to_cache_groups_config() must return a CacheGroupsConfig")
+        if "data_parallel_size" not in kwargs:
+            kwargs["data_parallel_size"] = getattr(plan, "data_parallel_size", None)
+        return cls(config.num_pages, config.kv_cache_groups, max_model_len, **kwargs)
+
+    # ---- metrics --------------------------------------------------------------------------
+
+    @property
+    def usage(self) -> float:
+        """Fraction of usable pages held or cached-but-not-free: 1 - free / (N - 1); idle: 0.0."""
+        return self.page_pool.get_usage()
+
+    def make_prefix_cache_stats(self) -> PrefixCacheStats:
+        """Lookup statistics (tokens queried, tokens hit) since the last call; counters restart."""
+        return self.prefix_cache_stats.take()
+
+    def take_events(self) -> list[KVEvent]:
+        """KV events (stored, removed, all cleared) since the last call; empty unless enabled."""
+        return self.page_pool.take_events()
+
+    # ---- DP -------------------------------------------------------------------------------
+
+    def _shard_of(self, request_id: str, dp_shard_hint: object, data_parallel_size: object) -> tuple[int | None, int | None]:
+        """(shard, dp) for a call: the request's remembered shard while it holds pages, else
+        ``dp_shard_hint % dp`` when the call's DP is active (``data_parallel_size > 1`` divides
+        ``num_pages``; it must then equal the construction value), else (None, None).
+        The arguments are validated in every case, before any change."""
+        hint = None if dp_shard_hint is None else checked_int(dp_shard_hint, "dp_shard_hint")
+        shard = None
+        if data_parallel_size is not None:
+            dp = checked_int(data_parallel_size, "data_parallel_size", minimum=1)
+            if dp > 1 and self.num_pages % dp == 0:
+                if dp != self.data_parallel_size:
+                    raise InvalidArgumentError(
+                        f"data_parallel_size {dp} differs from this manager's {self.data_parallel_size}")
+                if hint is not None:
+                    shard = hint % dp
+        if request_id in self._shards:
+            shard = self._shards[request_id]
+        return shard, (None if shard is None else self.data_parallel_size)
+
+    # ---- lookups ----------------------------------------------------------------------------
+
+    def _extend_keys(self, request: Request, count: int | None) -> list[PageHash]:
+        """The request's key list, extended to ``count`` keys (None: every full page)."""
+        keys = self._keys.get(request.request_id)
+        if keys is None:
+            keys = self._keys[request.request_id] = []
+        if count is None:
+            self.hasher.extend(request, self._key_page_size, keys)
+        elif len(keys) < count:
+            keys.extend(self.hasher.hash_request(
+                request, self._key_page_size, start=len(keys), parent=keys[-1] if keys else None, stop=count))
+        return keys
+
+    def get_computed_pages(
+        self, request: Request, *, dp_shard_hint: int | None = None, data_parallel_size: int | None = None
+    ) -> tuple[CachePages, int]:
+        """The request's prefix-cache hit: pages per group and the hit length in tokens.
+
+        At most ``num_tokens - 1`` tokens hit (one is always computed). No reference count
+        changes (the hit is taken by `allocate_slots`). Skipped (no hit, no statistics) when
+        caching is off or the request wants prompt logprobs.
+        """
+        req = _request(request)
+        if req.is_finished():
+            raise InvalidArgumentError(f"request {req.request_id!r} is finished")
+        shard, dp = self._shard_of(req.request_id, dp_shard_hint, data_parallel_size)
+        if not self.enable_caching or req.prompt_logprobs:
+            return self.create_empty_page_list(), 0
+        keys = self._extend_keys(req, None) if self._caching_key_size else []
+        hits, length = self.coordinator.find_longest_cache_hit(keys, req.num_tokens - 1, shard, dp)
+        self.prefix_cache_stats.record(req.num_tokens, length)
+        return CachePages._of(hits, self.page_pool), length
+
+    # ---- allocation -------------------------------------------------------------------------
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_pages: CachePages | None = None,
+        num_lookahead_tokens: int = 0,
+        delay_cache_pages: bool = False,
+        *,
+        dp_shard_hint: int | None = None,
+        data_parallel_size: int | None = None,
+    ) -> CachePages | None:
+        """Make room for ``num_new_tokens`` tokens (after ``num_new_computed_tokens`` hit tokens
+        given as ``new_computed_pages``), plus ``num_lookahead_tokens`` speculative slots.
+
+        All or nothing (INV-ATOMIC): returns the new pages per group, or None having changed
+        nothing when they do not fit. Lookahead slots beyond ``max_model_len`` are dropped;
+        real tokens beyond it raise. Unless caching is off or ``delay_cache_pages``, full pages
+        up to the computed tokens are then registered in the prefix cache.
+        """
+        req = _request(request)
+        num_new_tokens = _int(num_new_tokens, "num_new_tokens", 1)
+        num_new_computed_tokens = _int(num_new_computed_tokens, "num_new_computed_tokens", 0)
+        num_lookahead_tokens = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
+        if delay_cache_pages is not False and delay_cache_pages is not True:
+            raise InvalidArgumentError(f"delay_cache_pages must be a bool, got {delay_cache_pages!r}")
+        if req._status > RequestStatus.PREEMPTED:
+            raise InvalidArgumentError(f"request {req.request_id!r} is finished")
+        request_id = req.request_id
+        num_computed = req.num_computed_tokens
+        computed = num_computed + num_new_computed_tokens
+        max_model_len = self.max_model_len
+        if computed + num_new_tokens > max_model_len:
+            raise InvalidArgumentError(
+                f"request {request_id!r}: {computed} computed + {num_new_tokens} new tokens exceed "
+                f"max_model_len {max_model_len}")
+        num_slots = computed + num_new_tokens + num_lookahead_tokens
+        if num_slots > max_model_len:
+            num_slots = max_model_len
+        shard, dp = self._shard_of(request_id, dp_shard_hint, data_parallel_size)
+        hits = None
+        if new_computed_pages is not None or num_new_computed_tokens:
+            hits = self._checked_hits(req, new_computed_pages, num_new_computed_tokens, shard, dp)
+        new = self.coordinator.allocate_slots(request_id, num_computed, num_slots, hits, shard, dp)
+        if new is None:
+            return None
+        if request_id not in self._shards and self.kv_cache_groups:
+            self._shards[request_id] = shard
+        if self.enable_caching and not delay_cache_pages:
+            num_tokens = req.num_tokens
+            self._cache(req, computed + num_new_tokens if computed + num_new_tokens < num_tokens else num_tokens)
+        return CachePages._of(new, self.page_pool)
+
+    def _checked_hits(
+        self, req: Request, pages: object, num_new_computed_tokens: int, shard: int | None, dp: int | None
+    ) -> PageIds | None:
+        """The hit ids if they are a current lookup result for this request covering exactly
+        ``num_new_computed_tokens`` tokens; None when there is no hit at all."""
+        if pages is None:
+            ids: PageIds = tuple([] for _ in self.kv_cache_groups)
+        elif not isinstance(pages, CachePages):
+            raise InvalidArgumentError(f"new_computed_pages must be CachePages, got {type(pages).__name__}")
+        else:
+            ids = pages.page_ids
+            if pages.page_pool is not None and pages.page_pool is not self.page_pool:
+                raise ForeignPageError("new_computed_pages belong to another pool")
+        if len(ids) != len(self.kv_cache_groups):
+            raise InvalidArgumentError(
+                f"new_computed_pages has {len(ids)} groups, the manager has {len(self.kv_cache_groups)}")
+        if num_new_computed_tokens == 0 and not any(ids):
+            return None
+        request_id = req.request_id
+        if not self.enable_caching:
+            raise InvalidArgumentError("prefix caching is off: there can be no computed pages")
+        if request_id in self._shards:
+            raise InvalidArgumentError(f"request {request_id!r} already holds pages; hits are only taken first")
+        keys = self._keys.get(request_id, ())
+        key_of = self.page_pool.key_of
+        bounds = None if shard is None else dp_shard_page_bounds(shard, self.num_pages // dp)  # type: ignore[operator]
+        n = self.num_pages
+        for gid, group_ids in enumerate(ids):
+            ps = self._page_sizes[gid]
+            if num_new_computed_tokens % ps or len(group_ids) != num_new_computed_tokens // ps:
+                raise InvalidArgumentError(
+                    f"group {gid}: {len(group_ids)} hit pages of {ps} tokens do not cover "
+                    f"num_new_computed_tokens={num_new_computed_tokens}")
+            stride = ps // self._key_page_size
+            seen_real = False
+            for j, page in enumerate(group_ids):
+                if type(page) is not int or not 0 <= page < n:
+                    raise ForeignPageError(f"page id {page!r} is not a page of this pool (0..{n - 1})")
+                if page == NULL_PAGE:
+                    if seen_real or not self._windowed_groups[gid]:
+                        raise InvalidArgumentError(f"group {gid}: null page at hit position {j}")
+                    continue
+                seen_real = True
+                k = (j + 1) * stride - 1
+                if k >= len(keys) or key_of(page) != PageHashWithGroupId(keys[k], gid):
+                    raise InvalidArgumentError(
+                        f"group {gid}: page {page} at hit position {j} does not hold this request's "
+                        f"content (stale or foreign hit)")
+                if bounds is not None and not bounds[0] <= page < bounds[1]:
+                    raise ForeignPageError(f"hit page {page} is outside DP shard {shard}")
+        return ids
+
+    # ---- caching and freeing ------------------------------------------------------------------
+
+    def _cache(self, req: Request, num_tokens: int) -> None:
+        coordinator = self.coordinator
+        needed = coordinator.keys_needed(num_tokens)
+        keys = self._keys.get(req.request_id)
+        if keys is None or len(keys) < needed:
+            keys = self._extend_keys(req, needed)
+        coordinator.cache_pages(req.request_id, keys, num_tokens)
+
+    def cache_pages(self, request: Request, num_computed_tokens: int) -> None:
+        """Register the request's full pages up to ``num_computed_tokens`` tokens (e.g. after a
+        delayed allocation). A lower count than already cached is a no-op; no-op without caching."""
+        req = _request(request)
+        n = _int(num_computed_tokens, "num_computed_tokens", 0)
+        if req.request_id not in self._shards:
+            raise UnknownRequestError(f"request {req.request_id!r} holds no pages")
+        if n > req.num_tokens:
+            raise InvalidArgumentError(f"num_computed_tokens {n} exceeds the request's {req.num_tokens} tokens")
+        pages = self.coordinator.get_pages(req.request_id)
+        for gid, ps in enumerate(self._page_sizes):
+            if n // ps > len(pages[gid]):  # type: ignore[index]
+                raise InvalidArgumentError(
+                    f"group {gid}: {n} tokens span {n // ps} pages, the request holds {len(pages[gid])}")  # type: ignore[index]
+        if self.enable_caching:
+            self._cache(req, n)
+
+    def free(self, request: Request) -> None:
+        """Release all the request's pages (each group last page first). Its keys are kept for
+        a resumption (`free_page_hashes` drops them). No-op for a request without pages."""
+        request_id = _request(request).request_id
+        if request_id in self._shards:
+            del self._shards[request_id]
+            self.coordinator.free(request_id)
+
+    def free_page_hashes(self, request: Request) -> None:
+        """Forget the request's content keys (on finish). No-op if it has none."""
+        self._keys.pop(_request(request).request_id, None)
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached key, only when no page is held (returns False and changes nothing
+        otherwise). Request key lists are kept: they describe content, not pages."""
+        done = self.page_pool.reset_prefix_cache()
+        if done:
+            self.prefix_cache_stats.reset = True
+        return done
+
+    # ---- queries ----------------------------------------------------------------------------
+
+    def get_num_common_prefix_pages(self, request: Request, num_running_requests: int) -> list[int]:
+        """Per group, the leading pages held by at least ``num_running_requests`` requests
+        (cascade attention; 0 for windowed and Mamba groups). The request must be RUNNING."""
+        req = _request(request)
+        n = _int(num_running_requests, "num_running_requests", 1)
+        if req.request_id not in self._shards:
+            raise UnknownRequestError(f"request {req.request_id!r} holds no pages")
+        if req.status is not RequestStatus.RUNNING:
+            raise InvalidArgumentError(f"request {req.request_id!r} is {req.status.name}, not RUNNING")
+        return self.coordinator.get_num_common_prefix_pages(req.request_id, n)
+
+    def get_page_ids(self, request_id: str) -> tuple[list[int], ...]:
+        """The request's page ids per group (null placeholders as 0); copies."""
+        pages = self.coordinator.get_pages(request_id) if isinstance(request_id, str) else None
+        if pages is None:
+            raise UnknownRequestError(f"request {request_id!r} holds no pages")
+        return pages
+
+    def create_empty_page_list(self) -> CachePages:
+        """`CachePages` with one empty list per group."""
+        return CachePages._of(tuple([] for _ in self.kv_cache_groups), self.page_pool)
+
+    def request_ids(self) -> list[str]:
+        """Ids of the requests that hold pages."""
+        return list(self._shards)
+
+    def num_cached_pages(self, request_id: str) -> list[int]:
+        """Per group, how many leading pages of the request are registered in the cache."""
+        if not isinstance(request_id, str) or request_id not in self._shards:
+            raise UnknownRequestError(f"request {request_id!r} holds no pages")
+        return [m.num_cached_page[request_id] for m in self.coordinator.single_type_managers]
+
+    def group_layouts(self) -> list[tuple[str, int, int]]:
+        """Per group ``(kind, page_size, span)``: kind "full", "sliding", "chunked" or "mamba",
+        span the window or chunk size (0 otherwise)."""
+        return [m.layout for m in self.coordinator.single_type_managers]
+
+    def page_hashes_of(self, request_id: str) -> tuple[PageHash, ...]:
+        """The request's content keys so far (at the smallest page size); empty if none."""
+        return tuple(self._keys.get(request_id, ()))
+
+    def hashed_request_ids(self) -> list[str]:
+        """Ids of the requests whose content keys are kept."""
+        return list(self._keys)
+
+    def request_shard(self, request_id: str) -> int | None:
+        """The DP shard of a request that holds pages (None: the whole pool)."""
+        if not isinstance(request_id, str) or request_id not in self._shards:
+            raise UnknownRequestError(f"request {request_id!r} holds no pages")
+        return self._shards[request_id]

@@ -1,0 +1,286 @@
+"""Coordinators: one page pool shared by every cache group, one single-type manager per group.
+
+A coordinator fans the manager-level operations out to its groups and owns the two rules that
+span groups:
+
+- the common prefix-cache hit (`find_longest_cache_hit`): each group's own rule applied in
+  group order, repeated until a whole pass leaves the hit length unchanged (a fixed point, for
+  any number of attention types); with EAGLE the fixed point is recomputed once from one
+  largest page fewer;
+- all-or-nothing allocation (`allocate_slots`, INV-ATOMIC): the whole plan (window frees,
+  revived hits, new pages per group, shard-local availability) is computed first; if it does
+  not fit nothing changes, otherwise it is applied in eSurge's order.
+
+`CacheCoordinatorNoPrefixCache` serves caching-off managers (never hits, never caches),
+`UnitaryCacheCoordinator` one group, `HybridCacheCoordinator` several; the rules are shared,
+the classes exist for eSurge's names and dispatch (`get_kv_cache_coordinator`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from verikv.cache_specs import CacheGroupSpec, CacheGroupsConfig, ChunkedLocalAttentionSpec, MambaSpec, split_cache_groups
+from verikv.dp_sharding import checked_int
+from verikv.errors import CacheSpecError, InvalidArgumentError
+from verikv.hashing import PageHash
+from verikv.page_pool import PagePool
+from verikv.single_type_managers import NULL_PAGE, SingleTypeCacheManager, get_manager_for_kv_cache_spec
+
+PageIds = tuple[list[int], ...]
+
+
+class CacheCoordinator:
+    """Shared machinery; use `get_kv_cache_coordinator` to pick the right subclass.
+
+    ``shard`` arguments are DP shard indices (``None``: the whole pool) and ``dp`` the DP size
+    the pool's shard lists use; the manager resolves them before calling.
+    """
+
+    def __init__(
+        self,
+        num_pages: int,
+        kv_cache_groups: Sequence[CacheGroupSpec],
+        max_model_len: int,
+        use_eagle: bool,
+        enable_caching: bool,
+        *,
+        free_order: str = "esurge",
+        enable_kv_events: bool = False,
+    ) -> None:
+        groups = CacheGroupsConfig(num_pages, kv_cache_groups).kv_cache_groups
+        self.max_model_len = checked_int(max_model_len, "max_model_len", minimum=1)
+        if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
+            raise InvalidArgumentError("use_eagle and enable_caching must be bools")
+        if enable_caching:
+            split_cache_groups(groups)  # the page-size rule (CacheSpecError names the group)
+        for gid, group in enumerate(groups):
+            spec = group.kv_cache_spec
+            if isinstance(spec, MambaSpec) and spec.page_size < self.max_model_len:
+                raise CacheSpecError(
+                    f"Mamba cache group {gid} has page size {spec.page_size} < max_model_len "
+                    f"{self.max_model_len}: a request's state must fit one page"
+                )
+            if use_eagle and isinstance(spec, ChunkedLocalAttentionSpec):
+                raise CacheSpecError(f"EAGLE is not supported with chunked local attention (cache group {gid})")
+        self.kv_cache_groups: tuple[CacheGroupSpec, ...] = groups
+        self.use_eagle = use_eagle
+        self.enable_caching = enable_caching
+        self.page_pool = PagePool(num_pages, enable_caching, free_order=free_order, enable_kv_events=enable_kv_events)
+        sizes = [g.kv_cache_spec.page_size for g in groups]
+        #: the page size request keys are computed at: the smallest of the groups that cache
+        #: (all but Mamba); None when no group caches
+        self.key_page_size: int | None = min(
+            (g.kv_cache_spec.page_size for g in groups if not isinstance(g.kv_cache_spec, MambaSpec)), default=None)
+        self.single_type_managers: tuple[SingleTypeCacheManager, ...] = tuple(
+            get_manager_for_kv_cache_spec(g.kv_cache_spec, self.page_pool, gid, self.key_page_size)
+            for gid, g in enumerate(groups)
+        )
+        self._windowed = tuple(m for m in self.single_type_managers if m.frees_skipped_pages)
+        self._lcm_page_size = math.lcm(*sizes) if sizes else 1
+        self._max_page_size = max(sizes) if sizes else 1
+
+    # ---- lookups --------------------------------------------------------------------------
+
+    def find_longest_cache_hit(
+        self, keys: Sequence[PageHash], max_cache_hit_length: int, shard: int | None = None, dp: int | None = None
+    ) -> tuple[PageIds, int]:
+        """Hit pages per group and the hit length in tokens (a multiple of every page size).
+
+        Every group accepts exactly the returned length (fixed point of the per-group rules,
+        started from ``max_cache_hit_length`` rounded down to the lcm of the page sizes).
+        """
+        managers = self.single_type_managers
+        results: list[list[int]] = [[] for _ in managers]
+        at = [-1] * len(managers)  # the max_length each group's result was computed with
+        length = self._fixed_point(keys, max_cache_hit_length // self._lcm_page_size * self._lcm_page_size,
+                                   shard, dp, results, at)
+        if self.use_eagle and length > 0:
+            length = self._fixed_point(keys, length - self._max_page_size, shard, dp, results, at)
+        return tuple(results), length
+
+    def _fixed_point(
+        self, keys: Sequence[PageHash], length: int, shard: int | None, dp: int | None,
+        results: list[list[int]], at: list[int],
+    ) -> int:
+        """Apply each group's rule in group order until a whole pass keeps ``length``.
+
+        A group already evaluated at exactly ``length`` is not looked up again (its rule is a
+        pure function of the length), so a stable pass costs nothing.
+        """
+        managers = self.single_type_managers
+        while True:
+            start = length
+            for gid, manager in enumerate(managers):
+                if at[gid] == length:
+                    continue
+                hits = manager.find_longest_cache_hit(keys, length, (gid,), shard, dp)[0]
+                at[gid] = length
+                results[gid] = hits
+                length = len(hits) * manager.page_size
+            if length == start:
+                return length
+
+    # ---- planning and allocation -------------------------------------------------------------
+
+    def get_num_pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: PageIds) -> int:
+        """Free-list pages the request takes to cover ``num_tokens`` slots (all groups)."""
+        return sum(
+            m.get_num_pages_to_allocate(request_id, num_tokens, hits)
+            for m, hits in zip(self.single_type_managers, new_computed_pages)
+        )
+
+    def allocate_slots(
+        self,
+        request_id: str,
+        num_computed_tokens: int,
+        num_slots: int,
+        new_computed_pages: PageIds | None,
+        shard: int | None = None,
+        dp: int | None = None,
+    ) -> PageIds | None:
+        """All-or-nothing: drop out-of-window pages, take the hits, and cover ``num_slots`` slots.
+
+        ``num_computed_tokens`` is the request's count before this step (it decides the window
+        frees). Returns the new page ids per group, or None with no state change when the pool
+        (or the request's shard) cannot supply the plan. Window frees whose pages reach ref 0
+        count as available to the same call.
+        """
+        managers = self.single_type_managers
+        pool = self.page_pool
+        skips = None
+        reclaimed = 0
+        if self._windowed:
+            skips = [m.skipped_range(request_id, num_computed_tokens) for m in managers]
+            ref_count = pool.ref_count
+            for m, (start, stop) in zip(managers, skips):
+                if start < stop:
+                    pages = m.req_to_pages[request_id]
+                    reclaimed += sum(1 for j in range(start, stop) if ref_count(pages[j]) == 1)
+        need = 0
+        if new_computed_pages is None:
+            for m in managers:
+                held = m.req_to_pages.get(request_id)
+                n = -(-num_slots // m.page_size) - (len(held) if held else 0)
+                if n > 0:
+                    need += n
+        else:
+            need = self.get_num_pages_to_allocate(request_id, num_slots, new_computed_pages)
+        if need > reclaimed:
+            available = pool.get_num_free_pages() if shard is None else pool.get_num_free_pages(
+                dp_shard_hint=shard, data_parallel_size=dp)
+            if need > available + reclaimed:
+                return None
+        if skips is not None:
+            for m, (start, stop) in zip(managers, skips):
+                m.remove_skipped_pages(request_id, start, stop)
+        if new_computed_pages is not None:
+            for hits in new_computed_pages:
+                if hits:
+                    pool.touch_ids(hits)
+            for m, hits in zip(managers, new_computed_pages):
+                m.save_new_computed_pages(request_id, hits)
+        return tuple(m.allocate_new_pages(request_id, num_slots, shard, dp) for m in managers)
+
+    def remove_skipped_pages(self, request_id: str, num_computed_tokens: int) -> None:
+        """Free the pages that left every window once ``num_computed_tokens`` are computed."""
+        for m in self._windowed:
+            start, stop = m.skipped_range(request_id, num_computed_tokens)
+            m.remove_skipped_pages(request_id, start, stop)
+
+    # ---- caching, freeing, queries ----------------------------------------------------------------
+
+    def keys_needed(self, num_tokens: int) -> int:
+        """How many request keys caching up to ``num_tokens`` tokens reads (0 when caching is off)."""
+        return max((m.keys_needed(num_tokens) for m in self.single_type_managers), default=0)
+
+    def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int) -> None:
+        """Register the request's full pages up to ``num_tokens`` tokens in every group."""
+        for m in self.single_type_managers:
+            m.cache_pages(request_id, keys, num_tokens)
+
+    def free(self, request_id: str) -> None:
+        """Release the request's pages, group by group, each last page first."""
+        for m in self.single_type_managers:
+            m.free(request_id)
+
+    def get_num_common_prefix_pages(self, request_id: str, num_running_requests: int) -> list[int]:
+        """Per group: leading pages every running request shares (0 for windowed groups)."""
+        return [m.get_num_common_prefix_pages(request_id, num_running_requests) for m in self.single_type_managers]
+
+    def get_pages(self, request_id: str) -> PageIds | None:
+        """Copies of the request's page ids per group, or None for an unknown request."""
+        managers = self.single_type_managers
+        if not managers or request_id not in managers[0].req_to_pages:
+            return None
+        return tuple(list(m.req_to_pages[request_id]) for m in managers)
+
+    def has_request(self, request_id: str) -> bool:
+        """True when the request holds pages (it has an entry in every group)."""
+        managers = self.single_type_managers
+        return bool(managers) and request_id in managers[0].req_to_pages
+
+    def hit_pages_are_null_free(self, new_computed_pages: PageIds) -> bool:
+        """False if a full-attention or Mamba group's hit list contains the null page."""
+        return all(
+            m.frees_skipped_pages or NULL_PAGE not in hits
+            for m, hits in zip(self.single_type_managers, new_computed_pages)
+        )
+
+
+class CacheCoordinatorNoPrefixCache(CacheCoordinator):
+    """Prefix caching off: lookups never hit and nothing is cached; any groups are allowed."""
+
+    def find_longest_cache_hit(
+        self, keys: Sequence[PageHash], max_cache_hit_length: int, shard: int | None = None, dp: int | None = None
+    ) -> tuple[PageIds, int]:
+        """No hit: one empty list per group, 0 tokens."""
+        return tuple([] for _ in self.single_type_managers), 0
+
+    def keys_needed(self, num_tokens: int) -> int:
+        """Nothing is cached, so no key is ever needed."""
+        return 0
+
+    def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int) -> None:
+        """Caching is off: nothing to register."""
+
+
+class UnitaryCacheCoordinator(CacheCoordinator):
+    """Exactly one cache group, prefix caching on."""
+
+    def __init__(self, num_pages: int, kv_cache_groups: Sequence[CacheGroupSpec], max_model_len: int,
+                 use_eagle: bool, enable_caching: bool, **pool_options: object) -> None:
+        if not isinstance(kv_cache_groups, Sequence) or len(kv_cache_groups) != 1:
+            raise CacheSpecError("UnitaryCacheCoordinator needs exactly one cache group")
+        super().__init__(num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching, **pool_options)  # type: ignore[arg-type]
+
+
+class HybridCacheCoordinator(CacheCoordinator):
+    """Two or more cache groups of any attention types, prefix caching on."""
+
+    def __init__(self, num_pages: int, kv_cache_groups: Sequence[CacheGroupSpec], max_model_len: int,
+                 use_eagle: bool, enable_caching: bool, **pool_options: object) -> None:
+        if not isinstance(kv_cache_groups, Sequence) or len(kv_cache_groups) < 2:
+            raise CacheSpecError("HybridCacheCoordinator needs at least two cache groups")
+        super().__init__(num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching, **pool_options)  # type: ignore[arg-type]
+
+
+def get_kv_cache_coordinator(
+    num_pages: int,
+    kv_cache_groups: Sequence[CacheGroupSpec],
+    max_model_len: int,
+    use_eagle: bool,
+    enable_caching: bool,
+    *,
+    free_order: str = "esurge",
+    enable_kv_events: bool = False,
+) -> CacheCoordinator:
+    """eSurge's dispatch: caching off (or no group) -> no-prefix-cache; one group -> unitary;
+    otherwise hybrid."""
+    options = {"free_order": free_order, "enable_kv_events": enable_kv_events}
+    if not enable_caching or (isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 0):
+        return CacheCoordinatorNoPrefixCache(num_pages, kv_cache_groups, max_model_len, use_eagle, False, **options)
+    if isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 1:
+        return UnitaryCacheCoordinator(num_pages, kv_cache_groups, max_model_len, use_eagle, True, **options)
+    return HybridCacheCoordinator(num_pages, kv_cache_groups, max_model_len, use_eagle, True, **options)

@@ -1,0 +1,413 @@
+"""One manager per attention type: which pages a request holds in one cache group, on page ids.
+
+A `SingleTypeCacheManager` owns, for its cache group, each request's ordered page ids
+(``req_to_pages``; the null page 0 stands for a page a window no longer needs) and how many
+leading pages are registered in the prefix cache (``num_cached_page``). The subclasses differ
+in three rules: the prefix-cache hit they accept (`find_longest_cache_hit`), the pages a
+request can drop as its context moves on (`skipped_range`), and whether pages are cached.
+
+Keys: a request's content keys are computed at the smallest page size of the manager
+(``key_page_size``); a group whose page size is ``k`` times that uses key ``(j + 1) * k - 1``
+for its page ``j`` (the key of the last small page it covers), combined with its group id.
+
+Every method works on ints and costs O(pages it touches); none scans the free list or a
+request's whole page list. Queries never create entries; only the mutators called by a
+coordinator after its plan fits (`save_new_computed_pages`, `allocate_new_pages`) do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from verikv.cache_specs import (
+    CacheSpec,
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+)
+from verikv.errors import CacheSpecError
+from verikv.hashing import PageHash, PageHashWithGroupId
+
+if TYPE_CHECKING:
+    from verikv.page_pool import PagePool
+
+NULL_PAGE = 0
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division for non-negative ``a`` and positive ``b``."""
+    return -(-a // b)
+
+
+class SingleTypeCacheManager:
+    """Page bookkeeping of one cache group; subclasses add the attention type's rules."""
+
+    #: the spec class this manager handles (exact type, as eSurge's dispatch table)
+    spec_type: type[CacheSpec] = CacheSpec
+    #: whether `skipped_range` can ever return a non-empty range
+    frees_skipped_pages: bool = False
+    #: the attention kind's name in the spec (`verikv.spec.manager.GroupLayout`)
+    kind: str = ""
+
+    __slots__ = (
+        "kv_cache_spec",
+        "page_size",
+        "kv_cache_group_id",
+        "page_pool",
+        "req_to_pages",
+        "num_cached_page",
+        "key_page_size",
+        "_stride",
+    )
+
+    def __init__(
+        self,
+        kv_cache_spec: CacheSpec,
+        page_pool: PagePool,
+        kv_cache_group_id: int,
+        key_page_size: int | None = None,
+    ) -> None:
+        if type(kv_cache_spec) is not self.spec_type:
+            raise CacheSpecError(
+                f"{type(self).__name__} manages {self.spec_type.__name__}, got {type(kv_cache_spec).__name__}"
+            )
+        ps = kv_cache_spec.page_size
+        key_ps = ps if key_page_size is None else key_page_size
+        if ps % key_ps != 0:
+            raise CacheSpecError(f"page size {ps} is not a multiple of the key page size {key_ps}")
+        self.kv_cache_spec = kv_cache_spec
+        self.page_size = ps
+        self.kv_cache_group_id = kv_cache_group_id
+        self.page_pool = page_pool
+        self.req_to_pages: dict[str, list[int]] = {}
+        self.num_cached_page: dict[str, int] = {}
+        self.key_page_size = key_ps
+        self._stride = ps // key_ps
+
+    @property
+    def layout(self) -> tuple[str, int, int]:
+        """``(kind, page_size, span)`` as the spec's group layout (span: window or chunk, else 0)."""
+        return (self.kind, self.page_size, 0)
+
+    # ---- queries (no state change) -------------------------------------------------------
+
+    def find_longest_cache_hit(
+        self,
+        keys: Sequence[PageHash],
+        max_length: int,
+        group_ids: Sequence[int],
+        shard: int | None = None,
+        dp: int | None = None,
+    ) -> tuple[list[int], ...]:
+        """Longest hit this attention type accepts within ``max_length`` tokens, one page list
+        per group of ``group_ids`` (groups of the same type, looked up together: a position
+        hits only if it hits in every group). Pure: no reference count changes."""
+        return tuple([] for _ in group_ids)
+
+    def _joint_hit(
+        self, key: PageHash, group_ids: Sequence[int], shard: int | None, dp: int | None
+    ) -> list[int] | None:
+        """The page of ``key`` in each group (inside the DP shard, if any), or None if one misses."""
+        lookup = self.page_pool.lookup_id
+        out = []
+        for gid in group_ids:
+            page = lookup(PageHashWithGroupId(key, gid), dp_shard_hint=shard, data_parallel_size=dp)
+            if page is None:
+                return None
+            out.append(page)
+        return out
+
+    def _max_hit_pages(self, keys: Sequence[PageHash], max_length: int) -> int:
+        """Pages a hit may span: ``max_length`` tokens, and no more pages than have keys."""
+        return min(max_length // self.page_size, len(keys) // self._stride)
+
+    def skipped_range(self, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
+        """Index range ``[start, stop)`` of held pages the request no longer needs once
+        ``num_computed_tokens`` tokens are computed (all non-null); empty by default."""
+        return (0, 0)
+
+    def get_num_pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: Sequence[int]) -> int:
+        """Free-list pages this group consumes to cover ``num_tokens`` slots: the new pages,
+        plus the hit pages that are currently free (touching them takes them off the list)."""
+        held = self.req_to_pages.get(request_id)
+        need = cdiv(num_tokens, self.page_size) - len(new_computed_pages) - (len(held) if held else 0)
+        ref_count = self.page_pool.ref_count
+        revived = sum(1 for p in new_computed_pages if p != NULL_PAGE and ref_count(p) == 0)
+        return (need if need > 0 else 0) + revived
+
+    def get_num_common_prefix_pages(self, request_id: str, num_running_requests: int) -> int:
+        """Leading pages shared by all running requests (cascade attention); 0 unless full attention."""
+        return 0
+
+    # ---- mutators (called only once the coordinator's plan fits) --------------------------
+
+    def remove_skipped_pages(self, request_id: str, start: int, stop: int) -> None:
+        """Replace pages ``[start, stop)`` (from `skipped_range`) by the null page and free
+        them in descending index order, so the oldest page ends nearest the free tail."""
+        if start >= stop:
+            return
+        pages = self.req_to_pages[request_id]
+        freed = pages[start:stop]
+        freed.reverse()
+        pages[start:stop] = [NULL_PAGE] * (stop - start)
+        self.page_pool.free_page_ids(freed)
+
+    def save_new_computed_pages(self, request_id: str, new_computed_pages: Sequence[int]) -> None:
+        """Start the request's page list with its prefix hits; they count as cached."""
+        self.req_to_pages[request_id] = list(new_computed_pages)
+        self.num_cached_page[request_id] = len(new_computed_pages)
+
+    def allocate_new_pages(
+        self, request_id: str, num_tokens: int, shard: int | None = None, dp: int | None = None
+    ) -> list[int]:
+        """Take pages from the pool (or the DP shard) until ``num_tokens`` slots are covered;
+        returns the new ids (possibly none)."""
+        pages = self.req_to_pages.get(request_id)
+        if pages is None:
+            pages = self.req_to_pages[request_id] = []
+            self.num_cached_page[request_id] = 0
+        need = cdiv(num_tokens, self.page_size) - len(pages)
+        if need <= 0:
+            return []
+        new = self.page_pool.get_new_page_ids(need, dp_shard_hint=shard, data_parallel_size=dp)
+        pages.extend(new)
+        return new
+
+    def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int) -> None:
+        """Register the request's full pages up to ``num_tokens`` tokens in the prefix cache.
+
+        ``num_cached_page`` never decreases (a lower count is a no-op); null placeholders are
+        skipped and never hashed. Pages past ``num_cached_page`` were allocated fresh (their old
+        key was evicted when they were popped), so each gets its first key here. ``keys`` must
+        cover the last full page (the caller extends the request's key list first).
+        """
+        num_full = num_tokens // self.page_size
+        cached = self.num_cached_page[request_id]
+        if num_full <= cached:
+            return
+        pages = self.req_to_pages[request_id]
+        cache = self.page_pool.cache_page_id
+        stride = self._stride
+        gid = self.kv_cache_group_id
+        for j in range(cached, num_full):
+            page = pages[j]
+            if page != NULL_PAGE:
+                cache(page, PageHashWithGroupId(keys[(j + 1) * stride - 1], gid))
+        self.num_cached_page[request_id] = num_full
+
+    def keys_needed(self, num_tokens: int) -> int:
+        """How many request keys `cache_pages` reads to cache up to ``num_tokens`` tokens."""
+        return (num_tokens // self.page_size) * self._stride
+
+    def free(self, request_id: str) -> None:
+        """Release the request's pages, last page first (chain tails are evicted first), and
+        forget the request. No-op for a request without pages."""
+        pages = self.req_to_pages.pop(request_id, None)
+        self.num_cached_page.pop(request_id, None)
+        if pages:
+            ordered = [p for p in reversed(pages) if p != NULL_PAGE]
+            if ordered:
+                self.page_pool.free_page_ids(ordered)
+
+
+class FullAttentionManager(SingleTypeCacheManager):
+    """Full attention: a request holds a page for every ``page_size`` tokens; hits are prefixes."""
+
+    spec_type = FullAttentionSpec
+    kind = "full"
+    __slots__ = ()
+
+    def find_longest_cache_hit(
+        self,
+        keys: Sequence[PageHash],
+        max_length: int,
+        group_ids: Sequence[int],
+        shard: int | None = None,
+        dp: int | None = None,
+    ) -> tuple[list[int], ...]:
+        """Longest run of consecutive hits from page 0 (the first-inserted page per key)."""
+        n = self._max_hit_pages(keys, max_length)
+        stride = self._stride
+        if len(group_ids) == 1:
+            gid = group_ids[0]
+            lookup = self.page_pool.lookup_id
+            hits: list[int] = []
+            for j in range(n):
+                key = PageHashWithGroupId(keys[(j + 1) * stride - 1], gid)
+                page = lookup(key, dp_shard_hint=shard, data_parallel_size=dp)
+                if page is None:
+                    break
+                hits.append(page)
+            return (hits,)
+        result: tuple[list[int], ...] = tuple([] for _ in group_ids)
+        for j in range(n):
+            found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)
+            if found is None:
+                break
+            for lst, page in zip(result, found):
+                lst.append(page)
+        return result
+
+    def get_num_common_prefix_pages(self, request_id: str, num_running_requests: int) -> int:
+        """Leading pages held by at least ``num_running_requests`` requests (eSurge's ``>=``)."""
+        ref_count = self.page_pool.ref_count
+        count = 0
+        for page in self.req_to_pages[request_id]:
+            if ref_count(page) < num_running_requests:
+                break
+            count += 1
+        return count
+
+
+class SlidingWindowManager(SingleTypeCacheManager):
+    """Sliding window ``sw``: only the last ``sw`` tokens are attended, older pages are dropped."""
+
+    spec_type = SlidingWindowSpec
+    frees_skipped_pages = True
+    kind = "sliding"
+    __slots__ = ("sliding_window",)
+
+    def __init__(
+        self, kv_cache_spec: CacheSpec, page_pool: PagePool, kv_cache_group_id: int, key_page_size: int | None = None
+    ) -> None:
+        super().__init__(kv_cache_spec, page_pool, kv_cache_group_id, key_page_size)
+        self.sliding_window: int = kv_cache_spec.sliding_window  # type: ignore[attr-defined]
+
+    @property
+    def layout(self) -> tuple[str, int, int]:
+        """``("sliding", page_size, window)``."""
+        return (self.kind, self.page_size, self.sliding_window)
+
+    def find_longest_cache_hit(
+        self,
+        keys: Sequence[PageHash],
+        max_length: int,
+        group_ids: Sequence[int],
+        shard: int | None = None,
+        dp: int | None = None,
+    ) -> tuple[list[int], ...]:
+        """Rightmost run of ``cdiv(sw - 1, ps)`` consecutive hits (earlier pages become null
+        placeholders); if no such run exists, the run of hits starting at page 0."""
+        need = cdiv(self.sliding_window - 1, self.page_size)
+        n = self._max_hit_pages(keys, max_length)
+        stride = self._stride
+        result = tuple([NULL_PAGE] * n for _ in group_ids)
+        run = 0
+        for i in range(n - 1, -1, -1):
+            found = self._joint_hit(keys[(i + 1) * stride - 1], group_ids, shard, dp)
+            if found is None:
+                run = 0
+                continue
+            for lst, page in zip(result, found):
+                lst[i] = page
+            run += 1
+            if run >= need:
+                for lst in result:
+                    del lst[i + run :]
+                return result
+        for lst in result:
+            del lst[run:]
+        return result
+
+    def skipped_range(self, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
+        """Pages entirely before the window of the next token: index < (n - sw + 1) // ps."""
+        pages = self.req_to_pages.get(request_id)
+        first_kept = (num_computed_tokens - self.sliding_window + 1) // self.page_size
+        if not pages or first_kept <= 0:
+            return (0, 0)
+        stop = min(first_kept, len(pages))
+        start = stop
+        while start > 0 and pages[start - 1] != NULL_PAGE:
+            start -= 1
+        return (start, stop)
+
+
+class ChunkedLocalAttentionManager(SingleTypeCacheManager):
+    """Chunked local attention: tokens attend only within their chunk of ``C`` tokens."""
+
+    spec_type = ChunkedLocalAttentionSpec
+    frees_skipped_pages = True
+    kind = "chunked"
+    __slots__ = ("attention_chunk_size",)
+
+    def __init__(
+        self, kv_cache_spec: CacheSpec, page_pool: PagePool, kv_cache_group_id: int, key_page_size: int | None = None
+    ) -> None:
+        super().__init__(kv_cache_spec, page_pool, kv_cache_group_id, key_page_size)
+        self.attention_chunk_size: int = kv_cache_spec.attention_chunk_size  # type: ignore[attr-defined]
+
+    @property
+    def layout(self) -> tuple[str, int, int]:
+        """``("chunked", page_size, chunk)``."""
+        return (self.kind, self.page_size, self.attention_chunk_size)
+
+    def find_longest_cache_hit(
+        self,
+        keys: Sequence[PageHash],
+        max_length: int,
+        group_ids: Sequence[int],
+        shard: int | None = None,
+        dp: int | None = None,
+    ) -> tuple[list[int], ...]:
+        """Null placeholders for the pages before the current chunk, then consecutive hits."""
+        n = self._max_hit_pages(keys, max_length)
+        chunk = self.attention_chunk_size
+        start_page = ((max_length // chunk) * chunk) // self.page_size if max_length > 0 else 0
+        stride = self._stride
+        result = tuple([NULL_PAGE] * start_page for _ in group_ids)
+        for j in range(start_page, n):
+            found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)
+            if found is None:
+                break
+            for lst, page in zip(result, found):
+                lst.append(page)
+        return result
+
+    def skipped_range(self, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
+        """Pages before the current chunk: index < ((n // C) * C) // ps."""
+        pages = self.req_to_pages.get(request_id)
+        chunk = self.attention_chunk_size
+        first_kept = ((num_computed_tokens // chunk) * chunk) // self.page_size
+        if not pages or first_kept <= 0:
+            return (0, 0)
+        stop = min(first_kept, len(pages))
+        start = stop
+        while start > 0 and pages[start - 1] != NULL_PAGE:
+            start -= 1
+        return (start, stop)
+
+
+class MambaManager(SingleTypeCacheManager):
+    """Mamba (recurrent state): one page per request holding the state; never prefix-cached."""
+
+    spec_type = MambaSpec
+    kind = "mamba"
+    __slots__ = ()
+
+    def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int) -> None:
+        """A recurrent state is not a token prefix: nothing is cached."""
+
+    def keys_needed(self, num_tokens: int) -> int:
+        """Mamba pages are never cached, so they need no keys."""
+        return 0
+
+
+#: attention spec type -> manager class (exact types, as eSurge's ``spec_manager_map``)
+spec_manager_map: dict[type[CacheSpec], type[SingleTypeCacheManager]] = {
+    FullAttentionSpec: FullAttentionManager,
+    SlidingWindowSpec: SlidingWindowManager,
+    ChunkedLocalAttentionSpec: ChunkedLocalAttentionManager,
+    MambaSpec: MambaManager,
+}
+
+
+def get_manager_for_kv_cache_spec(
+    kv_cache_spec: CacheSpec, page_pool: PagePool, kv_cache_group_id: int, key_page_size: int | None = None
+) -> SingleTypeCacheManager:
+    """The manager for ``kv_cache_spec``'s exact type (`CacheSpecError` for an unknown type)."""
+    cls = spec_manager_map.get(type(kv_cache_spec))
+    if cls is None:
+        raise CacheSpecError(f"no cache manager handles {type(kv_cache_spec).__name__}")
+    return cls(kv_cache_spec, page_pool, kv_cache_group_id, key_page_size)
