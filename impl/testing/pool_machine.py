@@ -51,6 +51,7 @@ EXPECTED_ERROR: dict[str, type[Exception]] = {
 POOL_SIZES = st.one_of(st.integers(min_value=1, max_value=10), st.sampled_from([12, 64, 257]))
 DP_SIZES = st.sampled_from([None, 2, 3, 4])
 # A tiny key domain, so several pages share a key and lookups hit often.
+BAD_INPUTS = ["over-allocate", "double-free", "free-null", "cache-null", "recache", "out-of-range"]
 KEYS = [PageHashWithGroupId(PageHash(k, (k,), None), 0) for k in range(5)]
 
 
@@ -155,13 +156,6 @@ def make_pool_machine(factory: PoolFactory) -> type[RuleBasedStateMachine]:
             if got:
                 self.requests.append(got)
 
-        @rule(extra=st.integers(1, 3), hint=st.one_of(st.none(), st.integers(0, 7)))
-        def over_allocate(self, extra: int, hint: int | None) -> None:
-            bounds = self.bounds(hint)
-            n = sum(1 for p in self.state.free if bounds is None or bounds[0] <= p < bounds[1]) + extra
-            self.expect_rejected(f"allocate({n}, hint={hint})", "out-of-pages",
-                                 lambda: self.pool.get_new_page_ids(n, **self.dp_kwargs(hint)))
-
         @rule(key=st.sampled_from(KEYS), hint=st.one_of(st.none(), st.integers(0, 7)),
               placeholder=st.booleans(), views=st.booleans())
         def touch_cache_hit(self, key: Any, hint: int | None, placeholder: bool, views: bool) -> None:
@@ -204,32 +198,34 @@ def make_pool_machine(factory: PoolFactory) -> type[RuleBasedStateMachine]:
             else:
                 self.expect_ok("free", lambda: self.pool.free_page_ids(order))
 
-        @precondition(lambda self: self.state.free)
-        @rule(data=st.data(), with_held=st.booleans())
-        def double_free(self, data: st.DataObject, with_held: bool) -> None:
-            victim = data.draw(st.sampled_from(self.state.free), label="free page")
-            ids = ([self.requests[0][0]] if with_held and self.requests else []) + [victim]
-            self.expect_rejected(f"free({ids})", "double-free", lambda: self.pool.free_page_ids(ids))
-
-        @rule(with_held=st.booleans())
-        def free_null_page(self, with_held: bool) -> None:
-            ids = ([self.requests[0][0]] if with_held and self.requests else []) + [0]
-            self.expect_rejected(f"free({ids})", "null-page", lambda: self.pool.free_page_ids(ids))
-
-        @rule(key=st.sampled_from(KEYS))
-        def cache_null_page(self, key: Any) -> None:
-            self.expect_rejected("cache(0)", "null-page", lambda: self.pool.cache_page_id(0, key))
-
-        @precondition(lambda self: any(k is not None for k in self.state.key_of))
-        @rule(data=st.data(), key=st.sampled_from(KEYS))
-        def recache_keyed_page(self, data: st.DataObject, key: Any) -> None:
-            page = data.draw(st.sampled_from([p for p, k in enumerate(self.state.key_of) if k is not None]), label="page")
-            self.expect_rejected(f"cache({page})", "already-keyed", lambda: self.pool.cache_page_id(page, key))
-
-        @rule(offset=st.integers(0, 2))
-        def touch_out_of_range(self, offset: int) -> None:
-            bad = self.state.num_pages + offset
-            self.expect_rejected(f"touch([{bad}])", "out-of-range", lambda: self.pool.touch_ids([bad]))
+        @rule(kind=st.sampled_from(BAD_INPUTS), data=st.data())
+        def bad_input(self, kind: str, data: st.DataObject) -> None:
+            """One call the spec rejects; the pool must raise the matching error and not change."""
+            held = [self.requests[0][0]] if self.requests and data.draw(st.booleans(), label="with held") else []
+            if kind == "over-allocate":
+                hint = data.draw(st.one_of(st.none(), st.integers(0, 7)), label="hint")
+                bounds = self.bounds(hint)
+                n = sum(1 for p in self.state.free if bounds is None or bounds[0] <= p < bounds[1])
+                n += data.draw(st.integers(1, 3), label="extra")
+                self.expect_rejected(f"allocate({n}, hint={hint})", "out-of-pages",
+                                     lambda: self.pool.get_new_page_ids(n, **self.dp_kwargs(hint)))
+            elif kind == "double-free" and self.state.free:
+                ids = held + [data.draw(st.sampled_from(self.state.free), label="free page")]
+                self.expect_rejected(f"free({ids})", "double-free", lambda: self.pool.free_page_ids(ids))
+            elif kind == "free-null":
+                ids = held + [0]
+                self.expect_rejected(f"free({ids})", "null-page", lambda: self.pool.free_page_ids(ids))
+            elif kind == "cache-null":
+                key = data.draw(st.sampled_from(KEYS), label="key")
+                self.expect_rejected("cache(0)", "null-page", lambda: self.pool.cache_page_id(0, key))
+            elif kind == "recache" and any(k is not None for k in self.state.key_of):
+                page = data.draw(st.sampled_from([p for p, k in enumerate(self.state.key_of) if k is not None]),
+                                 label="keyed page")
+                key = data.draw(st.sampled_from(KEYS), label="key")
+                self.expect_rejected(f"cache({page})", "already-keyed", lambda: self.pool.cache_page_id(page, key))
+            elif kind == "out-of-range":
+                bad = self.state.num_pages + data.draw(st.integers(0, 2), label="offset")
+                self.expect_rejected(f"touch([{bad}])", "out-of-range", lambda: self.pool.touch_ids(held + [bad]))
 
         @rule(release_all=st.booleans())
         def reset_prefix_cache(self, release_all: bool) -> None:
