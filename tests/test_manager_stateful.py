@@ -1,0 +1,62 @@
+"""CacheManager against the manager spec, through the scheduler-shaped state machine.
+
+One test per group layout, each 200 examples of up to 60 steps (the initialize step
+included), derandomized under the ``ci`` profile. `test_runs_are_long_and_reach_the_paths`
+shows the runs are not vacuous: most reach the step limit, and prefix hits, failed
+allocations, preemptions and null placeholders all occur.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from verikv.testing.manager_machine import LAYOUTS, manager_machine
+
+STEPS = 60
+EXAMPLES = 200
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_cache_manager_refines_the_spec(name: str) -> None:
+    run_state_machine_as_test(manager_machine(LAYOUTS[name]),
+                              settings=settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None))
+
+
+def test_runs_are_long_and_reach_the_paths() -> None:
+    seen: Counter[str] = Counter()
+    base = manager_machine(LAYOUTS["full+sliding(window<=page)"])
+
+    class Counting(base):  # type: ignore[misc, valid-type]
+        def check(self) -> None:
+            super().check()
+            self.steps = getattr(self, "steps", 0) + 1
+            seen["null placeholder held"] += any(0 in pages for _, e in self.spec.entries for pages in e.pages)
+
+        def lookup(self, rid: str, hint: Any) -> Any:
+            pages, hit = super().lookup(rid, hint)
+            seen["prefix hit"] += hit.num_tokens > 0
+            return pages, hit
+
+        def allocate(self, *args: Any, **kwargs: Any) -> bool:
+            done = super().allocate(*args, **kwargs)
+            seen["allocation refused"] += not done
+            return done
+
+        def preempt_request(self, rid: str) -> None:
+            super().preempt_request(rid)
+            seen["preemption"] += 1
+
+        def teardown(self) -> None:
+            seen["runs"] += 1
+            seen["runs of 50+ steps"] += getattr(self, "steps", 0) >= 50
+
+    run_state_machine_as_test(Counting, settings=settings(max_examples=60, stateful_step_count=STEPS,
+                                                          deadline=None, derandomize=True, database=None))
+    assert seen["runs of 50+ steps"] >= seen["runs"] // 2, seen
+    for path in ("prefix hit", "allocation refused", "preemption", "null placeholder held"):
+        assert seen[path] > 0, seen
