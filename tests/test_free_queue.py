@@ -1,0 +1,221 @@
+"""FreeCachePageQueue and CachePage: eSurge's behaviour, typed errors, no change on error."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from verikv.errors import (
+    CorruptedStateError,
+    DoubleFreeError,
+    ForeignPageError,
+    InvalidArgumentError,
+    NullPageError,
+    OutOfPagesError,
+    PageStateError,
+)
+from verikv.free_queue import CachePage, FreeCachePageQueue, PageRecords
+
+
+def ids(pages: list[CachePage]) -> list[int]:
+    return [p.page_id for p in pages]
+
+
+def make(n: int) -> tuple[list[CachePage], FreeCachePageQueue]:
+    pages = [CachePage(i) for i in range(n)]
+    return pages, FreeCachePageQueue(pages)
+
+
+def test_built_from_pages_in_list_order() -> None:
+    pages = [CachePage(i) for i in (3, 0, 2, 1)]
+    queue = FreeCachePageQueue(pages)
+    assert queue.num_free_pages == 4 == len(queue)
+    assert ids(queue.get_all_free_pages()) == [3, 0, 2, 1]
+    assert queue.get_all_free_pages()[0] is pages[0]
+
+
+def test_popleft_and_popleft_n_take_from_the_head() -> None:
+    pages, queue = make(6)
+    assert queue.popleft() is pages[0]
+    assert ids(queue.popleft_n(2)) == [1, 2]
+    assert queue.popleft_n(0) == []
+    assert ids(queue.get_all_free_pages()) == [3, 4, 5]
+    assert queue.num_free_pages == 3
+
+
+def test_remove_from_the_middle_and_append_at_the_tail() -> None:
+    pages, queue = make(5)
+    queue.remove(pages[2])
+    assert ids(queue.get_all_free_pages()) == [0, 1, 3, 4]
+    queue.append(pages[2])
+    queue.remove(pages[0])
+    queue.remove(pages[4])
+    queue.append_n([pages[4], pages[0]])
+    assert ids(queue.get_all_free_pages()) == [1, 3, 2, 4, 0]
+    assert queue.num_free_pages == 5
+
+
+def test_neighbour_links_as_page_attributes() -> None:
+    pages, queue = make(3)
+    assert pages[0].prev_free_page is None and pages[0].next_free_page is pages[1]
+    assert pages[2].prev_free_page is pages[1] and pages[2].next_free_page is None
+    queue.remove(pages[1])
+    assert pages[1].prev_free_page is None and pages[1].next_free_page is None
+    assert pages[0].next_free_page is pages[2]
+
+
+def test_empty_queue_errors_are_value_errors() -> None:
+    _, queue = make(0)
+    with pytest.raises(OutOfPagesError) as info:
+        queue.popleft()
+    assert isinstance(info.value, ValueError)
+
+
+def test_popleft_n_too_many_changes_nothing() -> None:
+    _, queue = make(3)
+    with pytest.raises(OutOfPagesError):
+        queue.popleft_n(4)
+    with pytest.raises(InvalidArgumentError):
+        queue.popleft_n(-1)
+    assert ids(queue.get_all_free_pages()) == [0, 1, 2]
+
+
+def test_appending_a_linked_page_is_an_error() -> None:
+    pages, queue = make(3)
+    with pytest.raises(PageStateError):
+        queue.append(pages[1])
+    assert ids(queue.get_all_free_pages()) == [0, 1, 2]
+
+
+def test_removing_an_unlinked_page_is_an_error() -> None:
+    pages, queue = make(3)
+    queue.remove(pages[1])
+    with pytest.raises(PageStateError):
+        queue.remove(pages[1])
+    assert ids(queue.get_all_free_pages()) == [0, 2]
+
+
+def test_append_n_checks_every_page_before_linking_any() -> None:
+    pages, queue = make(4)
+    queue.popleft_n(3)
+    with pytest.raises(PageStateError):
+        queue.append_n([pages[0], pages[1], pages[0]])
+    with pytest.raises(PageStateError):
+        queue.append_n([pages[0], pages[3]])
+    assert ids(queue.get_all_free_pages()) == [3]
+    assert queue.num_free_pages == 1
+
+
+def test_null_page_is_never_appended() -> None:
+    null = CachePage(0, is_null=True)
+    other = CachePage(1)
+    queue = FreeCachePageQueue([null, other])
+    queue.popleft()
+    with pytest.raises(NullPageError):
+        queue.append(null)
+
+
+def test_foreign_pages_are_rejected() -> None:
+    _, queue = make(3)
+    with pytest.raises(ForeignPageError):
+        queue.append(CachePage(1))
+    with pytest.raises(ForeignPageError):
+        queue.append_ids([7])
+
+
+def test_construction_rejects_duplicates_and_pages_already_queued() -> None:
+    with pytest.raises(InvalidArgumentError):
+        FreeCachePageQueue([CachePage(1), CachePage(1)])
+    pages, _ = make(2)
+    with pytest.raises(InvalidArgumentError):
+        FreeCachePageQueue(pages)
+
+
+def test_range_constructor_and_prepend() -> None:
+    records = PageRecords.for_pool(10)
+    queue = FreeCachePageQueue.for_range(records, 1, 10, lambda i: CachePage.view(records, i))
+    assert queue.ids() == list(range(1, 10))
+    assert queue.popleft_ids(3) == [1, 2, 3]
+    queue.prepend_ids([3, 1])
+    assert queue.ids() == [3, 1, 4, 5, 6, 7, 8, 9]
+    with pytest.raises(NullPageError):
+        queue.append_ids([0])
+    assert queue.num_free_pages == 8
+
+
+def test_a_cycle_in_the_links_is_reported_not_walked_forever() -> None:
+    records = PageRecords.for_pool(4)
+    queue = FreeCachePageQueue.for_range(records, 1, 4, lambda i: CachePage.view(records, i))
+    queue.links.next[3] = 1
+    with pytest.raises(CorruptedStateError):
+        queue.ids()
+
+
+def test_cache_page_record_behaviour() -> None:
+    page = CachePage(5)
+    page.incr_ref()
+    page.decr_ref()
+    with pytest.raises(DoubleFreeError) as info:
+        page.decr_ref()
+    assert isinstance(info.value, RuntimeError) and page.ref_cnt == 0
+    page.page_hash = "k"
+    with pytest.raises(PageStateError):
+        page.page_hash = "other"
+    page.reset_hash()
+    assert page.page_hash is None
+    with pytest.raises(NullPageError):
+        CachePage(0, is_null=True).page_hash = "k"
+
+
+def test_cache_pages_are_hashable_values() -> None:
+    records = PageRecords.for_pool(3)
+    assert CachePage.view(records, 1) == CachePage.view(records, 1)
+    assert CachePage.view(records, 1) != CachePage.view(records, 2)
+    assert len({CachePage.view(records, 1), CachePage.view(records, 1)}) == 1
+    assert CachePage(1) != CachePage(1)  # two lone pages are two pages
+
+
+def test_pool_owned_views_are_read_only() -> None:
+    page = CachePage.view(PageRecords.for_pool(3), 1)
+    with pytest.raises(PageStateError):
+        page.ref_cnt = 3
+    with pytest.raises(PageStateError):
+        page.incr_ref()
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["popleft", "remove", "append", "prepend"]), st.integers(0, 9)),
+               max_size=60)
+
+
+@given(OPS)
+def test_queue_matches_a_list_model(ops: list[tuple[str, int]]) -> None:
+    records = PageRecords.for_pool(10)
+    queue = FreeCachePageQueue.for_range(records, 1, 10, lambda i: CachePage.view(records, i))
+    model = list(range(1, 10))
+    for op, pid in ops:
+        if op == "popleft":
+            if model:
+                assert queue.popleft_ids(1) == [model.pop(0)]
+            else:
+                with pytest.raises(OutOfPagesError):
+                    queue.popleft_ids(1)
+        elif op == "remove":
+            if pid in model:
+                queue.remove_id(pid)
+                model.remove(pid)
+            else:
+                with pytest.raises(PageStateError):
+                    queue.remove_id(pid)
+        else:
+            link = queue.append_ids if op == "append" else queue.prepend_ids
+            if pid == 0:
+                with pytest.raises(NullPageError):
+                    link([pid])
+            elif pid in model:
+                with pytest.raises(PageStateError):
+                    link([pid])
+            else:
+                link([pid])
+                model.insert(len(model) if op == "append" else 0, pid)
+        assert queue.ids() == model and queue.num_free_pages == len(model)
