@@ -31,9 +31,12 @@ def checked_int(
     Accepts ``int`` and NumPy integer scalars; rejects ``bool``, NumPy booleans, floats and
     anything else, so a wrong type is reported instead of being silently truncated.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if type(value) is int:  # fast path: plain ints skip the ABC dispatch of numbers.Integral
+        result = value
+    elif isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise error(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    result = int(value)
+    else:
+        result = int(value)
     if minimum is not None and result < minimum:
         raise error(f"{name} must be >= {minimum}, got {result}")
     if maximum is not None and result > maximum:
