@@ -112,6 +112,9 @@ class CachePages:
         return f"CachePages({self.page_ids!r})"
 
 
+_PREEMPTED = RequestStatus.PREEMPTED
+
+
 def _int(value: object, name: str, minimum: int) -> int:
     """Fast path of `checked_int` for plain ints (the hot path passes plain ints)."""
     if type(value) is int:
@@ -174,6 +177,7 @@ class CacheManager:
         self._windowed_groups = tuple(m.frees_skipped_pages for m in coordinator.single_type_managers)
         self._keys: dict[str, list[PageHash]] = {}
         self._shards: dict[str, int | None] = {}  # request with pages -> its DP shard (None: whole pool)
+        self._cached_upto: dict[str, int] = {}  # request -> key pages its last caching covered
         #: DP size the shards are cut for (1: no DP); calls may only ask for this size
         self.data_parallel_size: int = dp_size
         self.prefix_cache_stats = PrefixCacheStats()
@@ -285,16 +289,19 @@ class CacheManager:
         real tokens beyond it raise. Unless caching is off or ``delay_cache_pages``, full pages
         up to the computed tokens are then registered in the prefix cache.
         """
-        req = _request(request)
-        num_new_tokens = _int(num_new_tokens, "num_new_tokens", 1)
-        num_new_computed_tokens = _int(num_new_computed_tokens, "num_new_computed_tokens", 0)
-        num_lookahead_tokens = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
+        req = request if type(request) is Request else _request(request)
+        if type(num_new_tokens) is not int or num_new_tokens < 1:
+            num_new_tokens = _int(num_new_tokens, "num_new_tokens", 1)
+        if num_new_computed_tokens.__class__ is not int or num_new_computed_tokens < 0:
+            num_new_computed_tokens = _int(num_new_computed_tokens, "num_new_computed_tokens", 0)
+        if num_lookahead_tokens.__class__ is not int or num_lookahead_tokens < 0:
+            num_lookahead_tokens = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
         if delay_cache_pages is not False and delay_cache_pages is not True:
             raise InvalidArgumentError(f"delay_cache_pages must be a bool, got {delay_cache_pages!r}")
-        if req._status > RequestStatus.PREEMPTED:
+        if req._status > _PREEMPTED:
             raise InvalidArgumentError(f"request {req.request_id!r} is finished")
         request_id = req.request_id
-        num_computed = req.num_computed_tokens
+        num_computed = req._num_computed_tokens
         computed = num_computed + num_new_computed_tokens
         max_model_len = self.max_model_len
         if computed + num_new_tokens > max_model_len:
@@ -304,7 +311,11 @@ class CacheManager:
         num_slots = computed + num_new_tokens + num_lookahead_tokens
         if num_slots > max_model_len:
             num_slots = max_model_len
-        shard, dp = self._shard_of(request_id, dp_shard_hint, data_parallel_size)
+        if dp_shard_hint is None and data_parallel_size is None:
+            shard = self._shards.get(request_id)
+            dp = None if shard is None else self.data_parallel_size
+        else:
+            shard, dp = self._shard_of(request_id, dp_shard_hint, data_parallel_size)
         hits = None
         if new_computed_pages is not None or num_new_computed_tokens:
             hits = self._checked_hits(req, new_computed_pages, num_new_computed_tokens, shard, dp)
@@ -314,8 +325,11 @@ class CacheManager:
         if request_id not in self._shards and self.kv_cache_groups:
             self._shards[request_id] = shard
         if self.enable_caching and not delay_cache_pages:
-            num_tokens = req.num_tokens
-            self._cache(req, computed + num_new_tokens if computed + num_new_tokens < num_tokens else num_tokens)
+            num_tokens = len(req._tokens)
+            if computed + num_new_tokens < num_tokens:
+                num_tokens = computed + num_new_tokens
+            if num_tokens // self._key_page_size != self._cached_upto.get(request_id):
+                self._cache(req, num_tokens)
         return CachePages._of(new, self.page_pool)
 
     def _checked_hits(
@@ -373,12 +387,19 @@ class CacheManager:
     # ---- caching and freeing ------------------------------------------------------------------
 
     def _cache(self, req: Request, num_tokens: int) -> None:
+        """Cache the request's full pages up to ``num_tokens`` tokens, extending its keys first.
+
+        Remembers ``num_tokens // key_page_size`` per request: while that does not change, no
+        group has a new full page (every page size is a multiple of the key page size), so the
+        decode path skips the call entirely.
+        """
         coordinator = self.coordinator
         needed = coordinator.keys_needed(num_tokens)
         keys = self._keys.get(req.request_id)
         if keys is None or len(keys) < needed:
             keys = self._extend_keys(req, needed)
         coordinator.cache_pages(req.request_id, keys, num_tokens)
+        self._cached_upto[req.request_id] = num_tokens // self._key_page_size
 
     def cache_pages(self, request: Request, num_computed_tokens: int) -> None:
         """Register the request's full pages up to ``num_computed_tokens`` tokens (e.g. after a
@@ -403,6 +424,7 @@ class CacheManager:
         request_id = _request(request).request_id
         if request_id in self._shards:
             del self._shards[request_id]
+            self._cached_upto.pop(request_id, None)
             self.coordinator.free(request_id)
 
     def free_page_hashes(self, request: Request) -> None:

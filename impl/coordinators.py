@@ -160,11 +160,17 @@ class CacheCoordinator:
                     reclaimed += sum(1 for j in range(start, stop) if ref_count(pages[j]) == 1)
         need = 0
         if new_computed_pages is None:
+            known = True
             for m in managers:
                 held = m.req_to_pages.get(request_id)
-                n = -(-num_slots // m.page_size) - (len(held) if held else 0)
+                if held is None:
+                    known = False
+                    held = ()
+                n = -(-num_slots // m.page_size) - len(held)
                 if n > 0:
                     need += n
+            if need == 0 and known and skips is None:  # the decode fast path: nothing to do
+                return ([],) if len(managers) == 1 else tuple([] for _ in managers)
         else:
             need = self.get_num_pages_to_allocate(request_id, num_slots, new_computed_pages)
         if need > reclaimed:
@@ -181,7 +187,7 @@ class CacheCoordinator:
                     pool.touch_ids(hits)
             for m, hits in zip(managers, new_computed_pages):
                 m.save_new_computed_pages(request_id, hits)
-        return tuple(m.allocate_new_pages(request_id, num_slots, shard, dp) for m in managers)
+        return tuple([m.allocate_new_pages(request_id, num_slots, shard, dp) for m in managers])
 
     def remove_skipped_pages(self, request_id: str, num_computed_tokens: int) -> None:
         """Free the pages that left every window once ``num_computed_tokens`` are computed."""
@@ -193,7 +199,12 @@ class CacheCoordinator:
 
     def keys_needed(self, num_tokens: int) -> int:
         """How many request keys caching up to ``num_tokens`` tokens reads (0 when caching is off)."""
-        return max((m.keys_needed(num_tokens) for m in self.single_type_managers), default=0)
+        needed = 0
+        for m in self.single_type_managers:
+            k = m.keys_needed(num_tokens)
+            if k > needed:
+                needed = k
+        return needed
 
     def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int) -> None:
         """Register the request's full pages up to ``num_tokens`` tokens in every group."""

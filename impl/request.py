@@ -82,6 +82,8 @@ def _checked_tokens(tokens: Iterable[int], what: str) -> list[int]:
     if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
         raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(tokens).__name__}")
     out = list(tokens)
+    if not out or (set(map(type, out)) == {int} and min(out) >= 0):  # plain ints: checked at C speed
+        return out
     for i, t in enumerate(out):
         if type(t) is not int:
             out[i] = t = checked_int(t, f"{what}[{i}]")
@@ -226,6 +228,11 @@ class Request:
 
     def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
         """Append one sampled token or several; all are validated before any is added."""
+        if type(token_ids) is list and len(token_ids) == 1:  # the decode step: one plain int
+            token = token_ids[0]
+            if type(token) is int and token >= 0:
+                self._tokens.append(token)
+                return
         if isinstance(token_ids, numbers.Integral) and not isinstance(token_ids, bool):
             token = int(token_ids)
             if token < 0:
