@@ -1,0 +1,309 @@
+"""PagePool: eSurge behaviours, the deliberate departures, and errors that change nothing."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from verikv.errors import (
+    DoubleFreeError,
+    ForeignPageError,
+    InvalidArgumentError,
+    NullPageError,
+    OutOfPagesError,
+    PageStateError,
+)
+from verikv.events import AllPagesCleared, PageRemoved, PageStored
+from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId
+from verikv.page_pool import PagePool
+from verikv.spec.abstraction import abstract_pool
+
+K = [PageHash(i, (i,), None) for i in range(4)]
+
+
+def key(i: int, group: int = 0) -> PageHashWithGroupId:
+    return PageHashWithGroupId(K[i], group)
+
+
+def test_fresh_pool() -> None:
+    pool = PagePool(5)
+    assert pool.free_list_ids() == [1, 2, 3, 4]
+    assert pool.null_page.is_null and pool.null_page.page_id == 0
+    assert pool.get_num_free_pages() == 4 and pool.get_usage() == 0.0
+    assert pool.free_page_queue.num_free_pages == 4
+    assert PagePool(1).get_usage() == 0.0 and PagePool(1).get_num_free_pages() == 0
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, 2.0, "8", None])
+def test_num_pages_must_be_a_positive_integer(bad) -> None:
+    with pytest.raises(InvalidArgumentError):
+        PagePool(bad)
+
+
+def test_numpy_integer_page_count_is_accepted() -> None:
+    assert PagePool(np.int64(4)).num_pages == 4
+
+
+def test_constructor_options_are_validated() -> None:
+    with pytest.raises(InvalidArgumentError):
+        PagePool(4, free_order="lifo")
+    with pytest.raises(InvalidArgumentError):
+        PagePool(4, enable_caching=1)  # type: ignore[arg-type]
+
+
+def test_issue_example_reverse_free_order() -> None:
+    pool = PagePool(8)
+    held = pool.get_new_pages(4)
+    assert [p.page_id for p in held] == [1, 2, 3, 4]
+    assert pool.free_list_ids() == [5, 6, 7]
+    pool.free_pages(reversed(held))
+    assert pool.free_list_ids() == [5, 6, 7, 4, 3, 2, 1]
+
+
+def test_allocation_sets_ref_and_over_allocation_changes_nothing() -> None:
+    pool = PagePool(4)
+    pages = pool.get_new_pages(2)
+    assert [p.ref_cnt for p in pages] == [1, 1]
+    before = abstract_pool(pool)
+    with pytest.raises(OutOfPagesError) as info:
+        pool.get_new_pages(2)
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(InvalidArgumentError):
+        pool.get_new_page_ids(-1)
+    assert abstract_pool(pool) == before
+    assert pool.get_usage() == pytest.approx(2 / 3)
+
+
+def test_double_free_and_null_free_raise_and_change_nothing() -> None:
+    pool = PagePool(6)
+    a, b = pool.get_new_page_ids(2)
+    pool.free_page_ids([a])
+    before = abstract_pool(pool)
+    for bad, error in [([b, a], DoubleFreeError), ([b, 0], NullPageError), ([b, 6], ForeignPageError),
+                       ([b, b], DoubleFreeError), ([b, "1"], InvalidArgumentError)]:
+        with pytest.raises(error):
+            pool.free_page_ids(bad)
+        assert abstract_pool(pool) == before
+    with pytest.raises(NullPageError):
+        pool.free_pages([pool.null_page])
+    assert abstract_pool(pool) == before
+
+
+def test_a_page_held_twice_can_be_freed_twice_in_one_call() -> None:
+    pool = PagePool(4)
+    (p,) = pool.get_new_page_ids(1)
+    pool.touch_ids([p])
+    pool.free_page_ids([p, p])
+    assert pool.ref_count(p) == 0 and pool.free_list_ids()[-1] == p
+
+
+def test_touch_revives_a_free_cached_page_and_skips_null_placeholders() -> None:
+    pool = PagePool(6)
+    ids = pool.get_new_page_ids(3)
+    pool.cache_page_id(ids[1], key(0))
+    pool.free_page_ids(ids[::-1])
+    assert pool.free_list_ids() == [4, 5, 3, 2, 1]
+    hit = pool.get_cached_page(K[0], [0])
+    assert hit is not None and hit[0].page_id == 2
+    pool.touch((hit, [pool.null_page]))
+    assert pool.free_list_ids() == [4, 5, 3, 1]
+    assert pool.ref_count(2) == 1 and pool.ref_count(0) == 0 and pool.key_of(2) == key(0)
+    with pytest.raises(ForeignPageError):
+        pool.touch_ids([2, 6])
+    assert pool.ref_count(2) == 1
+
+
+def test_lazy_eviction_when_a_cached_page_is_reused() -> None:
+    pool = PagePool(3, enable_kv_events=True)
+    a, b = pool.get_new_page_ids(2)
+    pool.cache_page_id(a, key(1))
+    pool.free_page_ids([a, b])
+    assert pool.lookup_id(key(1)) == a  # still hit-able while free
+    assert pool.get_new_page_ids(1) == [a]
+    assert pool.key_of(a) is None and pool.lookup_id(key(1)) is None and pool.cached_items() == []
+    events = pool.take_events()
+    assert events == [PageStored(a, 1, 0, (1,)), PageRemoved(a, 1, 0)]
+    assert pool.take_events() == []
+
+
+def test_lookup_returns_the_oldest_of_equal_pages() -> None:
+    pool = PagePool(6)
+    ids = pool.get_new_page_ids(3)
+    for pid in (ids[2], ids[0], ids[1]):
+        pool.cache_page_id(pid, key(2))
+    assert pool.lookup_id(key(2)) == ids[2]
+    assert pool.cached_items() == [(key(2), (ids[2], ids[0], ids[1]))]
+    pool.free_page_ids([ids[2]])
+    pool.get_new_page_ids(3)  # reuses 4, 5 and then ids[2]
+    assert pool.lookup_id(key(2)) == ids[0]
+
+
+def test_get_cached_page_needs_every_group() -> None:
+    pool = PagePool(6)
+    a, b = pool.get_new_page_ids(2)
+    pool.cache_page_id(a, key(0, group=0))
+    assert pool.get_cached_page(K[0], [0, 1]) is None
+    pool.cache_page_id(b, key(0, group=1))
+    assert [p.page_id for p in pool.get_cached_page(K[0], [0, 1])] == [a, b]
+
+
+def test_cache_page_errors_change_nothing() -> None:
+    pool = PagePool(4)
+    (a,) = pool.get_new_page_ids(1)
+    pool.cache_page_id(a, key(0))
+    before = abstract_pool(pool)
+    for call, error in [(lambda: pool.cache_page_id(0, key(1)), NullPageError),
+                        (lambda: pool.cache_page_id(a, key(1)), PageStateError),
+                        (lambda: pool.cache_page_id(9, key(1)), ForeignPageError),
+                        (lambda: pool.cache_page_id(2, None), InvalidArgumentError),
+                        (lambda: pool.cache_page_id(2, [1]), InvalidArgumentError)]:
+        with pytest.raises(error):
+            call()
+        assert abstract_pool(pool) == before
+    with pytest.raises(InvalidArgumentError):
+        PagePool(4, enable_caching=False).cache_page_id(1, key(0))
+
+
+def test_unhashed_first_reuses_pages_without_keys_first() -> None:
+    pool = PagePool(8, free_order="unhashed-first")
+    ids = pool.get_new_page_ids(4)
+    pool.cache_page_id(2, key(0))
+    pool.free_page_ids(ids[::-1])
+    assert pool.free_list_ids() == [4, 3, 1, 5, 6, 7, 2]
+
+
+def test_reset_prefix_cache_only_when_nothing_is_held() -> None:
+    pool = PagePool(4, enable_kv_events=True)
+    a, b = pool.get_new_page_ids(2)
+    pool.cache_page_id(a, key(0))
+    pool.free_page_ids([a])
+    before = abstract_pool(pool)
+    assert pool.reset_prefix_cache() is False
+    assert abstract_pool(pool) == before
+    pool.free_page_ids([b])
+    order = pool.free_list_ids()
+    assert pool.reset_prefix_cache() is True
+    assert pool.key_of(a) is None and pool.cached_items() == [] and pool.free_list_ids() == order
+    assert pool.take_events()[-1] == AllPagesCleared()
+    assert pool.make_prefix_cache_stats().reset is True
+
+
+def test_prefix_cache_stats_count_lookups_and_reset_when_taken() -> None:
+    pool = PagePool(4)
+    (a,) = pool.get_new_page_ids(1)
+    pool.cache_page_id(a, key(0))
+    pool.lookup_id(key(0))
+    pool.lookup_id(key(1))
+    pool.get_cached_page(K[0], [0])
+    stats = pool.make_prefix_cache_stats()
+    assert (stats.requests, stats.queries, stats.hits) == (3, 3, 2)
+    assert stats.hit_rate == pytest.approx(2 / 3)
+    assert pool.make_prefix_cache_stats().queries == 0 and pool.prefix_cache_stats.hit_rate == 0.0
+
+
+def test_events_are_off_by_default() -> None:
+    pool = PagePool(4)
+    (a,) = pool.get_new_page_ids(1)
+    pool.cache_page_id(a, key(0))
+    assert pool.take_events() == []
+
+
+def test_cache_full_pages_computes_missing_keys_and_skips_null_placeholders() -> None:
+    hasher = PageHasher(seed=1)
+    pool = PagePool(8)
+    req = SimpleNamespace(all_token_ids=list(range(12)))
+    pages = pool.get_new_pages(3)
+    page_hashes = hasher.hash_request(req, 4, stop=1)
+    pool.cache_full_pages(req, pages, page_hashes, 0, 2, 4, 0, hasher=hasher)
+    assert page_hashes == hasher.hash_request(req, 4, stop=2)
+    assert [pool.key_of(p.page_id) for p in pages] == [PageHashWithGroupId(h, 0) for h in page_hashes] + [None]
+    with_null = [pool.null_page, pages[1], pages[2]]
+    pool.cache_full_pages(req, with_null, page_hashes, 2, 3, 4, 0, hasher=hasher)
+    assert len(page_hashes) == 3 and pool.key_of(pages[2].page_id) == PageHashWithGroupId(page_hashes[2], 0)
+    assert pool.key_of(0) is None
+
+
+def test_cache_full_pages_errors_change_nothing() -> None:
+    pool = PagePool(8)
+    req = SimpleNamespace(all_token_ids=list(range(6)))
+    pages = pool.get_new_pages(2)
+    page_hashes: list[PageHash] = []
+    before = abstract_pool(pool)
+    with pytest.raises(InvalidArgumentError):  # only one full page of tokens
+        pool.cache_full_pages(req, pages, page_hashes, 0, 2, 4, 0)
+    with pytest.raises(InvalidArgumentError):
+        pool.cache_full_pages(req, pages, page_hashes, 1, 2, 4, 0)  # hashes shorter than num_cached
+    with pytest.raises(ForeignPageError):
+        pool.cache_full_pages(req, PagePool(8).get_new_pages(1), page_hashes, 0, 1, 4, 0)
+    pool.cache_page_id(pages[1].page_id, key(3))
+    before = abstract_pool(pool)
+    with pytest.raises(PageStateError):
+        pool.cache_full_pages(req, pages, page_hashes, 0, 2, 4, 0)
+    assert page_hashes == [] and abstract_pool(pool) == before
+
+
+def test_views_are_cached_and_checked() -> None:
+    pool = PagePool(4)
+    assert pool.page(2) is pool.page(2)
+    with pytest.raises(ForeignPageError):
+        pool.page(4)
+    with pytest.raises(PageStateError):
+        pool.page(2).ref_cnt = 5
+    with pytest.raises(ForeignPageError):
+        pool.free_pages([PagePool(4).page(1)])
+
+
+def test_dp_shard_allocation_takes_the_shards_earliest_free_pages() -> None:
+    pool = PagePool(8)
+    pool.free_page_ids(pool.get_new_page_ids(7)[::-1])  # list order 7..1
+    dp = {"data_parallel_size": 2}
+    assert pool.get_new_page_ids(2, dp_shard_hint=1, **dp) == [7, 6]
+    assert pool.get_new_page_ids(2, dp_shard_hint=2, **dp) == [3, 2]  # hint % dp = shard 0
+    assert pool.free_list_ids() == [5, 4, 1]
+    pool.free_page_ids([6, 2])
+    assert pool.get_new_page_ids(3, dp_shard_hint=1, **dp) == [5, 4, 6]
+    assert pool.free_list_ids() == [1, 2]
+
+
+def test_dp_shards_follow_the_global_order_and_reject_another_dp() -> None:
+    pool = PagePool(8)
+    dp = {"data_parallel_size": 2}
+    a = pool.get_new_page_ids(3, dp_shard_hint=1, **dp)
+    assert a == [4, 5, 6]
+    before = abstract_pool(pool)
+    with pytest.raises(OutOfPagesError):
+        pool.get_new_page_ids(2, dp_shard_hint=1, **dp)  # shard 1 has only page 7 left
+    with pytest.raises(InvalidArgumentError):
+        pool.get_new_page_ids(1, dp_shard_hint=0, data_parallel_size=4)
+    assert abstract_pool(pool) == before
+    pool.free_page_ids([6, 4])
+    pool.get_new_page_ids(2)  # global head: 1, 2 (shard 0)
+    assert pool.get_new_page_ids(3, dp_shard_hint=1, **dp) == [7, 6, 4]
+    assert pool.get_new_page_ids(1, dp_shard_hint=0, **dp) == [3]
+
+
+def test_dp_hint_inactive_without_a_valid_partition() -> None:
+    pool = PagePool(9)
+    assert pool.get_new_page_ids(2, dp_shard_hint=1, data_parallel_size=2) == [1, 2]  # 9 % 2 != 0
+    assert pool.get_new_page_ids(1, dp_shard_hint=1, data_parallel_size=1) == [3]
+    assert pool.get_new_page_ids(1, dp_shard_hint=1) == [4]
+
+
+def test_dp_shard_lookup_stays_inside_the_shard() -> None:
+    pool = PagePool(8)
+    a, b = pool.get_new_page_ids(1)[0], pool.get_new_page_ids(1, dp_shard_hint=1, data_parallel_size=2)[0]
+    pool.cache_page_id(a, key(0))
+    pool.cache_page_id(b, key(0))
+    assert pool.lookup_id(key(0)) == a
+    assert pool.lookup_id(key(0), dp_shard_hint=1, data_parallel_size=2) == b
+    assert pool.get_cached_page(K[0], [0], dp_shard_hint=0, data_parallel_size=2)[0].page_id == a
+
+
+def test_million_page_pool_is_usable() -> None:
+    pool = PagePool(1_000_000)
+    assert pool.get_num_free_pages() == 999_999
+    assert pool.get_new_page_ids(3) == [1, 2, 3]
+    pool.free_page_ids([3, 2, 1])
+    assert pool.get_new_page_ids(1, dp_shard_hint=3, data_parallel_size=4) == [750_000]
