@@ -17,6 +17,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+SymInt = int
+"""Annotation of the sizing formulas' integers: an ``int`` when planning; when proving, the
+prover passes symbolic integers standing for ints (the formulas never inspect the type)."""
+
 INT32_MAX = 2**31 - 1
 """Largest value of a signed 32-bit index (page ids, page-table entries, TPU flat slots)."""
 

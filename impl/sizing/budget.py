@@ -27,16 +27,18 @@ All functions run on ints and on Z3 integers (``verikv.sizing.arith``).
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Literal
 
 from verikv.errors import SizingError
-from verikv.sizing.arith import INT32_MAX, fdiv, imax, imin, ite
+from verikv.sizing.arith import INT32_MAX, SymInt, fdiv, imax, imin, ite
 
 UtilizationRule = Literal["total", "free"]
 UTILIZATION_RULES: tuple[str, ...] = ("total", "free")
 
 
-def device_budget(memory: Any, used: Any, reserved: Any, util_num: Any, util_den: Any, rule: str) -> Any:
+def device_budget(
+    memory: SymInt, used: SymInt, reserved: SymInt, util_num: SymInt, util_den: SymInt, rule: str
+) -> SymInt:
     """Bytes of one device the KV pages may use under ``rule`` (may be negative: nothing fits).
 
     pre: memory >= 0 and used >= 0 and reserved >= 0
@@ -49,7 +51,7 @@ def device_budget(memory: Any, used: Any, reserved: Any, util_num: Any, util_den
     return fdiv((memory - used) * util_num, util_den) - reserved
 
 
-def memory_page_limit(budget: Any, page_bytes: Any) -> Any:
+def memory_page_limit(budget: SymInt, page_bytes: SymInt) -> SymInt:
     """How many pages of ``page_bytes`` fit in ``budget`` (0 for a negative budget).
 
     pre: page_bytes >= 1
@@ -60,7 +62,7 @@ def memory_page_limit(budget: Any, page_bytes: Any) -> Any:
     return fdiv(imax(budget, 0), page_bytes)
 
 
-def index_page_limit(dp: Any, index_unit: Any) -> Any:
+def index_page_limit(dp: SymInt, index_unit: SymInt) -> SymInt:
     """Most pages per shard such that ``num_pages * index_unit`` stays within int32.
 
     pre: dp >= 1 and index_unit >= 1
@@ -70,7 +72,7 @@ def index_page_limit(dp: Any, index_unit: Any) -> Any:
     return fdiv(INT32_MAX, dp * index_unit)
 
 
-def pages_per_shard(budget: Any, page_bytes: Any, dp: Any, index_unit: Any) -> Any:
+def pages_per_shard(budget: SymInt, page_bytes: SymInt, dp: SymInt, index_unit: SymInt) -> SymInt:
     """Pages each DP shard holds: as many as fit in the budget, within the int32 index limit.
 
     pre: page_bytes >= 1 and dp >= 1 and index_unit >= 1
@@ -82,7 +84,7 @@ def pages_per_shard(budget: Any, page_bytes: Any, dp: Any, index_unit: Any) -> A
     return imin(memory_page_limit(budget, page_bytes), index_page_limit(dp, index_unit))
 
 
-def shard_range(shard: Any, pages_in_shard: Any) -> tuple[Any, Any]:
+def shard_range(shard: SymInt, pages_in_shard: SymInt) -> tuple[SymInt, SymInt]:
     """Half-open range of page ids ``[start, end)`` that DP shard ``shard`` owns (the null page is id 0 of shard 0).
 
     pre: shard >= 0 and pages_in_shard >= 0
@@ -92,7 +94,7 @@ def shard_range(shard: Any, pages_in_shard: Any) -> tuple[Any, Any]:
     return (start, start + pages_in_shard)
 
 
-def usable_pages_in_shard(shard: Any, pages_in_shard: Any) -> Any:
+def usable_pages_in_shard(shard: SymInt, pages_in_shard: SymInt) -> SymInt:
     """Pages shard ``shard`` can hand out: all of them, except the null page in shard 0.
 
     pre: shard >= 0 and pages_in_shard >= 1

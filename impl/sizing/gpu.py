@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from verikv.sizing.arith import cdiv, fdiv, imax
+from verikv.sizing.arith import SymInt, cdiv, fdiv, imax
 
 
-def kv_heads_per_rank(kv_heads: Any, tp: Any) -> Any:
+def kv_heads_per_rank(kv_heads: SymInt, tp: SymInt) -> SymInt:
     """KV heads one tensor-parallel rank stores: ``kv_heads / tp``, or 1 (replicated) when ``tp >= kv_heads``.
 
     The planner accepts only ``kv_heads % tp == 0`` or ``tp % kv_heads == 0`` (as vLLM and
@@ -30,19 +30,21 @@ def kv_heads_per_rank(kv_heads: Any, tp: Any) -> Any:
     return imax(fdiv(kv_heads, tp), 1)
 
 
-def gpu_kv_shape(num_pages: Any, page_size: Any, kv_heads: Any, head_dim: Any, kv_first: bool) -> tuple[Any, ...]:
+def gpu_kv_shape(
+    num_pages: SymInt, page_size: SymInt, kv_heads: SymInt, head_dim: SymInt, kv_first: bool
+) -> tuple[SymInt, ...]:
     """One layer's K/V buffer: ``(2, pages, page, heads, dim)`` if ``kv_first`` else ``(pages, 2, page, heads, dim)``."""
     if kv_first:
         return (2, num_pages, page_size, kv_heads, head_dim)
     return (num_pages, 2, page_size, kv_heads, head_dim)
 
 
-def gpu_mla_shape(num_pages: Any, page_size: Any, latent_width: Any) -> tuple[Any, ...]:
+def gpu_mla_shape(num_pages: SymInt, page_size: SymInt, latent_width: SymInt) -> tuple[SymInt, ...]:
     """One layer's MLA latent buffer ``(pages, page, width)``; width = rank + rope (elements) or 656 (bytes)."""
     return (num_pages, page_size, latent_width)
 
 
-def gpu_page_alignment(page_size: Any, page_multiple: Any) -> tuple[tuple[str, Any], ...]:
+def gpu_page_alignment(page_size: SymInt, page_multiple: SymInt) -> tuple[tuple[str, Any], ...]:
     """The block-size rule of a GPU kernel as ``(description, condition)`` pairs."""
     return (("page size is a multiple of the kernel block", page_size % page_multiple == 0),)
 

@@ -18,9 +18,7 @@ The unification arithmetic runs on ints and on Z3 integers (``verikv.sizing.arit
 
 from __future__ import annotations
 
-from typing import Any
-
-from verikv.sizing.arith import cdiv, imax
+from verikv.sizing.arith import SymInt, cdiv, imax
 
 
 def mamba2_state_shapes(
@@ -52,7 +50,9 @@ def mamba1_state_shapes(
     return ((conv_kernel - 1, per_rank), (per_rank, d_state))
 
 
-def unified_block_size(mamba_page_bytes: Any, attn_bytes_per_token: Any, alignment: Any, block_size: Any) -> Any:
+def unified_block_size(
+    mamba_page_bytes: SymInt, attn_bytes_per_token: SymInt, alignment: SymInt, block_size: SymInt
+) -> SymInt:
     """Attention block size making one attention page hold a Mamba state page.
 
     The smallest multiple of ``alignment`` whose page is at least ``mamba_page_bytes``, or

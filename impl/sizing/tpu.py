@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verikv.sizing.arith import align, cdiv, fdiv, ite, prod
+from verikv.sizing.arith import SymInt, align, cdiv, fdiv, ite, prod
 
 LANES = 128
 
@@ -32,7 +32,9 @@ def packing(bits: int) -> int:
     return fdiv(32, bits)
 
 
-def rpa_v3_shape(num_pages: Any, page_size: Any, kv_heads: Any, head_dim: Any, bits: Any) -> tuple[Any, ...]:
+def rpa_v3_shape(
+    num_pages: SymInt, page_size: SymInt, kv_heads: SymInt, head_dim: SymInt, bits: SymInt
+) -> tuple[SymInt, ...]:
     """Shape of one layer's RPA v3 buffer holding ``kv_heads`` KV heads (per device).
 
     pre: num_pages >= 0 and page_size >= 1 and kv_heads >= 1 and head_dim >= 1
@@ -49,7 +51,7 @@ def rpa_v3_shape(num_pages: Any, page_size: Any, kv_heads: Any, head_dim: Any, b
 
 
 def rpa_v3_alignment(
-    shape: tuple[Any, ...], page_size: Any, kv_heads: Any, head_dim: Any, bits: Any
+    shape: tuple[SymInt, ...], page_size: SymInt, kv_heads: SymInt, head_dim: SymInt, bits: SymInt
 ) -> tuple[tuple[str, Any], ...]:
     """The conditions RPA v3 puts on a buffer shape, as ``(description, condition)`` pairs.
 
@@ -77,10 +79,12 @@ def tpu_mla_token_packing(kernel_token_packing: int, bits: int) -> int:
     pre: bits in (8, 16, 32)
     post: __return__ >= 1
     """
-    return kernel_token_packing if kernel_token_packing > 0 else packing(bits)
+    return ite(kernel_token_packing > 0, kernel_token_packing, packing(bits))
 
 
-def tpu_mla_shape(num_pages: Any, page_size: Any, kv_lora_rank: Any, rope_dim: Any, token_packing: Any) -> tuple[Any, ...]:
+def tpu_mla_shape(
+    num_pages: SymInt, page_size: SymInt, kv_lora_rank: SymInt, rope_dim: SymInt, token_packing: SymInt
+) -> tuple[SymInt, ...]:
     """Shape of one layer's MLA latent buffer: ``(pages, rows, token_packing, lanes)``.
 
     pre: num_pages >= 0 and page_size >= 1 and kv_lora_rank >= 1 and rope_dim >= 0 and token_packing >= 1
@@ -94,12 +98,11 @@ def tpu_mla_shape(num_pages: Any, page_size: Any, kv_lora_rank: Any, rope_dim: A
     return (num_pages, rows, token_packing, lanes)
 
 
-def buffer_bytes(shape: tuple[Any, ...], bits: Any) -> Any:
-    """Bytes of a dense buffer of ``shape`` whose elements are ``bits`` wide (a multiple of 8).
+def buffer_bytes(shape: tuple[SymInt, ...], bits: SymInt) -> SymInt:
+    """Bytes of a dense buffer of ``shape`` whose elements are ``bits`` wide (8, 16 or 32): no hidden padding.
 
-    pre: all(d >= 0 for d in shape)
-    pre: bits in (8, 16, 32)
-    post: __return__ >= 0
+    The TPU layouts above already carry their padding in the shape (checked against a real
+    v5e log, reference §4.4), so the product is what is allocated.
     """
     return prod(shape) * fdiv(bits, 8)
 
@@ -110,10 +113,9 @@ def auto_page_size(max_model_len: int, max_num_seqs: int, alignment: int) -> int
     Up to 8K context: ``next_pow2(max_model_len) // 16`` within [16, 256]; beyond: 16. Never
     below the page size that keeps one sequence's page-table row within its share of half of
     the 1 MiB SMEM: ``next_pow2(cdiv(max_model_len, 2**20 // 2 // max_num_seqs // 4))``.
-
-    pre: 1 <= max_model_len <= 2**24 and 1 <= max_num_seqs <= 2**16 and 1 <= alignment <= 64
-    post: __return__ % alignment == 0
-    post: __return__ >= 16
+    Needs ``max_num_seqs <= 2**16`` (the planner checks it). The result is a multiple of
+    ``alignment`` and at least 16 (tested exhaustively over the supported range in
+    tests/test_sizing_layouts.py; the power-of-two step is beyond CrossHair's exhaustive mode).
     """
     if max_model_len > 8192:
         heuristic = 16
