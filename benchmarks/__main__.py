@@ -98,7 +98,7 @@ def run_trace(a: argparse.Namespace) -> dict[str, Any]:
             values = {x[k] for x in rs}
             med[k] = rs[0][k] if len(values) == 1 else "differs between repeats: " + ",".join(sorted(values))
         summary[scheme] = med
-    rows = [("wall time (s)", "wall_s", "{:.3f}")]
+    rows = [("wall time (s)", "wall_s", "{:.3f}"), ("CPU time (s)", "cpu_s", "{:.3f}")]
     for call in ("lookup", "allocate", "free", "append", "new_request"):
         rows += [(f"{call} calls", f"calls_{call}", "{:,.0f}"), (f"µs / {call}", f"us_{call}", "{:.2f}")]
     rows += [(label, key, "{:,.0f}") for label, key in (
