@@ -1,0 +1,175 @@
+"""Coordinators: dispatch, group-layout checks, the fixed-point hybrid hit, all-or-nothing allocation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from verikv import (
+    CacheCoordinatorNoPrefixCache,
+    CacheGroupSpec,
+    CacheSpecError,
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    HybridCacheCoordinator,
+    MambaSpec,
+    Request,
+    SlidingWindowSpec,
+    UnitaryCacheCoordinator,
+    get_kv_cache_coordinator,
+)
+from verikv.hashing import PageHasher
+from verikv.spec import hit_rules
+
+KW = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
+HASHER = PageHasher("sha256", seed=3)
+
+
+def full(ps: int = 4, heads: int = 1) -> CacheGroupSpec:
+    return CacheGroupSpec(FullAttentionSpec(page_size=ps, **{**KW, "num_kv_heads": heads}))
+
+
+def sliding(ps: int, window: int) -> CacheGroupSpec:
+    return CacheGroupSpec(SlidingWindowSpec(page_size=ps, sliding_window=window, **KW))
+
+
+def chunked(ps: int, chunk: int) -> CacheGroupSpec:
+    return CacheGroupSpec(ChunkedLocalAttentionSpec(page_size=ps, attention_chunk_size=chunk, **KW))
+
+
+def mamba(ps: int) -> CacheGroupSpec:
+    return CacheGroupSpec(MambaSpec(page_size=ps, shapes=((2, 2),), dtype=np.float16))
+
+
+def state(c) -> tuple:
+    pool = c.page_pool
+    return (pool.free_list_ids(), [pool.ref_count(p) for p in range(pool.num_pages)],
+            sorted(map(repr, pool.cached_items())),
+            [(dict(m.req_to_pages), dict(m.num_cached_page)) for m in c.single_type_managers])
+
+
+def test_dispatch():
+    assert type(get_kv_cache_coordinator(8, [full()], 32, False, False)) is CacheCoordinatorNoPrefixCache
+    assert type(get_kv_cache_coordinator(8, [], 32, False, True)) is CacheCoordinatorNoPrefixCache
+    assert type(get_kv_cache_coordinator(8, [full()], 32, False, True)) is UnitaryCacheCoordinator
+    assert type(get_kv_cache_coordinator(8, [full(), sliding(4, 8)], 32, False, True)) is HybridCacheCoordinator
+    # eSurge Q9: two full-attention geometries with caching used to fail construction
+    c = get_kv_cache_coordinator(8, [full(4, 1), full(4, 2), full(8, 3)], 32, False, True)
+    assert type(c) is HybridCacheCoordinator and c.key_page_size == 4
+
+
+@pytest.mark.parametrize(
+    "groups, kwargs",
+    [
+        ([full(4), full(6)], {}),  # 6 is not a multiple of 4
+        ([full(4), chunked(4, 8)], {"use_eagle": True}),
+        ([full(4), mamba(16)], {}),  # a Mamba page must hold max_model_len (32) tokens
+    ],
+)
+def test_bad_layouts(groups, kwargs):
+    with pytest.raises(CacheSpecError):
+        get_kv_cache_coordinator(16, groups, 32, kwargs.get("use_eagle", False), True)
+
+
+def test_class_constructors_check_group_counts():
+    with pytest.raises(CacheSpecError):
+        UnitaryCacheCoordinator(8, [full(), full()], 32, False, True)
+    with pytest.raises(CacheSpecError):
+        UnitaryCacheCoordinator(8, [], 32, False, True)
+    with pytest.raises(CacheSpecError):
+        HybridCacheCoordinator(8, [full()], 32, False, True)
+
+
+def cached_prompt(c, tokens: list[int]) -> list:
+    """Allocate, cache and free a request holding ``tokens``; return its keys."""
+    req = Request("seed", tokens)
+    keys = HASHER.hash_request(req, c.key_page_size)
+    assert c.allocate_slots("seed", 0, len(tokens), None) is not None
+    c.cache_pages("seed", keys, len(tokens))
+    c.free("seed")
+    return keys
+
+
+def test_hybrid_fixed_point_matches_the_spec_rule():
+    # full + sliding(sw 8): the sliding group lost its early pages to eviction; the common hit
+    # is the longest length both accept, found by iterating (eSurge's two passes, generalised).
+    c = get_kv_cache_coordinator(40, [full(4), sliding(4, 8)], 64, False, True)
+    tokens = list(range(100, 125))
+    keys = cached_prompt(c, tokens)
+    hits, length = c.find_longest_cache_hit(keys, len(tokens))
+    assert length == 24 and hits[0] == [p for p in hits[0] if p] and len(hits[1]) == 6
+    assert hits[1][:4] == [0, 0, 0, 0]  # sliding: null placeholders before the window
+
+    def rule(g):
+        def f(n):
+            layout = c.single_type_managers[g].layout
+            per = c.find_longest_cache_hit(keys, n)[0][g]
+            flags = [p != 0 or layout[0] != "full" for p in per]
+            return hit_rules.group_rule(layout[0], layout[2], flags, layout[1], n).end * layout[1]
+        return f
+    assert hit_rules.common_hit_length([rule(0), rule(1)], [4, 4], len(tokens), False) == length
+
+
+def test_eagle_drops_exactly_one_page_once_in_hybrid():
+    # eSurge Q11: ps 4, sw 8, 17 cached tokens: eSurge's hybrid drops a page in both passes (8
+    # tokens) while its unitary full lookup gives 12. Here the hybrid hit is 12 as well.
+    tokens = list(range(17))
+    uni = get_kv_cache_coordinator(40, [full(4)], 64, True, True)
+    keys = cached_prompt(uni, tokens)
+    assert uni.find_longest_cache_hit(keys, 17)[1] == 12
+    hyb = get_kv_cache_coordinator(40, [full(4), sliding(4, 8)], 64, True, True)
+    keys = cached_prompt(hyb, tokens)
+    hits, length = hyb.find_longest_cache_hit(keys, 17)
+    assert length == 12 and len(hits[0]) == 3 and hits[1][0] == 0 and all(hits[1][1:])
+
+
+def test_three_types_and_mamba():
+    c = get_kv_cache_coordinator(60, [full(4), sliding(4, 5), chunked(4, 8)], 64, False, True)
+    tokens = list(range(30))
+    keys = cached_prompt(c, tokens)
+    hits, length = c.find_longest_cache_hit(keys, 29)
+    assert length == 28 and [len(h) for h in hits] == [7, 7, 7]
+    m = get_kv_cache_coordinator(60, [full(4), mamba(64)], 64, False, True)
+    keys = cached_prompt(m, tokens)
+    assert m.find_longest_cache_hit(keys, 29) == (([], []), 0)  # Mamba never hits
+
+
+def test_allocation_that_does_not_fit_changes_nothing():
+    # eSurge Q2/Q16: the sliding group would free window pages and the full group would take
+    # pages before discovering the shortage. Here the call is refused with no change at all.
+    c = get_kv_cache_coordinator(10, [full(4), sliding(4, 4)], 64, False, True)
+    assert c.allocate_slots("a", 0, 12, None) == ([1, 2, 3], [4, 5, 6])
+    before = state(c)
+    assert c.allocate_slots("a", 12, 32, None) is None  # needs 5 + 5 pages, 3 free + 2 reclaimed
+    assert state(c) == before
+
+
+def test_window_frees_count_as_available_to_the_same_call():
+    c = get_kv_cache_coordinator(8, [sliding(4, 4)], 64, False, True)
+    assert c.allocate_slots("a", 0, 28, None) == ([1, 2, 3, 4, 5, 6, 7],)
+    # 28 tokens computed: pages 0..5 leave the window; 2 more pages fit only thanks to them
+    # pages 1..6 are freed in descending index order (6 first), then the head is reused
+    assert c.allocate_slots("a", 28, 36, None) == ([6, 5],)
+    assert c.get_pages("a") == ([0, 0, 0, 0, 0, 0, 7, 6, 5],) and c.page_pool.free_list_ids() == [4, 3, 2, 1]
+
+
+def test_skip_freed_pages_shared_with_another_request_are_not_counted():
+    c = get_kv_cache_coordinator(5, [sliding(4, 4)], 64, False, True)
+    c.allocate_slots("a", 0, 8, None)  # pages 1, 2
+    assert c.allocate_slots("b", 0, 4, ([1],)) == ([],)  # b takes page 1 as a hit: shared
+    c.allocate_slots("c", 0, 8, None)  # pages 3, 4: nothing free now
+    before = state(c)
+    # a's page 0 leaves the window but b still holds it: no page reaches ref 0, one is needed
+    assert c.allocate_slots("a", 8, 12, None) is None
+    assert state(c) == before
+
+
+def test_no_prefix_cache_coordinator_never_hits_or_caches():
+    c = get_kv_cache_coordinator(8, [full(4), sliding(4, 4)], 32, False, False)
+    assert c.allocate_slots("a", 0, 8, None) == ([1, 2], [3, 4])
+    c.cache_pages("a", HASHER.hash_request(Request("a", list(range(8))), 4), 8)
+    assert c.page_pool.cached_items() == [] and c.keys_needed(8) == 0
+    assert c.find_longest_cache_hit([], 7) == (([], []), 0)
+    assert c.get_num_common_prefix_pages("a", 1) == [2, 0]
+    c.free("a")
+    assert c.get_pages("a") is None and c.page_pool.get_num_free_pages() == 7
