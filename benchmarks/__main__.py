@@ -47,6 +47,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--free-order", default="esurge", choices=("esurge", "unhashed-first"))
     p.add_argument("--repeats", type=int, default=3, help="repeats per measurement (medians are reported)")
+    p.add_argument("--micro-repeats", type=int, default=15, help="timed batches per micro-benchmark")
     p.add_argument("--micro-pages", default="10000,1000000", help="pool sizes for the micro-benchmarks")
     p.add_argument("--scale-pages", default="10000,100000,1000000", help="pool sizes for the build run")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks that everything runs")
@@ -54,7 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, help="write every result here")
     a = p.parse_args(argv)
     if a.quick:
-        a.requests, a.num_pages, a.repeats = 30, 512, 1
+        a.requests, a.num_pages, a.repeats, a.micro_repeats = 30, 512, 1, 1
         a.micro_pages, a.scale_pages = "10000,20000", "1000,20000"
     a.sections = [s for s in a.sections.split(",") if s]
     a.schemes = [s for s in a.schemes.split(",") if s]
@@ -113,7 +114,7 @@ def run_trace(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_hashing(a: argparse.Namespace) -> dict[str, Any]:
-    rates = micro.hashing_rates(a.schemes, a.repeats)
+    rates = micro.hashing_rates(a.schemes, a.micro_repeats)
     print_table("hashing: pages (16 tokens) per second", ["scheme", "prompt chain", "decode (extend)", "bare digest"],
                 [[s, f"{r['pages_per_s_chain']:,.0f}", f"{r['pages_per_s_decode']:,.0f}",
                   f"{r['pages_per_s_raw_digest']:,.0f}"] for s, r in rates.items()])
@@ -122,8 +123,9 @@ def run_hashing(a: argparse.Namespace) -> dict[str, Any]:
 
 def run_micro(a: argparse.Namespace) -> dict[str, Any]:
     sizes = _ints(a.micro_pages)
-    results = {n: {**micro.queue_costs(n, a.repeats), **micro.pool_costs(n, a.repeats),
-                   **micro.manager_costs(n, a.repeats)} for n in sizes}
+    r = a.micro_repeats
+    results = {n: {**micro.queue_costs(n, r), **micro.pool_costs(n, r), **micro.manager_costs(n, max(1, r // 5))}
+               for n in sizes}
     names = list(results[sizes[0]])
     header = ["operation", *(f"µs @ {n:,} pages" for n in sizes)]
     if len(sizes) > 1:
@@ -134,7 +136,8 @@ def run_micro(a: argparse.Namespace) -> dict[str, Any]:
         if len(sizes) > 1:
             row.append(f"{results[sizes[-1]][name] / results[sizes[0]][name]:.2f}")
         rows.append(row)
-    print_table(f"micro-benchmarks (median of {a.repeats} batches)", header, rows)
+    print_table(f"micro-benchmarks: median µs per call ({r} batches; manager: {max(1, r // 5)} rounds of 100 "
+                "requests, median of single calls)", header, rows)
     return {str(n): r for n, r in results.items()}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 try:
@@ -21,7 +22,7 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[objec
             table.add_column(name, justify="right" if right else "left")
         for row in cells:
             table.add_row(*row)
-        Console().print(table)
+        Console(width=None if sys.stdout.isatty() else 200).print(table)
         return
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
 
