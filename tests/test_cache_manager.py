@@ -1,0 +1,302 @@
+"""CacheManager and CachePages end to end: eSurge's observable behaviour and our departures."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from verikv import (
+    AllPagesCleared,
+    CacheGroupSpec,
+    CacheManager,
+    CachePages,
+    ChunkedLocalAttentionSpec,
+    ForeignPageError,
+    FullAttentionSpec,
+    InvalidArgumentError,
+    PageRemoved,
+    PageStored,
+    Request,
+    RequestStatus,
+    SlidingWindowSpec,
+    UnknownRequestError,
+)
+from verikv.free_queue import CachePage
+from verikv.hashing import PageHashWithGroupId
+from verikv.sizing import get_preset, plan_kv_cache
+
+KW = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
+
+
+def full(ps: int = 4) -> CacheGroupSpec:
+    return CacheGroupSpec(FullAttentionSpec(page_size=ps, **KW))
+
+
+def sliding(ps: int, window: int) -> CacheGroupSpec:
+    return CacheGroupSpec(SlidingWindowSpec(page_size=ps, sliding_window=window, **KW))
+
+
+def manager(num_pages: int = 16, groups=None, max_model_len: int = 64, **kw) -> CacheManager:
+    return CacheManager(num_pages, groups or [full()], max_model_len, hash_seed=0, **kw)
+
+
+def admit(m: CacheManager, req: Request, **kw) -> CachePages | None:
+    """Lookup + allocate the rest of the prompt, as a scheduler admits a request."""
+    hits, n = m.get_computed_pages(req, **kw)
+    new = m.allocate_slots(req, req.num_tokens - n, n, hits, **kw)
+    if new is not None:
+        req.num_computed_tokens = req.num_tokens
+    return new
+
+
+def test_lru_order_of_a_freed_request_esurge_example():
+    # eSurge §1.3: pool of 8, request holds [1,2,3,4], 5,6,7 free -> free list 5,6,7,4,3,2,1.
+    m = manager(8)
+    r = Request("a", list(range(16)))
+    assert admit(m, r).get_page_ids() == ([1, 2, 3, 4],)
+    m.free(r)
+    assert m.page_pool.free_list_ids() == [5, 6, 7, 4, 3, 2, 1]
+
+
+def test_prefix_hit_is_capped_and_pure_then_taken_by_allocate():
+    m = manager()
+    a = Request("a", list(range(12)))
+    admit(m, a)
+    b = Request("b", list(range(12)))  # identical prompt: at most num_tokens - 1 tokens hit
+    before = [m.page_pool.ref_count(p) for p in range(16)], m.page_pool.free_list_ids()
+    hits, n = m.get_computed_pages(b)
+    assert n == 8 and hits.get_page_ids() == ([1, 2],)
+    assert ([m.page_pool.ref_count(p) for p in range(16)], m.page_pool.free_list_ids()) == before
+    new = m.allocate_slots(b, 4, n, hits)
+    assert new.get_page_ids() == ([4],) and m.get_page_ids("b") == ([1, 2, 4],)
+    assert m.page_pool.ref_count(1) == 2 and m.num_cached_pages("b") == [3]
+    stats = m.make_prefix_cache_stats()
+    assert (stats.requests, stats.queries, stats.hits) == (2, 24, 8)
+    assert m.make_prefix_cache_stats().queries == 0  # counters restart
+
+
+def test_free_keeps_keys_for_resumption_until_free_page_hashes():
+    m = manager()
+    r = Request("a", list(range(10)))
+    admit(m, r)
+    keys = m.page_hashes_of("a")
+    assert len(keys) == 2 and m.hashed_request_ids() == ["a"]
+    m.free(r)  # preemption: pages released (still cached), keys kept
+    assert m.request_ids() == [] and m.page_hashes_of("a") == keys
+    r.num_computed_tokens = 0
+    hits, n = m.get_computed_pages(r)
+    assert n == 8 and m.page_hashes_of("a") == keys
+    m.free_page_hashes(r)
+    assert m.page_hashes_of("a") == () and m.hashed_request_ids() == []
+    m.free(r)  # a request without pages: no-op
+    m.free_page_hashes(r)
+
+
+def test_prompt_logprobs_requests_skip_lookup_but_are_cached():
+    m = manager()
+    admit(m, Request("a", list(range(12))))
+    p = Request("p", list(range(12)), prompt_logprobs=True)
+    assert m.get_computed_pages(p)[1] == 0 and m.make_prefix_cache_stats().requests == 1
+    admit(m, p)
+    assert all(m.page_pool.key_of(pid) is not None for pid in m.get_page_ids("p")[0][:3])
+
+
+def test_caching_off():
+    m = manager(enable_caching=False)
+    r = Request("a", list(range(12)))
+    admit(m, r)
+    assert m.page_pool.cached_items() == [] and m.get_computed_pages(Request("b", list(range(12))))[1] == 0
+    m.cache_pages(r, 12)  # no-op without caching
+    assert m.page_pool.cached_items() == [] and m.page_size is None
+
+
+def test_zero_groups_force_caching_off():
+    m = CacheManager(4, [], 16)
+    r = Request("a", [1, 2, 3])
+    assert not m.enable_caching and m.allocate_slots(r, 3) == m.create_empty_page_list()
+    assert m.request_ids() == []
+
+
+def test_lookahead_slots_are_capped_and_never_cached():
+    m = manager(max_model_len=16)
+    r = Request("a", list(range(10)))
+    new = m.allocate_slots(r, 10, num_lookahead_tokens=20)
+    assert new.get_page_ids() == ([1, 2, 3, 4],)  # 16 slots: the cap, not 30
+    assert m.num_cached_pages("a") == [2]  # only full pages of real tokens
+    with pytest.raises(InvalidArgumentError):
+        m.allocate_slots(Request("b", list(range(17))), 17)  # real tokens beyond the cap raise
+
+
+def test_delay_cache_pages_then_cache_pages():
+    m = manager()
+    r = Request("a", list(range(9)))
+    m.allocate_slots(r, 9, delay_cache_pages=True)
+    assert m.page_pool.cached_items() == [] and m.num_cached_pages("a") == [0]
+    m.cache_pages(r, 8)
+    assert m.num_cached_pages("a") == [2]
+    m.cache_pages(r, 4)  # lower: no-op (eSurge Q4 lowered the count)
+    assert m.num_cached_pages("a") == [2]
+    with pytest.raises(InvalidArgumentError):
+        m.cache_pages(r, 10)  # more tokens than the request has
+
+
+def test_reset_prefix_cache_only_when_nothing_is_held_and_events():
+    m = manager(enable_kv_events=True)
+    r = Request("a", list(range(8)))
+    admit(m, r)
+    assert m.reset_prefix_cache() is False and len(m.page_pool.cached_items()) == 2
+    m.free(r)
+    assert m.usage == 0.0  # cached-but-free pages count as free; the null page is excluded
+    assert m.reset_prefix_cache() is True and m.page_pool.cached_items() == []
+    assert m.make_prefix_cache_stats().reset is True
+    events = m.take_events()
+    assert [type(e) for e in events] == [PageStored, PageStored, AllPagesCleared]
+    assert m.page_hashes_of("a")  # key lists survive a reset
+    admit(m, Request("b", list(range(100, 104))))  # pops page 3, which has no key any more
+    assert not any(isinstance(e, PageRemoved) for e in m.take_events())
+
+
+def test_eviction_emits_page_removed():
+    m = manager(4, enable_kv_events=True)
+    a = Request("a", list(range(12)))
+    admit(m, a)
+    m.free(a)
+    m.take_events()
+    admit(m, Request("b", list(range(100, 104))))  # reuses the chain tail page 3
+    assert [(type(e), e.page_id) for e in m.take_events()] == [(PageRemoved, 3), (PageStored, 3)]
+
+
+def test_usage():
+    m = manager(5)
+    assert m.usage == 0.0
+    m.allocate_slots(Request("a", [1, 2, 3, 4, 5]), 5)
+    assert m.usage == 0.5
+
+
+def test_cache_pages_views_and_arithmetic():
+    m = manager(8)
+    new = m.allocate_slots(Request("a", list(range(8))), 8)
+    assert [p.page_id for p in new.pages[0]] == [1, 2] and isinstance(new.pages[0][0], CachePage)
+    assert new.pages[0][0] is m.page_pool.page(1)
+    ids = new.get_page_ids()
+    ids[0].append(99)
+    assert new.get_page_ids() == ([1, 2],)  # copies
+    assert (new + new.new_empty()).get_page_ids() == ([1, 2],) and len(new) == 1
+    assert new.get_unhashed_page_ids() == []
+    with pytest.raises(InvalidArgumentError):
+        new + CachePages([[], []])
+    with pytest.raises(ForeignPageError):
+        new + manager(8).create_empty_page_list()
+    with pytest.raises(InvalidArgumentError):
+        CachePages([[1]]).pages
+    assert CachePages([[1, 2]]) == CachePages(([1, 2],))
+
+
+def test_get_num_common_prefix_pages():
+    m = manager()
+    a, b = Request("a", list(range(13))), Request("b", list(range(13)))
+    admit(m, a)
+    admit(m, b)
+    a.status = RequestStatus.RUNNING
+    assert m.get_num_common_prefix_pages(a, 2) == [3] and m.get_num_common_prefix_pages(a, 1) == [4]
+    b.status = RequestStatus.WAITING
+    with pytest.raises(InvalidArgumentError):
+        m.get_num_common_prefix_pages(b, 2)
+
+
+def test_hybrid_sliding_manager_end_to_end():
+    m = manager(40, [full(4), sliding(4, 8)])
+    a = Request("a", list(range(25)))
+    admit(m, a)
+    b = Request("b", list(range(26)))
+    hits, n = m.get_computed_pages(b)
+    assert n == 24 and hits.get_page_ids()[1][:4] == [0, 0, 0, 0]
+    m.allocate_slots(b, 2, n, hits)
+    assert m.get_page_ids("b")[1][:4] == [0, 0, 0, 0] and len(m.get_page_ids("b")[0]) == 7
+    assert m.group_layouts() == [("full", 4, 0), ("sliding", 4, 8)]
+
+
+def test_data_parallel_shards():
+    m = manager(16, data_parallel_size=2)  # shards: ids 1..7 and 8..15
+    r = Request("a", list(range(12)))
+    new = admit(m, r, dp_shard_hint=3, data_parallel_size=2)
+    assert all(8 <= p < 16 for p in new.get_page_ids()[0]) and m.request_shard("a") == 1
+    r.num_computed_tokens = 12
+    r.append_output_token_ids([1] * 4)
+    # a later call hints shard 0 (or nothing): the request's pages stay in its shard
+    more = m.allocate_slots(r, 4, dp_shard_hint=0, data_parallel_size=2)
+    assert all(8 <= p < 16 for p in more.get_page_ids()[0])
+    other = Request("b", list(range(12)))
+    hits, n = m.get_computed_pages(other, dp_shard_hint=0, data_parallel_size=2)
+    assert n == 0  # the cached pages live in shard 1
+    hits, n = m.get_computed_pages(other, dp_shard_hint=1, data_parallel_size=2)
+    assert n == 8
+    with pytest.raises(InvalidArgumentError):
+        m.allocate_slots(other, 12, dp_shard_hint=0, data_parallel_size=4)  # not the manager's DP
+    # num_pages % dp != 0: the hint is ignored, as in eSurge
+    odd = manager(15, data_parallel_size=2)
+    assert admit(odd, Request("c", [1, 2, 3]), dp_shard_hint=1, data_parallel_size=2).get_page_ids() == ([1],)
+    assert odd.request_shard("c") is None
+
+
+def test_dp_shard_exhaustion_returns_none_without_change():
+    m = manager(8, data_parallel_size=2)  # shard 0: ids 1..3, shard 1: ids 4..7
+    pool = m.page_pool
+    before = pool.free_list_ids()
+    assert m.allocate_slots(Request("a", list(range(16))), 16, dp_shard_hint=0, data_parallel_size=2) is None
+    assert pool.free_list_ids() == before and m.request_ids() == []
+
+
+def test_from_plan():
+    plan = plan_kv_cache(get_preset("llama-3-8b"), "tpu-v6e", page_size=128, max_model_len=8192, dp=2, num_devices=2)
+    m = CacheManager.from_plan(plan, 8192)
+    assert m.num_pages == plan.num_pages and m.data_parallel_size == 2
+    gemma = plan_kv_cache(get_preset("gemma-3-1b"), "tpu-v6e", page_size=128, max_model_len=8192)
+    g = CacheManager.from_plan(gemma, 8192, enable_caching=False)
+    assert {kind for kind, _, _ in g.group_layouts()} == {"full", "sliding"}
+    with pytest.raises(InvalidArgumentError):
+        CacheManager.from_plan(object(), 8192)
+
+
+def test_hash_schemes_and_seeds_are_per_instance():
+    a = CacheManager(8, [full()], 32, hash_scheme="xxh3_128", hash_seed=1)
+    b = CacheManager(8, [full()], 32, hash_scheme="xxh3_128", hash_seed=2)
+    ra, rb = Request("r", list(range(8))), Request("r", list(range(8)))
+    admit(a, ra)
+    admit(b, rb)
+    assert a.page_hashes_of("r") != b.page_hashes_of("r")
+    builtin = CacheManager(8, [full()], 32, hash_scheme="builtin", hash_seed=0)
+    admit(builtin, Request("r", list(range(8))))
+    assert isinstance(builtin.page_pool.key_of(1), PageHashWithGroupId)
+
+
+def test_chunked_local_manager_drops_pages_before_the_chunk():
+    spec = ChunkedLocalAttentionSpec(page_size=4, attention_chunk_size=8, **KW)
+    m = manager(16, [CacheGroupSpec(spec)])
+    r = Request("a", list(range(17)))
+    m.allocate_slots(r, 17)
+    r.num_computed_tokens = 17
+    r.append_output_token_ids([5])
+    m.allocate_slots(r, 1)  # 17 computed: chunk starts at 16, pages 0..3 are dropped
+    assert m.get_page_ids("a") == ([0, 0, 0, 0, 5],)
+
+
+ANCHORS = Path(__file__).resolve().parents[2] / "shared" / "anchors"
+
+
+@pytest.mark.skipif(not (ANCHORS / "adapters.py").exists(), reason="shared anchors harness not present")
+def test_anchor_adapter_drives_the_manager_unchanged():
+    def load(name: str):  # by path: the harness's trace.py would clash with the stdlib's
+        spec = importlib.util.spec_from_file_location(f"anchors_{name}", ANCHORS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    adapters, trace = load("adapters"), load("trace")
+    reqs = trace.make_trace(40, seed=1, prompt_range=(20, 200), output_range=(5, 40))
+    ad = adapters.make("verikv", num_pages=256, page_size=16)
+    stats = trace.run_trace(ad, reqs, max_running=8, num_pages=256)
+    assert stats["hit_tokens"] > 0 and ad.num_free_pages() == 255 and ad.usage() == 0.0
