@@ -58,8 +58,7 @@ PAGE_MAX = 2**16
 TP_MAX = 1024
 DP_MAX = 4096
 STATE_MAX = 2**34        # bytes of one Mamba state page
-BOUND = ("memory<=2^40 B, utilisation n/d<=1 (d<=10^6), layers<=1024, kv heads<=1024, head dim<=4096, "
-         "page<=65536, tp<=1024, dp<=4096, bits in {8,16,32}")
+BOUND = "mem<=2^40 B, util<=1, layers,heads<=1024, head dim<=4096, page<=2^16, tp<=1024, dp<=4096"
 GPU_BLOCK_MULTIPLES = tuple(sorted({k.page_multiple for k in KERNELS.values() if k.platform == "gpu"}))
 
 
@@ -320,7 +319,7 @@ def checks() -> list[Check]:
 
 # --- the whole planner over the catalog ----------------------------------------------------------
 
-GRID_TP = (1, 2, 8)
+GRID_TP = (1, 8)
 GRID_DP = (1, 2)
 GRID_BOUND = f"presets x catalog devices x their KV dtypes x tp {GRID_TP} x dp {GRID_DP}, max_model_len 4096"
 

@@ -159,10 +159,14 @@ def render_plain(plan: KVCachePlan) -> str:
     for row in rows:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     if plan.dp > 1:
-        ranges = ", ".join(f"{s}: [{lo}, {hi})" for s, (lo, hi) in enumerate(plan.shard_ranges))
-        lines.extend(["", f"usable page ids per DP shard: {ranges}"])
+        lines.extend(["", f"page ids per DP shard: {_shards(plan)}"])
     lines.extend(["", *(f"note: {n}" for n in plan.notes)] if plan.notes else [])
     return "\n".join(lines)
+
+
+def _shards(plan: KVCachePlan) -> str:
+    return ", ".join(f"{s}: [{lo}, {hi}) ({usable} usable)" for s, ((lo, hi), usable)
+                     in enumerate(zip(plan.shard_ranges, plan.usable_pages_per_shard)))
 
 
 def _rich_available() -> bool:
@@ -190,8 +194,7 @@ def print_rich(plan: KVCachePlan, console: object | None = None) -> None:
     out.print(summary)  # type: ignore[attr-defined]
     out.print(buffers)  # type: ignore[attr-defined]
     if plan.dp > 1:
-        out.print("usable page ids per DP shard: " + ", ".join(  # type: ignore[attr-defined]
-            f"{s}: [{lo}, {hi})" for s, (lo, hi) in enumerate(plan.shard_ranges)))
+        out.print(f"page ids per DP shard: {_shards(plan)}")  # type: ignore[attr-defined]
     for note in plan.notes:
         out.print(f"note: {note}")  # type: ignore[attr-defined]
 

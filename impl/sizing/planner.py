@@ -33,14 +33,16 @@ from verikv.cache_specs import (
     SlidingWindowSpec,
     estimate_runtime_page_budget,
 )
-from verikv.dp_sharding import checked_int, dp_shard_page_bounds
+from verikv.dp_sharding import checked_int
 from verikv.errors import DoesNotFitError, KVCacheDoesNotFitError, SizingError
-from verikv.sizing.arith import cdiv
+from verikv.sizing.arith import align, cdiv
 from verikv.sizing.budget import (
     UTILIZATION_RULES,
     device_budget,
     memory_page_limit,
     pages_per_shard,
+    shard_range,
+    usable_pages_in_shard,
     utilization_fraction,
 )
 from verikv.sizing.catalog import Accelerator, get_accelerator
@@ -92,6 +94,7 @@ class KVCachePlan:
     never exceeds ``budget_bytes``. ``limited_by`` is ``"memory"`` or ``"int32 index"``.
     ``capacity_tokens = num_pages * page_size`` (what engines log); ``max_concurrent_requests``
     counts requests of ``max_model_len`` that fit at once, window-aware and per DP shard.
+    ``shard_ranges`` are the page ids ``[start, end)`` each DP shard owns (shard 0 owns the null page).
     """
 
     model: str
@@ -134,6 +137,11 @@ class KVCachePlan:
     def data_parallel_size(self) -> int:
         """The DP size, under the name ``CacheManager.from_plan`` reads."""
         return self.dp
+
+    @property
+    def usable_pages_per_shard(self) -> tuple[int, ...]:
+        """Pages each DP shard can hand out (shard 0 keeps the null page)."""
+        return tuple(usable_pages_in_shard(s, self.pages_per_shard) for s in range(self.dp))
 
     @property
     def usable_pages(self) -> int:
@@ -252,7 +260,7 @@ def plan_kv_cache(
     num_pages = per_shard * dp
 
     plan_groups = tuple(
-        PlanGroup(kind, layers, _group_spec(model.layers[layers[0]], arrays[layers[0]], kern, dtype, ps, tp))
+        PlanGroup(kind, layers, _group_spec(model.layers[layers[0]], arrays[layers[0]], kern, dtype, ps, tp, mml))
         for kind, layers in groups
     )
     config_groups = [CacheGroupSpec(g.spec) for g in plan_groups]
@@ -269,7 +277,7 @@ def plan_kv_cache(
             budget_bytes=budget, page_bytes=page_bytes,
         )
     buffers = _buffers(arrays, buffers_layout, per_shard, num_pages)
-    shard_ranges = tuple(dp_shard_page_bounds(s, per_shard, dp) for s in range(dp))
+    shard_ranges = tuple(shard_range(s, per_shard) for s in range(dp))
     return KVCachePlan(
         model=model.name, device=acc.name, platform=acc.platform, kernel=kern.name, kv_dtype=dtype.name,
         page_size=ps, tp=tp, dp=dp, memory_bytes=memory, memory_source=memory_source,
@@ -419,9 +427,12 @@ def _gpu_groups(model: ModelGeometry) -> tuple[list[tuple[str, tuple[int, ...]]]
     return groups, tensors
 
 
-def _group_spec(layer: Layer, arrays: tuple[PageArray, ...], kern: Kernel, dtype: KVDType, ps: int, tp: int
-                ) -> CacheSpec:
-    """The manager's spec for a group, in per-device heads; Mamba states are given as byte arrays."""
+def _group_spec(layer: Layer, arrays: tuple[PageArray, ...], kern: Kernel, dtype: KVDType, ps: int, tp: int,
+                max_model_len: int) -> CacheSpec:
+    """The manager's spec for a group, in per-device heads. A Mamba group's page covers a whole
+    request (one page per request, as in vLLM): its page size is ``max_model_len`` rounded up to
+    a multiple of the attention page size (the manager needs every page size to be a multiple of
+    the smallest), and its state is given as byte arrays, padded to the attention page on GPU."""
     if isinstance(layer, AttentionLayer):
         heads = kv_heads_per_rank(layer.num_kv_heads, tp)
         if layer.kind == "sliding":
@@ -434,8 +445,9 @@ def _group_spec(layer: Layer, arrays: tuple[PageArray, ...], kern: Kernel, dtype
             return FullAttentionSpec(ps, 1, arrays[0].device_shape[-1], "uint8", True)
         return FullAttentionSpec(ps, 1, layer.kv_lora_rank + layer.qk_rope_head_dim, dtype.name, True)
     if kern.platform == "gpu":
-        return MambaSpec(ps, ((arrays[0].unpadded_bytes,),), "uint8", page_size_padded=arrays[0].page_bytes)
-    return MambaSpec(ps, tuple((a.page_bytes,) for a in arrays), "uint8")
+        return MambaSpec(align(max_model_len, ps), ((arrays[0].unpadded_bytes,),), "uint8",
+                         page_size_padded=arrays[0].page_bytes)
+    return MambaSpec(align(max_model_len, ps), tuple((a.page_bytes,) for a in arrays), "uint8")
 
 
 def _estimate(num_pages: int, groups: list[CacheGroupSpec], mml: int, mnbt: int, dp: int) -> Any:
