@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -291,7 +292,7 @@ ANCHORS = Path(__file__).resolve().parents[2] / "shared" / "anchors"
 def test_anchor_adapter_drives_the_manager_unchanged():
     def load(name: str):  # by path: the harness's trace.py would clash with the stdlib's
         spec = importlib.util.spec_from_file_location(f"anchors_{name}", ANCHORS / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
+        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
         spec.loader.exec_module(module)
         return module
 
