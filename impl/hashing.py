@@ -39,6 +39,7 @@ SCHEMES: tuple[str, ...] = ("sha256", "xxh3_128", "builtin")
 _PAGE_TAG = b"verikv-page\x00"
 _ROOT_TAG = b"verikv-root\x00"
 _BIG_ENDIAN = sys.byteorder == "big"
+_pack_u32 = struct.Struct("<I").pack
 
 
 class PageHash(NamedTuple):
@@ -72,10 +73,10 @@ class MMFeature(NamedTuple):
     length: int
 
 
-def _encode_int(value: int, out: bytearray) -> None:
+def _int_bytes(value: int) -> bytes:
+    """A signed int as a little-endian u32 byte count followed by its minimal two's complement."""
     size = (value.bit_length() + 8) // 8
-    out += struct.pack("<I", size)
-    out += value.to_bytes(size, "little", signed=True)
+    return _pack_u32(size) + value.to_bytes(size, "little", signed=True)
 
 
 def encode_canonical(obj: Any, out: bytearray) -> None:
@@ -90,8 +91,7 @@ def encode_canonical(obj: Any, out: bytearray) -> None:
     elif isinstance(obj, bool):
         out += b"T" if obj else b"F"
     elif isinstance(obj, int):
-        out += b"I"
-        _encode_int(int(obj), out)
+        out += b"I" + _int_bytes(int(obj))
     elif isinstance(obj, float):
         out += b"D" + struct.pack("<d", obj)
     elif isinstance(obj, str):
@@ -104,8 +104,7 @@ def encode_canonical(obj: Any, out: bytearray) -> None:
         for item in obj:
             encode_canonical(item, out)
     elif hasattr(obj, "__index__"):
-        out += b"I"
-        _encode_int(obj.__index__(), out)
+        out += b"I" + _int_bytes(obj.__index__())
     else:
         raise InvalidArgumentError(f"cannot encode {type(obj).__name__} {obj!r} canonically")
 
@@ -122,6 +121,7 @@ def _token_bytes(token_ids: Sequence[int]) -> bytes:
 
 
 def _seed_bytes(seed: int | str | bytes) -> bytes:
+    """The canonical encoding of a seed."""
     out = bytearray()
     encode_canonical(seed, out)
     return bytes(out)
@@ -229,16 +229,19 @@ class PageHasher:
         ids = list(tokens[first * ps:last * ps])
         packed = _token_bytes(ids)
         extra = _ExtraKeys(request)
-        view = memoryview(packed)
         width = 8 * ps
         digest = self._digest
         out: list[PageHash] = []
+        plain = extra.lora is None and extra.salt is None and not extra.mm
+        all_ids = tuple(ids)
+        make = tuple.__new__
+        if value is None:
+            value = self.root
         for k in range(last - first):
-            page_ids = tuple(ids[k * ps:(k + 1) * ps])
-            keys = extra.for_page(first + k, ps)
-            parent_value = self.root if value is None else value
-            value = digest(parent_value, view[k * width:(k + 1) * width], page_ids, keys)
-            out.append(PageHash(value, page_ids, keys))
+            page_ids = all_ids[k * ps:(k + 1) * ps]
+            keys = None if plain else extra.for_page(first + k, ps)
+            value = digest(value, packed[k * width:(k + 1) * width], page_ids, keys)
+            out.append(make(PageHash, (value, page_ids, keys)))
         return out
 
     def extend(self, request: Any, page_size: int, hashes: list[PageHash]) -> list[PageHash]:
@@ -247,6 +250,8 @@ class PageHasher:
         Returns the pages added (possibly none). O(new pages), so calling it after every
         decode step costs one hash per page that filled.
         """
+        if type(page_size) is int and page_size > 0 and len(request.all_token_ids) // page_size <= len(hashes):
+            return []  # no page filled since the last call (the common decode step)
         parent = hashes[-1] if hashes else None
         new = self.hash_request(request, page_size, start=len(hashes), parent=parent)
         hashes.extend(new)
@@ -256,14 +261,14 @@ class PageHasher:
         return f"PageHasher(scheme={self.scheme!r}, root={self.root:#x})"
 
 
-def _message(parent: int, tokens: bytes | memoryview, extra: Any) -> bytes:
-    """The canonical bytes hashed for one page."""
-    out = bytearray(_PAGE_TAG)
-    _encode_int(parent, out)
-    out += struct.pack("<I", len(tokens) // 8)
-    out += tokens
-    encode_canonical(extra, out)
-    return bytes(out)
+def _message(parent: int, tokens: bytes, extra: Any) -> bytes:
+    """The canonical bytes hashed for one page: tag, parent, token count, tokens, extra keys."""
+    if extra is None:
+        tail = b"N"  # encode_canonical(None)
+    else:
+        tail = bytearray()
+        encode_canonical(extra, tail)
+    return b"".join((_PAGE_TAG, _int_bytes(parent), _pack_u32(len(tokens) // 8), tokens, tail))
 
 
 class _ExtraKeys:

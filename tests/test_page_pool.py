@@ -307,3 +307,21 @@ def test_million_page_pool_is_usable() -> None:
     assert pool.get_new_page_ids(3) == [1, 2, 3]
     pool.free_page_ids([3, 2, 1])
     assert pool.get_new_page_ids(1, dp_shard_hint=3, data_parallel_size=4) == [750_000]
+
+
+def test_lookup_run_ids_is_lookup_id_up_to_the_first_miss() -> None:
+    pool = PagePool(8)
+    ids = pool.get_new_page_ids(4)
+    pool.cache_page_id(ids[0], key(0))
+    pool.cache_page_id(ids[1], key(1))
+    pool.cache_page_id(ids[2], key(1))
+    pool.cache_page_id(ids[3], key(3))
+    pool.make_prefix_cache_stats()
+    assert pool.lookup_run_ids([key(0), key(1), key(2), key(3)]) == [ids[0], ids[1]]
+    stats = pool.make_prefix_cache_stats()
+    assert (stats.queries, stats.hits) == (3, 2)
+    assert pool.lookup_run_ids(iter([key(1), key(0)])) == [ids[1], ids[0]]
+    assert pool.lookup_run_ids([]) == []
+    dp = {"dp_shard_hint": 1, "data_parallel_size": 2}
+    assert pool.lookup_run_ids([key(3)], **dp) == [ids[3]]
+    assert pool.lookup_run_ids([key(0)], **dp) == []  # page 1 lies in shard 0

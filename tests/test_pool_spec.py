@@ -43,6 +43,13 @@ def test_allocate_evicts_keys_and_respects_bounds() -> None:
     assert violated_pool_invariants(s) == []
 
 
+def test_allocating_two_pages_of_one_key_evicts_both() -> None:
+    s, (a, b) = P.allocate(P.init(4), 2)
+    s = P.free(P.cache(P.cache(s, a, "k"), b, "k"), (a, b))
+    s, got = P.allocate(s, 3)
+    assert set(got) >= {a, b} and s.cached == frozenset() and violated_pool_invariants(s) == []
+
+
 def test_touch_revives_and_skips_null() -> None:
     s, (a,) = P.allocate(P.init(4), 1)
     s = P.free(P.cache(s, a, "k"), (a,))
