@@ -56,9 +56,12 @@ class PageRecords:
         self.owned = owned
 
     @classmethod
-    def for_pool(cls, num_pages: int) -> PageRecords:
-        """A table for ``num_pages`` pages, all with ref 0 and no key; page 0 is null."""
-        return cls(int_array(np.zeros(num_pages, dtype=np.intc)), [None] * num_pages, 0, owned=True)
+    def for_pool(cls, num_pages: int, *, owned: bool = False) -> PageRecords:
+        """A table for ``num_pages`` pages, all with ref 0 and no key; page 0 is null.
+
+        ``owned=True`` is for a `PagePool`'s own table (read-only views and queue).
+        """
+        return cls(int_array(np.zeros(num_pages, dtype=np.intc)), [None] * num_pages, 0, owned=owned)
 
 
 def int_array(values: np.ndarray) -> array:
@@ -347,6 +350,7 @@ class FreeCachePageQueue:
 
     def popleft_ids(self, n: int) -> list[int]:
         """Unlink and return the first ``n`` ids (`OutOfPagesError` if fewer are linked)."""
+        self._check_unowned()
         count = checked_int(n, "n", minimum=0)
         if count > self.links.lengths[0]:
             raise OutOfPagesError(f"cannot pop {count} pages: only {self.links.lengths[0]} are free")
@@ -354,16 +358,19 @@ class FreeCachePageQueue:
 
     def remove_id(self, page_id: int) -> None:
         """Unlink ``page_id`` from anywhere in the queue (`PageStateError` if not linked)."""
+        self._check_unowned()
         self._check_ids((page_id,), want_linked=True)
         self.links.unlink(0, page_id)
 
     def append_ids(self, ids: list[int]) -> None:
         """Link unlinked, distinct, non-null ids at the tail in the given order."""
+        self._check_unowned()
         self._check_ids(ids, want_linked=False)
         self.links.link_back(0, ids)
 
     def prepend_ids(self, ids: list[int]) -> None:
         """Link unlinked, distinct, non-null ids before the head, keeping their order."""
+        self._check_unowned()
         self._check_ids(ids, want_linked=False)
         self.links.link_front(0, ids)
 
@@ -377,6 +384,11 @@ class FreeCachePageQueue:
             return None
         other = (self.links.next if forward else self.links.prev)[page_id]
         return None if other >= self.links.capacity else self._page_of(other)
+
+    def _check_unowned(self) -> None:
+        """A pool's queue changes only through the pool, which keeps counts and shards in step."""
+        if self._records.owned:
+            raise PageStateError("this free queue belongs to a PagePool; change it through the pool's methods")
 
     def _check_ids(self, ids: Iterable[int], *, want_linked: bool) -> None:
         """Raise before any change if an id is foreign, null, duplicated, or in the wrong state."""
@@ -398,6 +410,7 @@ class FreeCachePageQueue:
 
     def popleft(self) -> CachePage:
         """Unlink and return the head page (`OutOfPagesError`, a ValueError, when empty)."""
+        self._check_unowned()
         if self.links.lengths[0] == 0:
             raise OutOfPagesError("No free pages available")
         return self._page_of(self.links.pop_front(0, 1)[0])

@@ -58,7 +58,7 @@ class PagePool:
         self.num_pages = n
         self.enable_caching = enable_caching
         self.free_order = free_order
-        self._records = PageRecords.for_pool(n)
+        self._records = PageRecords.for_pool(n, owned=True)
         self._ref = self._records.ref
         self._key = self._records.key
         self._views: dict[int, CachePage] = {}

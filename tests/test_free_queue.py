@@ -132,9 +132,14 @@ def test_construction_rejects_duplicates_and_pages_already_queued() -> None:
         FreeCachePageQueue(pages)
 
 
+def range_queue(n: int) -> FreeCachePageQueue:
+    """A queue over ids 1..n-1 built with the range constructor, on a table no pool owns."""
+    records = PageRecords.for_pool(n)
+    return FreeCachePageQueue.for_range(records, 1, n, lambda i: CachePage.view(records, i))
+
+
 def test_range_constructor_and_prepend() -> None:
-    records = PageRecords.for_pool(10)
-    queue = FreeCachePageQueue.for_range(records, 1, 10, lambda i: CachePage.view(records, i))
+    queue = range_queue(10)
     assert queue.ids() == list(range(1, 10))
     assert queue.popleft_ids(3) == [1, 2, 3]
     queue.prepend_ids([3, 1])
@@ -144,9 +149,17 @@ def test_range_constructor_and_prepend() -> None:
     assert queue.num_free_pages == 8
 
 
-def test_a_cycle_in_the_links_is_reported_not_walked_forever() -> None:
-    records = PageRecords.for_pool(4)
+def test_a_pool_owned_queue_is_changed_only_by_its_pool() -> None:
+    records = PageRecords.for_pool(4, owned=True)
     queue = FreeCachePageQueue.for_range(records, 1, 4, lambda i: CachePage.view(records, i))
+    for call in (queue.popleft, lambda: queue.popleft_n(1), lambda: queue.remove_id(2), lambda: queue.append_ids([])):
+        with pytest.raises(PageStateError):
+            call()
+    assert queue.ids() == [1, 2, 3] and queue.num_free_pages == 3
+
+
+def test_a_cycle_in_the_links_is_reported_not_walked_forever() -> None:
+    queue = range_queue(4)
     queue.links.next[3] = 1
     with pytest.raises(CorruptedStateError):
         queue.ids()
@@ -177,7 +190,7 @@ def test_cache_pages_are_hashable_values() -> None:
 
 
 def test_pool_owned_views_are_read_only() -> None:
-    page = CachePage.view(PageRecords.for_pool(3), 1)
+    page = CachePage.view(PageRecords.for_pool(3, owned=True), 1)
     with pytest.raises(PageStateError):
         page.ref_cnt = 3
     with pytest.raises(PageStateError):
@@ -190,8 +203,7 @@ OPS = st.lists(st.tuples(st.sampled_from(["popleft", "remove", "append", "prepen
 
 @given(OPS)
 def test_queue_matches_a_list_model(ops: list[tuple[str, int]]) -> None:
-    records = PageRecords.for_pool(10)
-    queue = FreeCachePageQueue.for_range(records, 1, 10, lambda i: CachePage.view(records, i))
+    queue = range_queue(10)
     model = list(range(1, 10))
     for op, pid in ops:
         if op == "popleft":
