@@ -113,7 +113,8 @@ def allocate(s: PoolState, n: int, bounds: Bounds | None = None) -> tuple[PoolSt
     Each chosen page leaves the free list, loses its key if it had one (lazy eviction: a
     cached page stays hit-able until it is reused), and gets ``ref = 1``. Returns the new
     state and the pages in the order chosen.
-    pre: `pre_allocate`; otherwise "out-of-pages" (or "argument") and no state exists.
+    pre: `pre_allocate`; otherwise `PreconditionError` ("out-of-pages", or "argument" for a
+    malformed ``n`` or ``bounds``).
     """
     if not pre_allocate(s, n, bounds):
         reason = "out-of-pages" if _is_int(n) and n >= 0 and _valid_bounds(s, bounds) else "argument"

@@ -20,6 +20,9 @@ The pool must offer the read-only protocol of `verikv.spec.abstraction` and the 
 API of docs/architecture.md (``get_new_page_ids``, ``touch_ids``, ``free_page_ids``,
 ``cache_page_id``, ``lookup_id``, ``reset_prefix_cache``, ``get_num_free_pages``,
 ``get_usage``); eSurge's object-level methods are exercised too when present.
+
+Use it from pytest as ``TestMyPool = make_pool_machine(my_factory).TestCase`` (settings via
+``TestMyPool.settings``) or call ``run_state_machine_as_test(make_pool_machine(f), settings=...)``.
 """
 
 from __future__ import annotations
