@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "CorruptedStateError": "errors",
     "SizingError": "errors",
     "DoesNotFitError": "errors",
+    "KVCacheDoesNotFitError": "errors",
     # free queue
     "CachePage": "free_queue",
     "FreeCachePageQueue": "free_queue",
