@@ -35,7 +35,7 @@ from verikv.cache_specs import (
 )
 from verikv.dp_sharding import checked_int
 from verikv.errors import DoesNotFitError, KVCacheDoesNotFitError, SizingError
-from verikv.sizing.arith import align, cdiv
+from verikv.sizing.arith import INT32_MAX, align, cdiv
 from verikv.sizing.budget import (
     UTILIZATION_RULES,
     device_budget,
@@ -238,6 +238,7 @@ def plan_kv_cache(
         groups, buffers_layout = _gpu_groups(model)
         group_size = len(buffers_layout)
         page_bytes = group_size * arrays[0][0].page_bytes
+        # a page id is used by one group at a time: its data needs at most the largest layer per tensor
         unpadded = sum(max(sum(a.unpadded_bytes for a in arrays[i]) for i in tensor) for tensor in buffers_layout)
     else:
         groups = _tpu_groups(model)
@@ -266,7 +267,8 @@ def plan_kv_cache(
     config_groups = [CacheGroupSpec(g.spec) for g in plan_groups]
     estimate = _estimate(num_pages, config_groups, mml, mnbt, dp)
     if estimate is None:
-        needed = _pages_per_request(config_groups, mml, mnbt)
+        # the same estimate on a pool too large to run out gives the pages one request needs
+        needed = _estimate(INT32_MAX, config_groups, mml, mnbt, 1).pages_per_request
         largest = _largest_fitting_len(num_pages, config_groups, mml, mnbt, dp)
         raise KVCacheDoesNotFitError(
             f"{model.name} on {acc.name} (tp={tp}, dp={dp}): one request of {mml} tokens needs {needed} pages of "
@@ -459,11 +461,6 @@ def _estimate(num_pages: int, groups: list[CacheGroupSpec], mml: int, mnbt: int,
                                             max_num_batched_tokens=mnbt, data_parallel_size=dp)
     except DoesNotFitError:
         return None
-
-
-def _pages_per_request(groups: list[CacheGroupSpec], mml: int, mnbt: int) -> int:
-    return sum(cdiv(g.kv_cache_spec.max_memory_usage_bytes(mml, mnbt), g.kv_cache_spec.page_size_bytes)
-               for g in groups)
 
 
 def _largest_fitting_len(num_pages: int, groups: list[CacheGroupSpec], mml: int, mnbt: int, dp: int) -> int:
