@@ -58,6 +58,8 @@ LLAMA = get_preset("llama-3-8b")
     (dict(kernel="flash-attn"), "gpu kernel"),
     (dict(kernel="tpu-mla"), "cannot hold"),
     (dict(kernel="nope"), "unknown kernel"),
+    (dict(kernel=["tpu-rpa-v3"]), "unknown kernel"),
+    (dict(max_model_len=2**31), "max_model_len"),
     (dict(memory_bytes=0), "memory_bytes"),
 ])
 def test_bad_arguments_raise_sizing_error(kwargs, message):

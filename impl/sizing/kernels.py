@@ -124,6 +124,6 @@ KERNELS: dict[str, Kernel] = {
 
 def get_kernel(name: str) -> Kernel:
     """The kernel family called ``name``."""
-    if name not in KERNELS:
+    if not isinstance(name, str) or name not in KERNELS:
         raise SizingError(f"unknown kernel {name!r}; known: {', '.join(sorted(KERNELS))}")
     return KERNELS[name]

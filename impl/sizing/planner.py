@@ -268,7 +268,7 @@ def plan_kv_cache(
     estimate = _estimate(num_pages, config_groups, mml, mnbt, dp)
     if estimate is None:
         # the same estimate on a pool too large to run out gives the pages one request needs
-        needed = _estimate(INT32_MAX, config_groups, mml, mnbt, 1).pages_per_request
+        needed = _estimate(2**62, config_groups, mml, mnbt, 1).pages_per_request
         largest = _largest_fitting_len(num_pages, config_groups, mml, mnbt, dp)
         raise KVCacheDoesNotFitError(
             f"{model.name} on {acc.name} (tp={tp}, dp={dp}): one request of {mml} tokens needs {needed} pages of "
@@ -317,8 +317,8 @@ def _resolve_max_model_len(model: ModelGeometry, max_model_len: int | None) -> i
     if max_model_len is None:
         if model.max_model_len is None:
             raise SizingError(f"max_model_len is required: {model.name} does not state its context length")
-        return model.max_model_len
-    return checked_int(max_model_len, "max_model_len", minimum=1, error=SizingError)
+        max_model_len = model.max_model_len
+    return checked_int(max_model_len, "max_model_len", minimum=1, maximum=INT32_MAX, error=SizingError)
 
 
 def _resolve_memory(acc: Accelerator, memory_bytes: int | None) -> tuple[int, str]:
