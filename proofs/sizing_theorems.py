@@ -387,6 +387,16 @@ def _off_by_one_pages(b: Any, page_bytes: Any) -> Any:
     return arith.fdiv(arith.imax(b, 0), page_bytes) + 1
 
 
+def _one_page_short(b: Any, page_bytes: Any) -> Any:
+    return arith.imax(arith.fdiv(arith.imax(b, 0), page_bytes) - 1, 0)
+
+
+def _hd64_half_lanes(n: Any, page: Any, kv: Any, hd: Any, bits: Any) -> tuple[Any, ...]:
+    p = tpu.packing(bits)
+    return (n, page, arith.ite(hd == 64, arith.cdiv(kv, p), arith.cdiv(2 * kv, p)), p,
+            arith.ite(hd == 64, 64, arith.align(hd, 128)))
+
+
 def _no_int32_cap(b: Any, page_bytes: Any, dp: Any, index_unit: Any) -> Any:
     return budget.memory_page_limit(b, page_bytes)
 
@@ -432,6 +442,10 @@ def mutants() -> list[Mutant]:
     return [
         impl("pages-off-by-one", "SIZE-FITS", "memory_page_limit returns one page more than fits",
              lambda: _failing(budget, "memory_page_limit", _off_by_one_pages, "SIZE-FITS")),
+        impl("pages-one-short", "SIZE-MAXIMAL", "memory_page_limit leaves one page that would fit unused",
+             lambda: _failing(budget, "memory_page_limit", _one_page_short, "SIZE-MAXIMAL")),
+        impl("hd64-half-lanes", "SIZE-ALIGNED", "head dim 64 keeps 64 lanes: no room for V beside K",
+             lambda: _failing(tpu, "rpa_v3_shape", _hd64_half_lanes, "SIZE-ALIGNED")),
         impl("no-int32-cap", "SIZE-INT32", "pages_per_shard ignores the int32 index limit",
              lambda: _failing(budget, "pages_per_shard", _no_int32_cap, "SIZE-INT32")),
         impl("free-rule-forgets-used", "SIZE-FITS", "the free-memory rule applies utilisation to total memory",
