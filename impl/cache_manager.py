@@ -356,7 +356,9 @@ class CacheManager:
         if request_id in self._shards:
             raise InvalidArgumentError(f"request {request_id!r} already holds pages; hits are only taken first")
         keys = self._keys.get(request_id, ())
+        num_keys = len(keys)
         key_of = self.page_pool.key_of
+        new_key = tuple.__new__  # builds PageHashWithGroupId without its Python-level __new__
         bounds = None if shard is None else dp_shard_page_bounds(shard, self.num_pages // dp)  # type: ignore[operator]
         n = self.num_pages
         for gid, group_ids in enumerate(ids):
@@ -376,7 +378,7 @@ class CacheManager:
                     continue
                 seen_real = True
                 k = (j + 1) * stride - 1
-                if k >= len(keys) or key_of(page) != PageHashWithGroupId(keys[k], gid):
+                if k >= num_keys or key_of(page) != new_key(PageHashWithGroupId, (keys[k], gid)):
                     raise InvalidArgumentError(
                         f"group {gid}: page {page} at hit position {j} does not hold this request's "
                         f"content (stale or foreign hit)")

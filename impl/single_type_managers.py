@@ -232,15 +232,9 @@ class FullAttentionManager(SingleTypeCacheManager):
         stride = self._stride
         if len(group_ids) == 1:
             gid = group_ids[0]
-            lookup = self.page_pool.lookup_id
-            hits: list[int] = []
-            for j in range(n):
-                key = PageHashWithGroupId(keys[(j + 1) * stride - 1], gid)
-                page = lookup(key, dp_shard_hint=shard, data_parallel_size=dp)
-                if page is None:
-                    break
-                hits.append(page)
-            return (hits,)
+            new_key = tuple.__new__  # PageHashWithGroupId(...) without the NamedTuple's Python __new__
+            run = (new_key(PageHashWithGroupId, (keys[(j + 1) * stride - 1], gid)) for j in range(n))
+            return (self.page_pool.lookup_run_ids(run, dp_shard_hint=shard, data_parallel_size=dp),)
         result: tuple[list[int], ...] = tuple([] for _ in group_ids)
         for j in range(n):
             found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)
