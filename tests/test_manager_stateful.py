@@ -2,8 +2,9 @@
 
 One test per group layout, each 200 examples of up to 60 steps (the initialize step
 included), derandomized under the ``ci`` profile. `test_runs_are_long_and_reach_the_paths`
-shows the runs are not vacuous: most reach the step limit, and prefix hits, failed
-allocations, preemptions and null placeholders all occur.
+shows the runs are not vacuous: many reach the step limit (Hypothesis also tries short
+programs first, so not all do), and prefix hits, failed allocations, preemptions and null
+placeholders all occur.
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ def test_runs_are_long_and_reach_the_paths() -> None:
         def teardown(self) -> None:
             seen["runs"] += 1
             seen["runs of 50+ steps"] += getattr(self, "steps", 0) >= 50
+            seen["longest run"] = max(seen["longest run"], getattr(self, "steps", 0))
 
     run_state_machine_as_test(Counting, settings=settings(max_examples=60, stateful_step_count=STEPS,
                                                           deadline=None, derandomize=True, database=None))
-    assert seen["runs of 50+ steps"] >= seen["runs"] // 2, seen
+    assert seen["longest run"] == STEPS and seen["runs of 50+ steps"] >= seen["runs"] // 3, seen
     for path in ("prefix hit", "allocation refused", "preemption", "null placeholder held"):
         assert seen[path] > 0, seen

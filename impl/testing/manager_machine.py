@@ -33,8 +33,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
 from verikv.errors import InvalidArgumentError
 from verikv.spec import invariants as inv
@@ -305,19 +306,25 @@ def manager_machine(layout: Layout, make_manager: Callable[[spec.ManagerConfig],
             self.check()
 
         @precondition(lambda self: self.running)
-        @rule(data=st.data(), chunk=st.integers(1, 8), lookahead=st.sampled_from((0, 0, 1, 3)),
-              delay=st.sampled_from((False, False, False, True)), token=st.integers(0, 2))
-        def step(self, data: st.DataObject, chunk: int, lookahead: int, delay: bool, token: int) -> None:
-            """Schedule a running request: a prefill chunk or one decode token (plus lookahead).
+        @rule(data=st.data())
+        def schedule(self, data: st.DataObject) -> None:
+            """One scheduler step: each running request, oldest first, gets a prefill chunk or
+            one decode token (plus speculative lookahead slots); a request the pool cannot
+            serve is preempted (freed, to be recomputed later)."""
+            for rid in list(self.running):
+                self.step_request(rid, data.draw(st.integers(1, 8), label="chunk"),
+                                  data.draw(st.sampled_from((0, 0, 1, 3)), label="lookahead"),
+                                  data.draw(st.sampled_from((False,) * 5 + (True,)), label="delay"),
+                                  data.draw(st.integers(0, 2), label="token"))
+                if self.failures:
+                    break
+            self.check()
 
-            When the pool cannot supply it, preempt the request (free it, recompute later).
-            """
-            rid = data.draw(st.sampled_from(self.running))
+        def step_request(self, rid: str, chunk: int, lookahead: int, delay: bool, token: int) -> None:
             request = self.requests[rid]
             if request.num_computed_tokens == request.num_tokens:
                 if request.num_tokens >= config.max_model_len:
                     self.finish_request(rid, aborted=False)
-                    self.check()
                     return
                 request.append_output_token_ids(token)
             num_new = min(chunk, request.num_tokens - request.num_computed_tokens)
@@ -325,7 +332,6 @@ def manager_machine(layout: Layout, make_manager: Callable[[spec.ManagerConfig],
                 request.num_computed_tokens += num_new
             elif not self.failures:
                 self.preempt_request(rid)
-            self.check()
 
         @precondition(lambda self: self.running)
         @rule(data=st.data())
@@ -422,3 +428,24 @@ def manager_machine(layout: Layout, make_manager: Callable[[spec.ManagerConfig],
 
     ManagerMachine.__name__ = ManagerMachine.__qualname__ = f"ManagerMachine[{layout.name}]"
     return ManagerMachine
+
+
+def detection_settings() -> settings:
+    """Bounded, reproducible settings for showing a mutant is caught (no shrinking: only the
+    names of the failed checks are wanted)."""
+    return settings(max_examples=200, stateful_step_count=60, deadline=None, derandomize=True,
+                    database=None, print_blob=False, phases=(Phase.explicit, Phase.generate),
+                    suppress_health_check=list(HealthCheck))
+
+
+def find_manager_failure(make_manager: Callable[[spec.ManagerConfig], Any], layout: Layout,
+                         run_settings: settings | None = None) -> list[str]:
+    """Run the manager machine for ``layout`` against ``make_manager``; the names of the checks
+    that failed, or []. An unexpected exception escaping the machine is ``crash:<type>``."""
+    try:
+        run_state_machine_as_test(manager_machine(layout, make_manager), settings=run_settings or detection_settings())
+    except ConformanceFailure as failure:
+        return failure.names
+    except Exception as exc:  # a crash is a detection too; report it by type
+        return [f"crash:{type(exc).__name__}"]
+    return []
