@@ -28,7 +28,10 @@ _GEMMA_NORMS = {"gemma": 2, "gemma2": 4, "gemma3_text": 4, "gemma3": 4}
 
 
 def _int(config: Mapping[str, Any], key: str, default: Any = None, minimum: int = 1) -> int:
-    value = config.get(key, default)
+    """``config[key]`` as a checked int; a missing or null key takes ``default``."""
+    value = config.get(key)
+    if value is None:
+        value = default
     if value is None:
         raise SizingError(f"config has no {key!r}")
     return checked_int(value, f"config {key}", minimum=minimum, error=SizingError)
