@@ -250,7 +250,7 @@ class PageHasher:
         Returns the pages added (possibly none). O(new pages), so calling it after every
         decode step costs one hash per page that filled.
         """
-        if type(page_size) is int and page_size > 0 and len(request.all_token_ids) // page_size <= len(hashes):
+        if type(page_size) is int and page_size > 0 and len(request.all_token_ids) // page_size == len(hashes):
             return []  # no page filled since the last call (the common decode step)
         parent = hashes[-1] if hashes else None
         new = self.hash_request(request, page_size, start=len(hashes), parent=parent)

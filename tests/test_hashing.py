@@ -184,3 +184,11 @@ def test_keys_do_not_depend_on_pythonhashseed() -> None:
         done = subprocess.run([sys.executable, "-c", SNIPPET], env=env, capture_output=True, text=True, check=True)
         outputs.add(done.stdout)
     assert len(outputs) == 1
+
+
+def test_extend_rejects_more_keys_than_full_pages() -> None:
+    hasher = PageHasher(seed=0)
+    keys = hasher.hash_request(request(range(8)), 4)
+    assert hasher.extend(request(range(8)), 4, keys) == [] and len(keys) == 2
+    with pytest.raises(InvalidArgumentError):
+        hasher.extend(request(range(4)), 4, keys)  # the request has one full page, not two
