@@ -207,9 +207,11 @@ class SingleTypeCacheManager:
         pages = self.req_to_pages.pop(request_id, None)
         self.num_cached_page.pop(request_id, None)
         if pages:
-            ordered = [p for p in reversed(pages) if p != NULL_PAGE]
-            if ordered:
-                self.page_pool.free_page_ids(ordered)
+            if NULL_PAGE in pages:  # window placeholders: only windowed groups have them
+                pages = [p for p in pages if p != NULL_PAGE]
+            pages.reverse()  # the popped list is ours: reverse in place, no copy
+            if pages:
+                self.page_pool.free_page_ids(pages)
 
 
 class FullAttentionManager(SingleTypeCacheManager):
