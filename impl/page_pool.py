@@ -94,6 +94,17 @@ class PagePool:
         """Every ``(key, page ids)`` entry of the cached map, ids oldest first. O(cached pages)."""
         return [(key, _ids_of(entry)) for key, entry in self._cached.items()]
 
+    def count_free_ids(self, page_ids: Sequence[int]) -> int:
+        """How many of ``page_ids`` are free (ref 0); the null page never counts."""
+        n, ref = self.num_pages, self._ref
+        count = 0
+        for pid in page_ids:
+            if type(pid) is not int or not 0 <= pid < n:
+                self._check_in_range(page_ids)  # raises the precise error
+            if pid and not ref[pid]:
+                count += 1
+        return count
+
     def get_num_free_pages(self, *, dp_shard_hint: int | None = None,
                            data_parallel_size: int | None = None) -> int:
         """How many pages are free (O(1)); with an active DP hint, in that shard only."""
@@ -148,7 +159,10 @@ class PagePool:
 
         A page with ref 0 first leaves the free list, keeping its key.
         """
-        self._check_in_range(page_ids)
+        n = self.num_pages
+        for pid in page_ids:  # one pass for the common all-valid case
+            if type(pid) is not int or not 0 <= pid < n:
+                self._check_in_range(page_ids)  # raises the precise error
         ref, free, shards, pps = self._ref, self._free, self._shards, self._pps
         for pid in page_ids:
             if pid == NULL_PAGE_ID:
@@ -168,16 +182,10 @@ class PagePool:
         page freed more often than it is held; nothing changes then.
         """
         ids = page_ids if isinstance(page_ids, list) else list(page_ids)
-        self._check_ints(ids)
-        if NULL_PAGE_ID in ids:
-            raise NullPageError("the null page is never freed")
         n, ref = self.num_pages, self._ref
-        for pid in ids:
-            if not 0 < pid < n:
-                raise ForeignPageError(f"page id {pid} is not a page of this pool (1..{n - 1})")
-        for pid in ids:
-            if ref[pid] < 1:
-                raise DoubleFreeError(f"page {pid} is not held (ref 0): double free")
+        for pid in ids:  # one pass for the common all-valid case
+            if type(pid) is not int or not 0 < pid < n or ref[pid] < 1:
+                self._check_free_ids(ids)  # raises the precise error, in the documented order
         if len(set(ids)) != len(ids):
             for pid, times in Counter(ids).items():
                 if times > ref[pid]:
@@ -364,6 +372,20 @@ class PagePool:
         for pid in ids:
             if type(pid) is not int:
                 raise InvalidArgumentError(f"page ids must be ints, got {type(pid).__name__} {pid!r}")
+
+    def _check_free_ids(self, ids: list[int]) -> None:
+        """Raise the error for the first problem of a free: a non-int, the null page, an id out
+        of range, a page not held (in that order of precedence)."""
+        self._check_ints(ids)
+        if NULL_PAGE_ID in ids:
+            raise NullPageError("the null page is never freed")
+        n, ref = self.num_pages, self._ref
+        for pid in ids:
+            if not 0 < pid < n:
+                raise ForeignPageError(f"page id {pid} is not a page of this pool (1..{n - 1})")
+        for pid in ids:
+            if ref[pid] < 1:
+                raise DoubleFreeError(f"page {pid} is not held (ref 0): double free")
 
     def _check_in_range(self, ids: Iterable[int]) -> None:
         self._check_ints(ids)

@@ -325,3 +325,19 @@ def test_lookup_run_ids_is_lookup_id_up_to_the_first_miss() -> None:
     dp = {"dp_shard_hint": 1, "data_parallel_size": 2}
     assert pool.lookup_run_ids([key(3)], **dp) == [ids[3]]
     assert pool.lookup_run_ids([key(0)], **dp) == []  # page 1 lies in shard 0
+
+
+def test_count_free_ids_and_shard_free_counts() -> None:
+    pool = PagePool(8)
+    held = pool.get_new_page_ids(3)
+    assert pool.count_free_ids([0, *held, 4, 5, 5]) == 3  # null never counts; duplicates do
+    with pytest.raises(ForeignPageError):
+        pool.count_free_ids([1, 8])
+    with pytest.raises(InvalidArgumentError):
+        pool.count_free_ids([1, "2"])
+    dp = {"dp_shard_hint": 0, "data_parallel_size": 2}
+    assert pool.get_num_free_pages(**dp) == 0  # shard 0 = pages 1..3, all held
+    assert pool.get_num_free_pages(dp_shard_hint=1, data_parallel_size=2) == 4
+    assert pool.get_num_free_pages() == 4
+    pool.free_page_ids(held[:1])
+    assert pool.get_num_free_pages(**dp) == 1
