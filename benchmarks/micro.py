@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 import xxhash
 
-from benchmarks.measure import median_split_us, median_us_per_call
+from benchmarks.measure import clock_ns, median_split_us, median_us_per_call
 from benchmarks.workload import make_manager
 
 PAGE_SIZE = 16
@@ -29,7 +29,7 @@ T = TypeVar("T")
 def _paired(items: Sequence[T], first: Callable[[T], object], second: Callable[[T], object],
             names: tuple[str, str]) -> Callable[[], dict[str, tuple[int, int]]]:
     """A phases() function: `first(item)` for every item, then `second(item)` for every item."""
-    clock = time.perf_counter_ns
+    clock = clock_ns
 
     def phases() -> dict[str, tuple[int, int]]:
         t0 = clock()
@@ -114,9 +114,9 @@ def _decode_hashing_us(hasher: Any, tokens: list[int]) -> float:
     for tok in tokens[PAGE_SIZE - 1:]:
         growing.append_output_token_ids(tok)
         if growing.num_tokens % PAGE_SIZE == 0:
-            t = time.perf_counter_ns()
+            t = clock_ns()
             hasher.extend(growing, PAGE_SIZE, keys)
-            spent += time.perf_counter_ns() - t
+            spent += clock_ns() - t
     return spent / 1e3 / len(keys)
 
 
@@ -144,35 +144,37 @@ def hashing_rates(schemes: Sequence[str], repeats: int, num_pages: int = 128) ->
 
 
 def manager_costs(num_pages: int, repeats: int, batch: int = 100, prompt_pages: int = 64) -> dict[str, float]:
-    """`CacheManager` through its eSurge API, per request of `prompt_pages` pages (+1 token):
-    lookup (miss, then hit, each hashing a new request's prompt), allocate_slots for the prefill
-    (all new pages; then all but one page hit), one decode step that needs no new page, free."""
+    """`CacheManager` through its eSurge API, on `batch` requests of `prompt_pages` pages + 1
+    token, each phase timed over the whole batch: lookup (a miss; later a hit, each hashing a new
+    request's prompt), allocate_slots for the prefill (all pages new; later all but one hit),
+    one decode step that needs no new page, free. Median over `repeats` rounds."""
     from verikv.request import Request
 
     rng = np.random.default_rng(2)
     prompts = [rng.integers(0, 32000, size=prompt_pages * PAGE_SIZE + 1).tolist() for _ in range(batch)]
-    clock = time.perf_counter_ns
     samples: dict[str, list[float]] = {}
 
-    def timed(name: str, fn: Callable[..., object], *args: object) -> object:
-        t = clock()
-        out = fn(*args)
-        samples.setdefault(name, []).append((clock() - t) / 1e3)
+    def phase(name: str, step: Callable[[Any], object], requests: list[Any]) -> list[object]:
+        t = clock_ns()
+        out = [step(req) for req in requests]
+        samples.setdefault(name, []).append((clock_ns() - t) / 1e3 / len(requests))
         return out
+
+    def prefill(item: tuple[Any, tuple[Any, int]]) -> object:
+        req, (pages, n_hit) = item
+        return manager.allocate_slots(req, req.num_tokens - n_hit, n_hit, pages)
 
     for _ in range(repeats):
         manager = make_manager(num_pages)
         for label in ("miss", "hit"):  # the second round finds the first round's pages cached
             requests = [Request(f"{label}-{i}", p) for i, p in enumerate(prompts)]
+            found = phase(f"manager.get_computed_pages ({label})", manager.get_computed_pages, requests)
+            phase(f"manager.allocate_slots (prefill, {label})", prefill, list(zip(requests, found)))
             for req in requests:
-                pages, n_hit = timed(f"manager.get_computed_pages ({label})", manager.get_computed_pages, req)
-                timed(f"manager.allocate_slots (prefill, {label})", manager.allocate_slots,
-                      req, req.num_tokens - n_hit, n_hit, pages)
                 req.num_computed_tokens = req.num_tokens
                 req.append_output_token_ids(7)
-                timed("manager.allocate_slots (decode, no new page)", manager.allocate_slots, req, 1)
-                req.num_computed_tokens += 1
+            phase("manager.allocate_slots (decode, no new page)", lambda req: manager.allocate_slots(req, 1), requests)
+            phase(f"manager.free ({prompt_pages + 1} pages)", manager.free, requests)
             for req in requests:
-                timed(f"manager.free ({prompt_pages + 1} pages)", manager.free, req)
                 manager.free_page_hashes(req)
     return {name: float(np.median(v)) for name, v in samples.items()}
