@@ -321,7 +321,7 @@ def checks() -> list[Check]:
 
 GRID_TP = (1, 8)
 GRID_DP = (1, 2)
-GRID_BOUND = f"presets x catalog devices x their KV dtypes x tp {GRID_TP} x dp {GRID_DP}, max_model_len 4096"
+GRID_BOUND = f"presets x catalog devices x a KV dtype per width x tp {GRID_TP} x dp {GRID_DP}, max_model_len 4096"
 
 
 def _plan_problems(plan: KVCachePlan) -> list[str]:
@@ -347,7 +347,9 @@ def _grid() -> Outcome:
         model = get_preset(model_name)
         for device in ACCELERATORS:
             kernel = get_kernel(device.mla_kernel if model.is_mla else device.attention_kernel)
-            for kv_dtype in sorted(set(device.kv_dtypes) & set(kernel.kv_dtypes)):
+            supported = [get_dtype(d) for d in sorted(set(device.kv_dtypes) & set(kernel.kv_dtypes))]
+            # one dtype per width: the layouts depend on the width only
+            for kv_dtype in {d.bits: d.name for d in supported}.values():
                 for tp in GRID_TP:
                     for dp in GRID_DP:
                         try:

@@ -81,7 +81,7 @@ def test_crosshair_check_reports_a_broken_contract(tmp_path, monkeypatch):
     '''))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path) + ":" + ":".join(sys.path))
-    outcome = crosshair_sizing.run_crosshair("broken_sizing")
+    outcome = crosshair_sizing.run_crosshair(("broken_sizing",))
     assert outcome.status == "failed" and "pages(" in outcome.detail
 
 
@@ -97,5 +97,5 @@ def test_crosshair_check_counts_unconfirmed_conditions(tmp_path, monkeypatch):
     '''))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path) + ":" + ":".join(sys.path))
-    outcome = crosshair_sizing.run_crosshair("untyped_sizing")
+    outcome = crosshair_sizing.run_crosshair(("untyped_sizing",))
     assert outcome.status != "passed"
