@@ -26,7 +26,7 @@ from verikv.dp_sharding import checked_int
 from verikv.errors import CacheSpecError, InvalidArgumentError
 from verikv.hashing import PageHash
 from verikv.page_pool import PagePool
-from verikv.single_type_managers import NULL_PAGE, SingleTypeCacheManager, get_manager_for_kv_cache_spec
+from verikv.single_type_managers import SingleTypeCacheManager, get_manager_for_kv_cache_spec
 
 PageIds = tuple[list[int], ...]
 
@@ -226,18 +226,6 @@ class CacheCoordinator:
         if not managers or request_id not in managers[0].req_to_pages:
             return None
         return tuple(list(m.req_to_pages[request_id]) for m in managers)
-
-    def has_request(self, request_id: str) -> bool:
-        """True when the request holds pages (it has an entry in every group)."""
-        managers = self.single_type_managers
-        return bool(managers) and request_id in managers[0].req_to_pages
-
-    def hit_pages_are_null_free(self, new_computed_pages: PageIds) -> bool:
-        """False if a full-attention or Mamba group's hit list contains the null page."""
-        return all(
-            m.frees_skipped_pages or NULL_PAGE not in hits
-            for m, hits in zip(self.single_type_managers, new_computed_pages)
-        )
 
 
 class CacheCoordinatorNoPrefixCache(CacheCoordinator):

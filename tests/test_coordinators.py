@@ -173,3 +173,12 @@ def test_no_prefix_cache_coordinator_never_hits_or_caches():
     assert c.get_num_common_prefix_pages("a", 1) == [2, 0]
     c.free("a")
     assert c.get_pages("a") is None and c.page_pool.get_num_free_pages() == 7
+
+
+def test_remove_skipped_pages_on_its_own():
+    c = get_kv_cache_coordinator(16, [full(4), sliding(4, 4)], 64, False, True)
+    c.allocate_slots("a", 0, 16, None)
+    c.remove_skipped_pages("a", 13)  # (13 - 4 + 1) // 4 = 2 sliding pages leave the window
+    assert c.get_pages("a") == ([1, 2, 3, 4], [0, 0, 7, 8])
+    assert c.page_pool.free_list_ids()[-2:] == [6, 5]
+    c.remove_skipped_pages("unknown", 13)  # no entry: nothing to do
