@@ -20,7 +20,7 @@ from typing import Any
 
 from verikv.cache_specs import CacheGroupSpec, CacheGroupsConfig
 from verikv.coordinators import CacheCoordinator, PageIds, get_kv_cache_coordinator
-from verikv.dp_sharding import checked_int, dp_shard_page_bounds, pages_per_dp_shard
+from verikv.dp_sharding import checked_int, dp_shard_page_bounds
 from verikv.errors import ForeignPageError, InvalidArgumentError, UnknownRequestError
 from verikv.events import KVEvent, PrefixCacheStats
 from verikv.free_queue import CachePage

@@ -23,7 +23,6 @@ from verikv import (
     Request,
     RequestStatus,
     SlidingWindowSpec,
-    UnknownRequestError,
 )
 from verikv.free_queue import CachePage
 from verikv.hashing import PageHashWithGroupId
