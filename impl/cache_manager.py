@@ -24,7 +24,7 @@ from verikv.dp_sharding import checked_int, dp_shard_page_bounds
 from verikv.errors import ForeignPageError, InvalidArgumentError, UnknownRequestError
 from verikv.events import KVEvent, PrefixCacheStats
 from verikv.free_queue import CachePage
-from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId
+from verikv.hashing import PageHash, PageHasher
 from verikv.page_pool import PagePool
 from verikv.request import Request, RequestStatus
 from verikv.single_type_managers import NULL_PAGE
@@ -357,8 +357,7 @@ class CacheManager:
             raise InvalidArgumentError(f"request {request_id!r} already holds pages; hits are only taken first")
         keys = self._keys.get(request_id, ())
         num_keys = len(keys)
-        key_of = self.page_pool.key_of
-        new_key = tuple.__new__  # builds PageHashWithGroupId without its Python-level __new__
+        page_keys = self.page_pool._key  # the pool's per-page key table, read only (ids checked below)
         bounds = None if shard is None else dp_shard_page_bounds(shard, self.num_pages // dp)  # type: ignore[operator]
         n = self.num_pages
         for gid, group_ids in enumerate(ids):
@@ -378,7 +377,7 @@ class CacheManager:
                     continue
                 seen_real = True
                 k = (j + 1) * stride - 1
-                if k >= num_keys or key_of(page) != new_key(PageHashWithGroupId, (keys[k], gid)):
+                if k >= num_keys or page_keys[page] != (keys[k], gid):  # == PageHashWithGroupId(...)
                     raise InvalidArgumentError(
                         f"group {gid}: page {page} at hit position {j} does not hold this request's "
                         f"content (stale or foreign hit)")
