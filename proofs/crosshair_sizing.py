@@ -2,7 +2,8 @@
 
 The check runs ``python -m crosshair check <modules> --report_all`` in a subprocess of the same
 interpreter. It passes only when CrossHair reports "Confirmed over all paths" for every
-``post:`` condition, and for exactly as many conditions as the modules' docstrings declare, so a function CrossHair silently skipped (an unsupported parameter type,
+``post:`` condition, and for exactly as many conditions as the modules' docstrings declare,
+so a function CrossHair silently skipped (an unsupported parameter type,
 a contract it could not parse) is a failure, not a pass. A counterexample is "failed"; a
 condition whose paths were not all explored within the budget is "unknown" (also a failure).
 """

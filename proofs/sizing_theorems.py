@@ -42,7 +42,7 @@ from verikv.errors import DoesNotFitError, SizingError
 from verikv.sizing import arith, budget, gpu, mamba, tpu
 from verikv.sizing.catalog import ACCELERATORS
 from verikv.sizing.dtypes import get_dtype
-from verikv.sizing.kernels import KERNELS, get_kernel
+from verikv.sizing.kernels import KERNELS, get_kernel, page_size_rule
 from verikv.sizing.layers import PageArray
 from verikv.sizing.planner import KVCachePlan, plan_kv_cache
 from verikv.sizing.presets import get_preset, preset_names
@@ -160,7 +160,7 @@ def _gpu_kv(kv_first: bool) -> Callable[[_Vars], Layout]:
         def shape(n: Any) -> tuple[Any, ...]:
             return gpu.gpu_kv_shape(n, page, heads, head_dim, kv_first)
 
-        aligned = [*gpu.gpu_page_alignment(page, multiple), ("TP ranks together hold every KV head", heads * tp >= kv)]
+        aligned = [*page_size_rule(page, multiple), ("TP ranks together hold every KV head", heads * tp >= kv)]
         return Layout(lambda n: [(shape(n), bits, layers)], layers * tpu.buffer_bytes(shape(1), bits), 1, aligned)
 
     return build
@@ -177,7 +177,7 @@ def _gpu_mla(v: _Vars) -> Layout:
     def shape(n: Any) -> tuple[Any, ...]:
         return gpu.gpu_mla_shape(n, page, width)
 
-    aligned = list(gpu.gpu_page_alignment(page, multiple))
+    aligned = list(page_size_rule(page, multiple))
     return Layout(lambda n: [(shape(n), bits, layers)], layers * tpu.buffer_bytes(shape(1), bits), 1, aligned)
 
 
@@ -244,8 +244,9 @@ def _fits(layout_name: str, rule: str) -> Obligation:
                     e["used"] + e["reserved"] + kv <= e["memory"])),
     ]
     if rule == "total":
+        total = e["used"] + e["reserved"] + kv
         goals.append(("weights + in use + reserved + KV <= utilisation x memory",
-                      z3.Implies(e["budget"] >= 0, e["den"] * (e["used"] + e["reserved"] + kv) <= e["num"] * e["memory"])))
+                      z3.Implies(e["budget"] >= 0, e["den"] * total <= e["num"] * e["memory"])))
     return Obligation(z3.And(v.hyps), goals, v.explain)
 
 
@@ -326,7 +327,7 @@ GRID_BOUND = f"presets x catalog devices x a KV dtype per width x tp {GRID_TP} x
 
 def _plan_problems(plan: KVCachePlan) -> list[str]:
     """What is wrong with a concrete plan: bytes from its reported shapes, maximality, DP split."""
-    allocated = sum(b.num_buffers * math.prod(b.device_shape) * (get_dtype(b.dtype).bits if b.dtype != "uint8" else 8)
+    allocated = sum(b.num_buffers * math.prod(b.device_shape) * (8 if b.dtype == "uint8" else get_dtype(b.dtype).bits)
                     // 8 for b in plan.buffers)
     problems = []
     if allocated != plan.kv_bytes_per_device or allocated > plan.budget_bytes:

@@ -120,7 +120,8 @@ def get_accelerator(name: str) -> Accelerator:
     """The catalog entry called ``name`` (case-insensitive; aliases such as ``v6e`` accepted)."""
     if not isinstance(name, str) or name.lower() not in _BY_NAME:
         known = ", ".join(a.name for a in ACCELERATORS)
-        raise SizingError(f"unknown accelerator {name!r}; known: {known} (or describe one with describe_accelerator)")
+        raise SizingError(f"unknown accelerator {name!r}; known: {known} "
+                          "(or describe one with describe_accelerator)")
     return _BY_NAME[name.lower()]
 
 
@@ -146,4 +147,5 @@ def describe_accelerator(
     given = kv_dtypes if kv_dtypes is not None else (_TPU_KV if platform == "tpu" else _NV_KV)
     dtypes = tuple(get_dtype(d).name for d in given)
     label = f"{memory_bytes:,} B (user-described)"
-    return Accelerator(name, "user", platform, memory_bytes, label, memory_bytes, "given by the user", attn, mla, dtypes)
+    return Accelerator(name, "user", platform, memory_bytes, label, memory_bytes, "given by the user",
+                       attn, mla, dtypes)

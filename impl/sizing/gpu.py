@@ -11,8 +11,6 @@ Pure integer arithmetic through ``verikv.sizing.arith`` (runs on ints and on Z3 
 
 from __future__ import annotations
 
-from typing import Any
-
 from verikv.sizing.arith import SymInt, cdiv, fdiv, imax
 
 
@@ -33,7 +31,11 @@ def kv_heads_per_rank(kv_heads: SymInt, tp: SymInt) -> SymInt:
 def gpu_kv_shape(
     num_pages: SymInt, page_size: SymInt, kv_heads: SymInt, head_dim: SymInt, kv_first: bool
 ) -> tuple[SymInt, ...]:
-    """One layer's K/V buffer: ``(2, pages, page, heads, dim)`` if ``kv_first`` else ``(pages, 2, page, heads, dim)``."""
+    """One layer's K/V buffer.
+
+    ``(2, pages, page, heads, dim)`` if ``kv_first`` (FlashAttention, ROCm), else
+    ``(pages, 2, page, heads, dim)`` (FlashInfer, Triton).
+    """
     if kv_first:
         return (2, num_pages, page_size, kv_heads, head_dim)
     return (num_pages, 2, page_size, kv_heads, head_dim)
@@ -42,11 +44,6 @@ def gpu_kv_shape(
 def gpu_mla_shape(num_pages: SymInt, page_size: SymInt, latent_width: SymInt) -> tuple[SymInt, ...]:
     """One layer's MLA latent buffer ``(pages, page, width)``; width = rank + rope (elements) or 656 (bytes)."""
     return (num_pages, page_size, latent_width)
-
-
-def gpu_page_alignment(page_size: SymInt, page_multiple: SymInt) -> tuple[tuple[str, Any], ...]:
-    """The block-size rule of a GPU kernel as ``(description, condition)`` pairs."""
-    return (("page size is a multiple of the kernel block", page_size % page_multiple == 0),)
 
 
 def auto_block_size(default_page_size: int, page_multiple: int) -> int:

@@ -10,7 +10,7 @@ manager block to several kernel blocks), so the rule kept here is "page size is 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from verikv.errors import SizingError
 
@@ -120,6 +120,11 @@ KERNELS: dict[str, Kernel] = {
         ),
     )
 }
+
+
+def page_size_rule(page_size: Any, multiple: Any) -> tuple[tuple[str, Any], ...]:
+    """A kernel's page-size rule as ``(description, condition)`` pairs (conditions may be symbolic)."""
+    return (("page size is a multiple of the kernel block / packing", page_size % multiple == 0),)
 
 
 def get_kernel(name: str) -> Kernel:

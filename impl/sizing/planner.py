@@ -49,7 +49,7 @@ from verikv.sizing.catalog import Accelerator, get_accelerator
 from verikv.sizing.dtypes import KVDType, get_dtype
 from verikv.sizing.geometry import AttentionLayer, Layer, MambaLayer, MLALayer, ModelGeometry
 from verikv.sizing.gpu import auto_block_size, kv_heads_per_rank
-from verikv.sizing.kernels import Kernel, get_kernel
+from verikv.sizing.kernels import Kernel, get_kernel, page_size_rule
 from verikv.sizing.layers import PageArray, layer_arrays
 from verikv.sizing.mamba import unified_block_size
 from verikv.sizing.tpu import auto_page_size, packing, tpu_mla_token_packing
@@ -347,7 +347,7 @@ def _resolve_page_size(model: ModelGeometry, kern: Kernel, dtype: KVDType, tp: i
             chosen = auto_block_size(kern.default_page_size, alignment)
     else:
         chosen = checked_int(page_size, "page_size", minimum=1, error=SizingError)
-        if chosen % alignment != 0:
+        if not all(holds for _, holds in page_size_rule(chosen, alignment)):
             raise SizingError(f"page_size {chosen} must be a multiple of {alignment} for {kern.name} with {dtype.name}")
         if kern.allowed_page_sizes is not None and chosen not in kern.allowed_page_sizes:
             raise SizingError(f"kernel {kern.name} accepts page sizes {kern.allowed_page_sizes}, not {chosen}")
