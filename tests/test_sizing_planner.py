@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from verikv.cache_manager import CacheManager
 from verikv.cache_specs import CacheGroupsConfig, FullAttentionSpec, MambaSpec, SlidingWindowSpec
@@ -27,6 +29,8 @@ from verikv.sizing import (
 )
 from verikv.sizing.catalog import GiB
 from verikv.sizing.hf_config import dense_param_count
+from verikv.sizing.kernels import get_kernel
+from verikv.sizing.layers import layer_arrays
 from verikv.sizing.presets import PRESETS
 
 LLAMA = get_preset("llama-3-8b")
@@ -289,3 +293,47 @@ def test_memory_override_and_notes():
     assert plan.memory_bytes == 40 * GiB and plan.memory_source == "given by the caller"
     tp16 = plan_kv_cache(get_preset("llama-3-70b"), "tpu-v6e", tp=16, page_size=128, max_model_len=4096)
     assert any("replicated" in n for n in tp16.notes)
+
+
+# ---- property: any valid request gives a plan that fits, is maximal and splits evenly -------------
+
+@settings(max_examples=200)
+@given(
+    platform=st.sampled_from(["tpu", "gpu"]),
+    layers=st.integers(1, 64),
+    kv_heads=st.sampled_from([1, 2, 4, 8, 16, 32]),
+    head_dim=st.sampled_from([64, 80, 96, 128, 256]),
+    kv_dtype=st.sampled_from(["bfloat16", "fp8_e4m3", "float32"]),
+    tp=st.sampled_from([1, 2, 4, 8, 16]),
+    dp=st.integers(1, 8),
+    memory_gib=st.integers(1, 300),
+    weights_gib=st.integers(0, 100),
+    utilization=st.sampled_from(["0.5", "0.85", "0.9", "0.92", "1"]),
+    rule=st.sampled_from(["total", "free"]),
+    max_model_len=st.integers(1, 65_536),
+)
+def test_any_plan_fits_is_maximal_and_even(platform, layers, kv_heads, head_dim, kv_dtype, tp, dp, memory_gib,
+                                           weights_gib, utilization, rule, max_model_len):
+    model = uniform_model("m", layers, kv_heads, head_dim, weights_bytes=weights_gib * GiB)
+    kernel = "tpu-rpa-v3" if platform == "tpu" else "triton"
+    device = describe_accelerator("d", memory_gib * GiB, platform, attention_kernel=kernel)
+    try:
+        plan = plan_kv_cache(model, device, tp=tp, dp=dp, kv_dtype=kv_dtype, utilization=utilization,
+                             utilization_of=rule, max_model_len=max_model_len)
+    except DoesNotFitError as exc:
+        assert isinstance(exc, KVCacheDoesNotFitError) and exc.largest_max_model_len < max_model_len
+        return
+    except SizingError:
+        assert kv_heads % tp and tp % kv_heads  # the only invalid combination drawn here
+        return
+    page = layer_arrays(model.layers[0], get_kernel(kernel), plan.kv_dtype, "bfloat16", plan.page_size, tp)[0]
+    assert plan.page_bytes_per_device == layers * page.page_bytes
+    (buffer,) = plan.buffers
+    width = 4 if kv_dtype == "float32" else 2 if kv_dtype == "bfloat16" else 1
+    assert layers * math.prod(buffer.device_shape) * width == plan.kv_bytes_per_device <= plan.budget_bytes
+    if plan.limited_by == "memory":
+        assert plan.budget_bytes - plan.kv_bytes_per_device < plan.page_bytes_per_device
+    else:
+        assert plan.num_pages * plan.page_size <= 2**31 - 1 < (plan.num_pages + dp) * plan.page_size
+    assert plan.num_pages == plan.pages_per_shard * dp and plan.shard_ranges[-1][1] == plan.num_pages
+    assert plan.max_concurrent_requests >= 1
