@@ -270,11 +270,14 @@ def plan_kv_cache(
         # the same estimate on a pool too large to run out gives the pages one request needs
         needed = _estimate(2**62, config_groups, mml, mnbt, 1).pages_per_request
         largest = _largest_fitting_len(num_pages, config_groups, mml, mnbt, dp)
+        overdrawn = "" if budget >= 0 else (
+            f"; weights ({weights_dev:,} B per device), other memory in use and reserved bytes already exceed "
+            f"the usable memory")
         raise KVCacheDoesNotFitError(
             f"{model.name} on {acc.name} (tp={tp}, dp={dp}): one request of {mml} tokens needs {needed} pages of "
             f"{ps} tokens, but the budget of {budget:,} B per device holds {per_shard} page(s) of "
             f"{page_bytes:,} B per shard ({num_pages} in all, page 0 reserved); the largest max_model_len that "
-            f"fits is {largest}",
+            f"fits is {largest}{overdrawn}",
             max_model_len=mml, largest_max_model_len=largest, pages_per_request=needed, num_pages=num_pages,
             budget_bytes=budget, page_bytes=page_bytes,
         )
