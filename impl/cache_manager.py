@@ -176,6 +176,7 @@ class CacheManager:
         self._page_sizes = tuple(g.kv_cache_spec.page_size for g in self.kv_cache_groups)
         self._windowed_groups = tuple(m.frees_skipped_pages for m in coordinator.single_type_managers)
         self._keys: dict[str, list[PageHash]] = {}
+        self._key_owner: dict[str, Request] = {}  # whose tokens each key list describes
         self._shards: dict[str, int | None] = {}  # request with pages -> its DP shard (None: whole pool)
         self._cached_upto: dict[str, int] = {}  # request -> key pages its last caching covered
         #: DP size the shards are cut for (1: no DP); calls may only ask for this size
@@ -233,6 +234,24 @@ class CacheManager:
             shard = self._shards[request_id]
         return shard, (None if shard is None else self.data_parallel_size)
 
+    # ---- request identity -------------------------------------------------------------------
+
+    def _stale_keys(self, req: Request) -> bool:
+        """True if the id's key list was computed for another `Request` object (a reused id),
+        so it must be dropped before use. Raises if that other request still holds pages:
+        one id cannot name two live requests. Pure."""
+        owner = self._key_owner.get(req.request_id)
+        if owner is None or owner is req:
+            return False
+        if req.request_id in self._shards:
+            raise InvalidArgumentError(
+                f"request id {req.request_id!r} belongs to another Request object that holds pages")
+        return True
+
+    def _drop_keys(self, request_id: str) -> None:
+        self._keys.pop(request_id, None)
+        self._key_owner.pop(request_id, None)
+
     # ---- lookups ----------------------------------------------------------------------------
 
     def _extend_keys(self, request: Request, count: int | None) -> list[PageHash]:
@@ -240,6 +259,7 @@ class CacheManager:
         keys = self._keys.get(request.request_id)
         if keys is None:
             keys = self._keys[request.request_id] = []
+            self._key_owner[request.request_id] = request
         if count is None:
             self.hasher.extend(request, self._key_page_size, keys)
         elif len(keys) < count:
@@ -260,6 +280,8 @@ class CacheManager:
         if req.is_finished():
             raise InvalidArgumentError(f"request {req.request_id!r} is finished")
         shard, dp = self._shard_of(req.request_id, dp_shard_hint, data_parallel_size)
+        if self._stale_keys(req):
+            self._drop_keys(req.request_id)
         if not self.enable_caching or req.prompt_logprobs:
             return self.create_empty_page_list(), 0
         keys = self._extend_keys(req, None) if self._caching_key_size else []
@@ -316,12 +338,18 @@ class CacheManager:
             dp = None if shard is None else self.data_parallel_size
         else:
             shard, dp = self._shard_of(request_id, dp_shard_hint, data_parallel_size)
+        owner = self._key_owner.get(request_id)
+        stale = owner is not req and owner is not None and self._stale_keys(req)
         hits = None
         if new_computed_pages is not None or num_new_computed_tokens:
+            if stale:
+                raise InvalidArgumentError(f"these hits were not looked up for this request {request_id!r}")
             hits = self._checked_hits(req, new_computed_pages, num_new_computed_tokens, shard, dp)
         new = self.coordinator.allocate_slots(request_id, num_computed, num_slots, hits, shard, dp)
         if new is None:
             return None
+        if stale:
+            self._drop_keys(request_id)
         if request_id not in self._shards and self.kv_cache_groups:
             self._shards[request_id] = shard
         if self.enable_caching and not delay_cache_pages:
@@ -409,6 +437,7 @@ class CacheManager:
         n = _int(num_computed_tokens, "num_computed_tokens", 0)
         if req.request_id not in self._shards:
             raise UnknownRequestError(f"request {req.request_id!r} holds no pages")
+        self._stale_keys(req)  # raises if the pages belong to another object with this id
         if n > req.num_tokens:
             raise InvalidArgumentError(f"num_computed_tokens {n} exceeds the request's {req.num_tokens} tokens")
         pages = self.coordinator.get_pages(req.request_id)
@@ -430,7 +459,7 @@ class CacheManager:
 
     def free_page_hashes(self, request: Request) -> None:
         """Forget the request's content keys (on finish). No-op if it has none."""
-        self._keys.pop(_request(request).request_id, None)
+        self._drop_keys(_request(request).request_id)
 
     def reset_prefix_cache(self) -> bool:
         """Drop every cached key, only when no page is held (returns False and changes nothing

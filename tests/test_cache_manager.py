@@ -25,7 +25,7 @@ from verikv import (
     SlidingWindowSpec,
 )
 from verikv.free_queue import CachePage
-from verikv.hashing import PageHashWithGroupId
+from verikv.hashing import PageHasher, PageHashWithGroupId
 from verikv.sizing import get_preset, plan_kv_cache
 
 KW = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
@@ -300,3 +300,25 @@ def test_anchor_adapter_drives_the_manager_unchanged():
     ad = adapters.make("verikv", num_pages=256, page_size=16)
     stats = trace.run_trace(ad, reqs, max_running=8, num_pages=256)
     assert stats["hit_tokens"] > 0 and ad.num_free_pages() == 255 and ad.usage() == 0.0
+
+
+def test_a_reused_request_id_never_reuses_stale_keys():
+    # eSurge keys hash lists by request id: an aborted request (freed, keys kept) whose id is
+    # reused for another prompt would be looked up with the old prompt's keys.
+    m = manager()
+    old = Request("x", list(range(12)))
+    admit(m, old)
+    m.free(old)  # aborted: pages freed, keys kept
+    new = Request("x", [7] * 12)
+    hits, n = m.get_computed_pages(new)
+    assert n == 0 and m.page_hashes_of("x") == tuple(PageHasher("sha256", seed=0).hash_request(new, 4))
+    admit(m, new)
+    twin = Request("x", [7] * 12)  # a second live request with the same id
+    with pytest.raises(InvalidArgumentError):
+        m.allocate_slots(twin, 1)
+    with pytest.raises(InvalidArgumentError):
+        m.cache_pages(twin, 4)
+    with pytest.raises(InvalidArgumentError):
+        m.get_computed_pages(twin)
+    other = Request("y", list(range(12)))
+    assert m.get_computed_pages(other)[1] == 8  # old's pages are still cached under old's (correct) keys
