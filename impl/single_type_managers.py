@@ -133,8 +133,7 @@ class SingleTypeCacheManager:
         plus the hit pages that are currently free (touching them takes them off the list)."""
         held = self.req_to_pages.get(request_id)
         need = cdiv(num_tokens, self.page_size) - len(new_computed_pages) - (len(held) if held else 0)
-        ref_count = self.page_pool.ref_count
-        revived = sum(1 for p in new_computed_pages if p != NULL_PAGE and ref_count(p) == 0)
+        revived = self.page_pool.count_free_ids(new_computed_pages) if new_computed_pages else 0
         return (need if need > 0 else 0) + revived
 
     def get_num_common_prefix_pages(self, request_id: str, num_running_requests: int) -> int:
