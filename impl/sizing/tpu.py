@@ -23,7 +23,7 @@ from verikv.sizing.arith import SymInt, align, cdiv, fdiv, ite, prod
 LANES = 128
 
 
-def packing(bits: int) -> int:
+def packing(bits: SymInt) -> SymInt:
     """How many values of ``bits`` bits share one 32-bit word (bf16: 2, fp8: 4, f32: 1).
 
     pre: bits in (8, 16, 32)
