@@ -62,6 +62,8 @@ def test_config_json_file(tmp_path, capsys):
     code, out, _ = run(capsys, "--model", str(path), "--device", "h100-sxm", "--max-model-len", "8192")
     assert code == 0
     assert "qwen" in out and "66,805 = 66,805 per shard" in out  # reference §4.3
+    code, out, _ = run(capsys, "--model", str(path.parent), "--device", "h100-sxm", "--max-model-len", "8192")
+    assert code == 0 and "66,805 = 66,805 per shard" in out
 
 
 def test_errors_and_exit_codes(capsys, tmp_path):

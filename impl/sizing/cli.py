@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="verikv size",
         description="Size a paged KV cache: exact per-layer buffers and page count for a model on an accelerator.",
     )
-    parser.add_argument("--model", help=f"a preset ({', '.join(preset_names())}) or a path to a config.json")
+    parser.add_argument("--model", help=f"a preset ({', '.join(preset_names())}), a config.json or a model directory")
     parser.add_argument("--device", help=f"an accelerator ({', '.join(a.name for a in ACCELERATORS)})")
     parser.add_argument("--list", action="store_true", help="list presets, accelerators and kernels, then exit")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (KV heads split or replicated)")
@@ -86,8 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _load_model(spec: str) -> ModelGeometry:
+    """A preset name, a config.json path, or a model directory holding a config.json."""
     path = Path(spec)
-    if spec.endswith(".json") or path.is_file():
+    if path.is_dir():
+        path = path / "config.json"
+    if path.suffix == ".json" or path.is_file():
         try:
             config = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
