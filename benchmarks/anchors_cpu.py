@@ -1,0 +1,80 @@
+"""Side-by-side trace run against the anchors peers, reporting process CPU time as well as wall time.
+
+The anchors harness (``../shared/anchors``, a measuring tool beside the project) times wall
+clock only. On a shared machine wall time also counts the time other processes hold the CPU,
+so this driver imports the harness's own modules (its trace, scheduler, adapters and timing
+proxy; nothing is copied) and records ``time.process_time`` around the same ``run_trace`` call,
+alternating the order of the kinds between repeats as ``bench.py`` does. Run it with the
+anchors venv, where the peers are installed::
+
+    /path/to/anchors-venv/bin/python benchmarks/anchors_cpu.py --anchors ../shared/anchors \\
+        --kinds easydel,vllm,verikv:sha256,verikv:builtin --repeats 3 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# (numerator, denominator, target): the issue-6 speed targets as ratios of trace times
+TARGETS = (("vllm", "verikv:sha256", 1.5), ("easydel", "verikv:sha256", 1.2), ("easydel", "verikv:builtin", 2.0))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--anchors", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "anchors")
+    p.add_argument("--kinds", default="easydel,vllm,verikv:sha256,verikv:builtin")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--requests", type=int, default=1000)
+    p.add_argument("--num-pages", type=int, default=2048)
+    p.add_argument("--max-running", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path)
+    a = p.parse_args(argv)
+    sys.path.insert(0, str(a.anchors))
+    import adapters  # noqa: PLC0415  (the anchors harness, importable only once its path is known)
+    import bench  # noqa: PLC0415
+    from trace import make_trace, run_trace  # noqa: PLC0415
+
+    kinds = a.kinds.split(",")
+    for kind in kinds:
+        adapters.load(kind)
+    trace = make_trace(a.requests, a.seed)
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    for r in range(a.repeats):
+        for kind in kinds if r % 2 == 0 else kinds[::-1]:
+            timed = bench.Timed(adapters.make(kind, a.num_pages, 16))
+            gc.collect()
+            wall, cpu = time.perf_counter(), time.process_time()
+            stats = run_trace(timed, trace, a.max_running, a.num_pages)
+            stats.update(cpu_s=time.process_time() - cpu, wall_s=time.perf_counter() - wall)
+            runs[kind].append(stats)
+    summary = {k: {"cpu_s": statistics.median(x["cpu_s"] for x in rs), "wall_s": statistics.median(x["wall_s"] for x in rs),
+                   "hit_tokens": rs[0]["hit_tokens"], "alloc_sizes_sha": rs[0]["alloc_sizes_sha"],
+                   "page_ids_sha": rs[0]["page_ids_sha"]} for k, rs in runs.items()}
+    print(f"median of {a.repeats} (pages={a.num_pages}, requests={a.requests}, seed={a.seed})")
+    print(f"{'kind':16s} {'CPU s':>8s} {'wall s':>8s} {'hit tokens':>11s}  alloc-size sha    page-id sha")
+    for kind, s in summary.items():
+        print(f"{kind:16s} {s['cpu_s']:8.3f} {s['wall_s']:8.3f} {s['hit_tokens']:11,d}  {s['alloc_sizes_sha']}  {s['page_ids_sha']}")
+    ratios = []
+    for peer, ours, target in TARGETS:
+        if peer in summary and ours in summary:
+            cpu = summary[peer]["cpu_s"] / summary[ours]["cpu_s"]
+            wall = summary[peer]["wall_s"] / summary[ours]["wall_s"]
+            ratios.append({"peer": peer, "ours": ours, "target": target, "cpu_ratio": cpu, "wall_ratio": wall})
+            print(f"{peer} / {ours}: CPU {cpu:.2f}x, wall {wall:.2f}x (target {target}x: "
+                  f"{'met' if cpu >= target else 'missed'} on CPU)")
+    if a.json:
+        a.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "runs": runs,
+                                      "summary": summary, "ratios": ratios}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
