@@ -465,6 +465,17 @@ def reset_prefix_cache(s: ManagerState) -> tuple[ManagerState, bool]:
     return replace(s, pool=p, content=(None,) * s.config.num_pages), True
 
 
+def page_ids(s: ManagerState, rid: RequestId) -> tuple[tuple[int, ...], ...]:
+    """The request's page ids per group (0 = null placeholder).
+
+    pre: the request has an entry ("unknown-request" otherwise).
+    """
+    e = s.entry(rid)
+    if e is None:
+        raise _fail("page_ids", f"request {rid!r} holds no pages", "unknown-request")
+    return e.pages
+
+
 def usage(s: ManagerState) -> float:
     """Fraction of usable pages held: ``1 - free / (N - 1)``; 0.0 when idle."""
     return pool.usage(s.pool)

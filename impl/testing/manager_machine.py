@@ -59,6 +59,10 @@ PROMPTS: tuple[tuple[int, ...], ...] = (
 MM_CHOICES: tuple[tuple[tuple[str, int, int], ...], ...] = ((),) * 6 + ((("img-a", 2, 3),), (("img-b", 2, 3),))
 """Mostly text-only; sometimes an image over positions 2..4 (same tokens, different KV)."""
 MAX_LIVE_REQUESTS = 5
+BAD_CALLS: tuple[str, ...] = ("zero", "negative", "too-long", "lookahead", "dp-size", "hits-with-pages",
+                              "cache-too-far", "cache-no-pages", "page-ids")
+"""Invalid calls the machine makes: token counts, DP size, hits for a request holding pages,
+caching past the request's tokens or without pages, page ids of a request without pages."""
 
 
 @dataclass(frozen=True)
@@ -77,13 +81,14 @@ def _layout(name: str, *groups: spec.GroupLayout, num_pages: int = 12, max_model
 FULL = spec.GroupLayout("full", 4)
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     _layout("full", FULL, num_pages=8),
-    _layout("full+sliding(window<=page)", FULL, spec.GroupLayout("sliding", 4, 3)),
+    _layout("full+sliding(window<=page)", FULL, spec.GroupLayout("sliding", 4, 3), num_pages=9),
     _layout("full+sliding(window>page)", FULL, spec.GroupLayout("sliding", 4, 9)),
     _layout("full+chunked", FULL, spec.GroupLayout("chunked", 4, 8)),
     _layout("full+mamba", FULL, spec.GroupLayout("mamba", 20), num_pages=10),
     _layout("no-caching", FULL, spec.GroupLayout("sliding", 4, 5), enable_caching=False),
     _layout("dp2", FULL, num_pages=12, data_parallel_size=2),
     _layout("full+sliding(eagle)", FULL, spec.GroupLayout("sliding", 4, 6), use_eagle=True),
+    _layout("full+sliding(unhashed-first)", FULL, spec.GroupLayout("sliding", 4, 5), free_order="unhashed-first"),
 )}
 
 
@@ -122,12 +127,12 @@ def build_cache_manager(config: spec.ManagerConfig) -> Any:
                         data_parallel_size=config.data_parallel_size)
 
 
-def build_request(rid: str, tokens: tuple[int, ...], salt: str | None,
+def build_request(rid: str, tokens: tuple[int, ...], salt: str | None, lora_id: int | None,
                   mm: tuple[tuple[str, int, int], ...], prompt_logprobs: bool) -> Any:
     """A `verikv.Request` for the machine's draws."""
     from verikv.request import Request
 
-    return Request(rid, tokens, cache_salt=salt, mm_features=mm, prompt_logprobs=prompt_logprobs)
+    return Request(rid, tokens, cache_salt=salt, lora_id=lora_id, mm_features=mm, prompt_logprobs=prompt_logprobs)
 
 
 def view_of(request: Any) -> spec.RequestView:
@@ -150,6 +155,8 @@ def manager_machine(layout: Layout, make_manager: Callable[[spec.ManagerConfig],
     """The state machine class for one layout and one implementation factory."""
     config = layout.config
     dp = config.data_parallel_size if config.data_parallel_size > 1 else None
+    wrong_dp = next((d for d in range(2, config.num_pages + 1)
+                     if config.num_pages % d == 0 and d != config.data_parallel_size), None)
     hints = st.sampled_from((None, 0, 1)) if dp else st.just(None)
 
     class ManagerMachine(RuleBasedStateMachine):
@@ -280,13 +287,15 @@ def manager_machine(layout: Layout, make_manager: Callable[[spec.ManagerConfig],
 
         @precondition(lambda self: len(self.requests) < MAX_LIVE_REQUESTS)
         @rule(prompt=st.sampled_from(PROMPTS), salt=st.sampled_from((None,) * 4 + ("tenant-b",)),
-              mm=st.sampled_from(MM_CHOICES), logprobs=st.sampled_from((False,) * 7 + (True,)))
-        def add_request(self, prompt: tuple[int, ...], salt: str | None, mm: Any, logprobs: bool) -> None:
+              lora=st.sampled_from((None,) * 5 + (7,)), mm=st.sampled_from(MM_CHOICES),
+              logprobs=st.sampled_from((False,) * 7 + (True,)))
+        def add_request(self, prompt: tuple[int, ...], salt: str | None, lora: int | None, mm: Any,
+                        logprobs: bool) -> None:
             rid = f"r{self.next_id}"
             self.next_id += 1
             if mm and mm[0][1] + mm[0][2] > len(prompt):
                 mm = ()
-            self.requests[rid] = make_request(rid, prompt, salt, mm, logprobs)
+            self.requests[rid] = make_request(rid, prompt, salt, lora, mm, logprobs)
             self.waiting.append(rid)
             self.check()
 
@@ -313,7 +322,7 @@ def manager_machine(layout: Layout, make_manager: Callable[[spec.ManagerConfig],
             serve is preempted (freed, to be recomputed later)."""
             for rid in list(self.running):
                 self.step_request(rid, data.draw(st.integers(1, 8), label="chunk"),
-                                  data.draw(st.sampled_from((0, 0, 1, 3)), label="lookahead"),
+                                  data.draw(st.sampled_from((0, 0, 0, 1, 3, 8)), label="lookahead"),
                                   data.draw(st.sampled_from((False,) * 5 + (True,)), label="delay"),
                                   data.draw(st.integers(0, 2), label="token"))
                 if self.failures:
@@ -396,34 +405,45 @@ def manager_machine(layout: Layout, make_manager: Callable[[spec.ManagerConfig],
         # ---- bad inputs -------------------------------------------------------------------
 
         @precondition(lambda self: self.requests)
-        @rule(data=st.data(), case=st.sampled_from(("zero", "negative", "too-long", "groups", "lookahead")))
-        def bad_allocation(self, data: st.DataObject, case: str) -> None:
+        @rule(data=st.data(), case=st.sampled_from(BAD_CALLS))
+        def bad_input(self, data: st.DataObject, case: str) -> None:
+            """One invalid call; both sides reject it and the implementation changes nothing."""
             rid = data.draw(st.sampled_from(sorted(self.requests)))
-            request, view = self.requests[rid], self.view(rid)
-            args: dict[str, Any] = {
-                "zero": dict(num_new=0),
-                "negative": dict(num_new=1, computed_new=-4),
-                "too-long": dict(num_new=config.max_model_len + 1 - view.num_computed_tokens),
-                "groups": dict(num_new=1, hits=tuple([] for _ in range(len(config.groups) + 1))),
-                "lookahead": dict(num_new=1, lookahead=-1),
-            }[case]
-            num_new, computed_new = args["num_new"], args.get("computed_new", 0)
-            hits, lookahead = args.get("hits"), args.get("lookahead", 0)
-            self.expect_rejected(
-                f"allocate_slots({rid}, {case})",
-                lambda: self.impl.allocate_slots(request, num_new, computed_new, hits, lookahead),
-                lambda: spec.allocate_slots(self.spec, view, num_new, computed_new, hits, lookahead))
-            self.check()
-
-        @precondition(lambda self: self.waiting)
-        @rule(data=st.data())
-        def bad_cache_pages(self, data: st.DataObject) -> None:
-            """cache_pages for a request that holds no pages is rejected."""
-            rid = data.draw(st.sampled_from(self.waiting))
-            request, view = self.requests[rid], self.view(rid)
-            self.expect_rejected(f"cache_pages({rid}) without pages",
-                                 lambda: self.impl.cache_pages(request, 1),
-                                 lambda: spec.cache_pages(self.spec, view, 1))
+            request, view, s = self.requests[rid], self.view(rid), self.spec
+            entry = s.entry(rid)
+            if case in ("hits-with-pages", "cache-too-far", "cache-no-pages", "page-ids") and (
+                    (entry is None) != (case in ("cache-no-pages", "page-ids"))):
+                return  # the case needs a request with (or without) pages
+            if case == "hits-with-pages":
+                ps = config.groups[0].page_size
+                own = tuple((pages[0],) if config.groups[g].page_size == ps else () for g, pages in enumerate(entry.pages))
+                if any(len(group) * config.groups[g].page_size != ps for g, group in enumerate(own)):
+                    return
+                from verikv import CachePages
+                impl_call = lambda: self.impl.allocate_slots(request, 1, ps, CachePages([list(g) for g in own]))
+                spec_call = lambda: spec.allocate_slots(s, view, 1, ps, own)
+            elif case in ("cache-too-far", "cache-no-pages"):
+                n = view.num_tokens + 1 if case == "cache-too-far" else 1
+                impl_call = lambda: self.impl.cache_pages(request, n)
+                spec_call = lambda: spec.cache_pages(s, view, n)
+            elif case == "page-ids":
+                impl_call = lambda: self.impl.get_page_ids(rid)
+                spec_call = lambda: spec.page_ids(s, rid)
+            else:
+                num_new, computed_new, lookahead, dp_size = {
+                    "zero": (0, 0, 0, dp),
+                    "negative": (1, -4, 0, dp),
+                    "too-long": (config.max_model_len + 1 - view.num_computed_tokens, 0, 0, dp),
+                    "lookahead": (1, 0, -1, dp),
+                    "dp-size": (1, 0, 0, wrong_dp),
+                }[case]
+                if dp_size is None:
+                    return  # no DP size other than the manager's divides num_pages
+                impl_call = lambda: self.impl.allocate_slots(request, num_new, computed_new, None, lookahead,
+                                                             data_parallel_size=dp_size)
+                spec_call = lambda: spec.allocate_slots(s, view, num_new, computed_new, None, lookahead,
+                                                        data_parallel_size=dp_size)
+            self.expect_rejected(f"{case} for {rid}", impl_call, spec_call)
             self.check()
 
     ManagerMachine.__name__ = ManagerMachine.__qualname__ = f"ManagerMachine[{layout.name}]"
