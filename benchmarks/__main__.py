@@ -126,8 +126,12 @@ def run_hashing(a: argparse.Namespace) -> dict[str, Any]:
 def run_micro(a: argparse.Namespace) -> dict[str, Any]:
     sizes = _ints(a.micro_pages)
     r = a.micro_repeats
-    results = {n: {**micro.queue_costs(n, r), **micro.pool_costs(n, r), **micro.manager_costs(n, max(1, r // 5))}
-               for n in sizes}
+    rounds = max(1, r // 3)  # sizes alternate round by round, so load changes hit them alike
+    per_round: dict[int, list[dict[str, float]]] = {n: [] for n in sizes}
+    for i in range(rounds):
+        for n in sizes if i % 2 == 0 else sizes[::-1]:
+            per_round[n].append({**micro.queue_costs(n, 3), **micro.pool_costs(n, 3), **micro.manager_costs(n, 1)})
+    results = {n: {k: float(np.median([x[k] for x in rs])) for k in rs[0]} for n, rs in per_round.items()}
     names = list(results[sizes[0]])
     header = ["operation", *(f"µs @ {n:,} pages" for n in sizes)]
     if len(sizes) > 1:
@@ -138,8 +142,8 @@ def run_micro(a: argparse.Namespace) -> dict[str, Any]:
         if len(sizes) > 1:
             row.append(f"{results[sizes[-1]][name] / results[sizes[0]][name]:.2f}")
         rows.append(row)
-    print_table(f"micro-benchmarks: median {a.clock} µs per call ({r} batches; manager: {max(1, r // 5)} rounds "
-                "of 100 requests)", header, rows)
+    print_table(f"micro-benchmarks: {a.clock} µs per call, median of {rounds} rounds alternating the pool sizes "
+                "(each: median of 3 batches; manager: one batch of 100 requests)", header, rows)
     return {str(n): r for n, r in results.items()}
 
 
@@ -147,7 +151,7 @@ def run_scaling(a: argparse.Namespace) -> dict[str, Any]:
     out = {}
     for n in _ints(a.scale_pages):
         out[str(n)] = build_cost(lambda: make_manager(n), a.repeats)
-    print_table(f"building a CacheManager (median of {a.repeats}; heap by tracemalloc)",
+    print_table(f"CacheManager build (median of {a.repeats}), tracemalloc heap",
                 ["pages", "build (s)", "heap (MiB)", "peak heap (MiB)"],
                 [[f"{int(n):,}", f"{r['build_s']:.3f}", f"{r['heap_mib']:.1f}", f"{r['heap_peak_mib']:.1f}"]
                  for n, r in out.items()])
