@@ -249,10 +249,10 @@ def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
     pages are looked up by key in the request's shard (its entry's, else the call's) and the
     groups' rules are combined by `common_hit_length` with ``max_length = num_tokens - 1``;
     each group returns its own rule's pages at that length.
-    pre: the request has at least one token; valid DP arguments.
+    pre: the request has at least one token and is not finished; valid DP arguments.
     """
-    if req.num_tokens < 1:
-        raise _fail("lookup", "a request needs at least one token")
+    if req.num_tokens < 1 or req.finished:
+        raise _fail("lookup", "a request needs at least one token and must not be finished")
     shard = call_shard(s, "lookup", dp_shard_hint, data_parallel_size)
     cfg = s.config
     empty = Hit(tuple(() for _ in cfg.groups), 0)

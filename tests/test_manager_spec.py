@@ -176,6 +176,7 @@ def test_dp_shard_is_fixed_by_the_hint_and_lookups_stay_in_it() -> None:
     lambda s: m.cache_pages(s, req("nobody", (1, 2)), 1),
     lambda s: m.remove_skipped(s, "x", -1),
     lambda s: m.lookup(s, req("x", ())),
+    lambda s: m.lookup(s, req("x", (1, 2), finished=True)),
 ])
 def test_bad_inputs_raise_precondition_errors(call: object) -> None:
     s = m.init(cfg(FULL4))
