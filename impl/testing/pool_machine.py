@@ -181,6 +181,33 @@ def make_pool_machine(factory: PoolFactory) -> type[RuleBasedStateMachine]:
                 self.expect_ok("touch", lambda: self.pool.touch_ids(list(ids)))
             self.requests.append([expected])
 
+        @rule(keys=st.lists(st.sampled_from(KEYS), max_size=4), hint=st.one_of(st.none(), st.integers(0, 7)),
+              ids=st.lists(st.integers(0, 11), max_size=4))
+        def observe(self, keys: list[Any], hint: int | None, ids: list[int]) -> None:
+            """Read-only queries: prefix-run lookups, free counts of ids and of a shard."""
+            bounds = self.bounds(hint)
+            if hasattr(self.pool, "lookup_run_ids"):
+                expected_run: list[int] = []
+                for key in keys:
+                    page = spec.lookup(self.state, key, bounds)
+                    if page is None:
+                        break
+                    expected_run.append(page)
+                got_run = self.expect_ok("lookup_run", lambda: self.pool.lookup_run_ids(keys, **self.dp_kwargs(hint)))
+                if got_run != expected_run:
+                    self.fail(["result:lookup"], f"lookup_run_ids gave {got_run}, spec {expected_run}")
+            if hasattr(self.pool, "count_free_ids"):
+                ids = [p % self.state.num_pages for p in ids]
+                expected_count = sum(1 for p in ids if p != 0 and self.state.ref[p] == 0)
+                got_count = self.expect_ok("count_free", lambda: self.pool.count_free_ids(ids))
+                if got_count != expected_count:
+                    self.fail(["result:count_free_ids"], f"count_free_ids({ids}) gave {got_count}, spec {expected_count}")
+            if bounds is not None:
+                expected_free = sum(1 for p in self.state.free if bounds[0] <= p < bounds[1])
+                got_free = self.expect_ok("num_free", lambda: self.pool.get_num_free_pages(**self.dp_kwargs(hint)))
+                if got_free != expected_free:
+                    self.fail(["INV-FREE-DISTINCT"], f"shard free count {got_free}, spec {expected_free}")
+
         @precondition(lambda self: any(self.state.key_of[p] is None for p in self.held_pages()))
         @rule(data=st.data(), key=st.sampled_from(KEYS))
         def cache_page(self, data: st.DataObject, key: Any) -> None:
