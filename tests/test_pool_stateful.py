@@ -72,8 +72,8 @@ class IdOnlyPool:
     def reset_prefix_cache(self) -> bool:
         return self._pool.reset_prefix_cache()
 
-    def get_num_free_pages(self) -> int:
-        return self._pool.get_num_free_pages()
+    def get_num_free_pages(self, **shard: int | None) -> int:
+        return self._pool.get_num_free_pages(**shard)
 
     def get_usage(self) -> float:
         return self._pool.get_usage()

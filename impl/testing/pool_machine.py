@@ -18,8 +18,9 @@ differs); ``rejects:<reason>`` (bad input was accepted or raised the wrong error
 
 The pool must offer the read-only protocol of `verikv.spec.abstraction` and the id-level
 API of docs/architecture.md (``get_new_page_ids``, ``touch_ids``, ``free_page_ids``,
-``cache_page_id``, ``lookup_id``, ``reset_prefix_cache``, ``get_num_free_pages``,
-``get_usage``); eSurge's object-level methods are exercised too when present.
+``cache_page_id``, ``lookup_id``, ``reset_prefix_cache``, ``get_num_free_pages`` (taking
+the shard keywords), ``get_usage``); ``lookup_run_ids``, ``count_free_ids`` and eSurge's
+object-level methods are exercised too when present.
 
 Use it from pytest as ``TestMyPool = make_pool_machine(my_factory).TestCase`` (settings via
 ``TestMyPool.settings``) or call ``run_state_machine_as_test(make_pool_machine(f), settings=...)``.
