@@ -434,10 +434,10 @@ class CacheManager:
         """Register the request's full pages up to ``num_computed_tokens`` tokens (e.g. after a
         delayed allocation). A lower count than already cached is a no-op; no-op without caching."""
         req = _request(request)
-        n = _int(num_computed_tokens, "num_computed_tokens", 0)
         if req.request_id not in self._shards:
             raise UnknownRequestError(f"request {req.request_id!r} holds no pages")
         self._stale_keys(req)  # raises if the pages belong to another object with this id
+        n = _int(num_computed_tokens, "num_computed_tokens", 0)
         if n > req.num_tokens:
             raise InvalidArgumentError(f"num_computed_tokens {n} exceeds the request's {req.num_tokens} tokens")
         pages = self.coordinator.get_pages(req.request_id)
