@@ -16,23 +16,25 @@ Two modes:
 - **black-box**: only what a scheduler sees is compared: returned page ids, hit lengths, free
   page counts, usage and each request's page table.
 
-Mapping of the protocol onto the two common API families (the adapter keeps one native request
-per request id and brings it up to date with the `RequestView` it is given):
+Requests: the harness keeps one request of the adapted engine per request id, made by
+`PageManagerAdapter.new_request` from a `RequestView`, and brings it up to date before every call
+the way eSurge's and vLLM's schedulers do: ``append_output_token_ids(tokens)`` for sampled tokens
+and ``request.num_computed_tokens = n``. Hit and allocation results may be page ids per group or
+the engine's own result object with ``get_page_ids()``; a hit is handed back to ``allocate`` as
+it was returned.
 
-==========================  ======================================  ==========================================
-adapter method              eSurge ``CacheManager``                 vLLM ``KVCacheManager``
-==========================  ======================================  ==========================================
-factory(config)             ``CacheManager(num_pages, groups, ...)``  ``KVCacheManager(kv_cache_config, ...)``
-lookup(request, hint)       ``get_computed_pages(req)``             ``get_computed_blocks(req)``
-allocate(...)               ``allocate_slots(req, n, hit, pages, ..)``  ``allocate_slots(req, n, hit, blocks, ..)``
-free(rid)                   ``free(req)``                           ``free(req)``
-finish(rid)                 ``free_page_hashes(req)``               drop the request (hashes live on it)
-cache(request, n)           ``cache_pages(req, n)``                 ``cache_blocks(req, n)``
-reset()                     ``reset_prefix_cache()``                ``reset_prefix_cache()``
-usage()                     ``usage``                               ``usage``
-num_free_pages()            ``page_pool.get_num_free_pages()``      ``block_pool.get_num_free_blocks()``
-page_ids(rid)               ``get_page_ids(rid)``                   ``get_block_ids(rid)``
-==========================  ======================================  ==========================================
+Mapping onto the two common API families:
+
+- ``factory(config)``: eSurge ``CacheManager(num_pages, groups, max_model_len, ...)``;
+  vLLM ``KVCacheManager(kv_cache_config, max_model_len, ...)``;
+- ``lookup``: ``get_computed_pages(request)`` / ``get_computed_blocks(request)``;
+- ``allocate``: ``allocate_slots(request, n, hit_tokens, hit, lookahead, delay)`` (both);
+- ``free``: ``free(request)`` (both); ``finish``: eSurge ``free_page_hashes(request)``, vLLM
+  nothing (its hashes live on the request);
+- ``cache``: ``cache_pages(request, n)`` / ``cache_blocks(request, n)``;
+- ``reset``: ``reset_prefix_cache()``; ``usage``: ``usage`` (both);
+- ``num_free_pages``: ``page_pool.get_num_free_pages()`` / ``block_pool.get_num_free_blocks()``;
+- ``page_ids``: ``get_page_ids(request_id)`` / ``get_block_ids(request_id)``.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from verikv.errors import InvalidArgumentError
@@ -79,30 +81,39 @@ class PageManagerAdapter(Protocol):
 
     The factory receives a `verikv.spec.manager.ManagerConfig` (pages, cache groups as
     `GroupLayout`, ``max_model_len``, caching, EAGLE, data-parallel size, free-order policy).
-    Requests arrive as `RequestView` (id, all tokens so far, ``num_computed_tokens``, salt,
-    LoRA id, multimodal items, prompt logprobs). Any exception means "rejected": the harness
-    then expects the manager's state to be unchanged.
+    ``request`` arguments are the engine's own requests, made by `new_request`. Any exception
+    means "rejected": the harness then expects the manager's state to be unchanged.
     """
 
-    def lookup(self, request: RequestView, dp_shard_hint: int | None = None) -> tuple[PageIds, int]:
-        """The prefix-cache hit for the request: pages per group and hit tokens; no state change."""
+    def new_request(self, view: RequestView) -> Any:
+        """The engine's request for ``view`` (id, tokens, salt, LoRA id, multimodal items,
+        prompt logprobs); it must accept ``append_output_token_ids`` and a settable
+        ``num_computed_tokens``."""
         ...
 
-    def allocate(self, request: RequestView, num_new_tokens: int, num_new_computed_tokens: int,
-                 hit_pages: PageIds | None, num_lookahead_tokens: int, delay_cache: bool,
-                 dp_shard_hint: int | None = None) -> PageIds | None:
-        """Claim the hit pages and allocate the new ones; the new pages per group, or None."""
+    def lookup(self, request: Any, dp_shard_hint: int | None = None,
+               data_parallel_size: int | None = None) -> tuple[Any, int]:
+        """The prefix-cache hit (page ids per group or an object with ``get_page_ids()``) and
+        its length in tokens; no state change. The DP arguments (passed by keyword) are
+        eSurge's: both None without data parallelism."""
         ...
 
-    def free(self, request_id: str) -> None:
+    def allocate(self, request: Any, num_new_tokens: int, num_new_computed_tokens: int, hit: Any,
+                 num_lookahead_tokens: int, delay_cache: bool, dp_shard_hint: int | None = None,
+                 data_parallel_size: int | None = None) -> Any:
+        """Claim the hit (as `lookup` returned it, or None) and allocate the new pages; the new
+        pages (ids per group or an object with ``get_page_ids()``), or None when they do not fit."""
+        ...
+
+    def free(self, request: Any) -> None:
         """Release every page the request holds (it may come back: keep its content keys)."""
         ...
 
-    def finish(self, request_id: str) -> None:
+    def finish(self, request: Any) -> None:
         """The request is gone for good (called after `free`): forget its content keys."""
         ...
 
-    def cache(self, request: RequestView, num_tokens: int) -> None:
+    def cache(self, request: Any, num_tokens: int) -> None:
         """Register the request's full pages up to ``num_tokens`` tokens in the prefix cache."""
         ...
 
@@ -119,7 +130,7 @@ class PageManagerAdapter(Protocol):
         ...
 
     def page_ids(self, request_id: str) -> PageIds:
-        """The request's page table per group; empty when it holds no pages."""
+        """The request's page table per group; raises for a request that holds no pages."""
         ...
 
 
@@ -140,51 +151,74 @@ class ConformanceConfig:
     """How a conformance run is set up.
 
     ``layouts``: group layouts to test, names of `manager_machine.LAYOUTS` or `Layout`
-    objects (default: all). ``free_order``: the policy the implementation claims. ``mode``:
-    ``"white-box"`` needs `WhiteBoxAdapter`. ``checks``: the names to enforce (default: all of
-    `CHECK_NAMES`); a failure of any other name is ignored. ``bad_inputs``: also check that
-    invalid calls are rejected without a state change. ``max_examples`` /
-    ``stateful_step_count``: the Hypothesis budget per layout; ``profile``: a registered
-    Hypothesis settings profile to start from (default: the one currently loaded).
+    objects (default: every layout that applies); ``skip_layouts``: names left out (features
+    the implementation does not have, e.g. ``"dp2"``). ``free_order``: the free-order policy the
+    implementation follows. Layouts with the default policy ``"esurge"`` run with it, and
+    layouts built for another policy run only if it is the one claimed. ``None`` means the
+    implementation supports both, and each layout runs with its own policy (the factory
+    reads it from ``config.free_order``). ``mode``: ``"white-box"`` needs `WhiteBoxAdapter`.
+    ``checks``: the names to enforce (default: all of `CHECK_NAMES`); a failure of any other
+    name is ignored. ``bad_inputs``: also check that invalid calls are rejected without a
+    state change. ``max_examples`` / ``stateful_step_count``: the Hypothesis budget per
+    layout. ``shrink``: minimise a failing sequence (slower, much easier to read).
+    ``profile``: a registered Hypothesis settings profile to start from (default: the
+    loaded one).
     """
 
-    layouts: tuple[str | Layout, ...] = tuple(LAYOUTS)
-    free_order: FreeOrder = "esurge"
+    layouts: tuple[str | Layout, ...] | None = None
+    skip_layouts: tuple[str, ...] = ()
+    free_order: FreeOrder | None = "esurge"
     mode: Mode = "white-box"
     checks: frozenset[str] | None = None
     bad_inputs: bool = True
     max_examples: int = 100
     stateful_step_count: int = 50
+    shrink: bool = True
     profile: str | None = None
 
     def __post_init__(self) -> None:
-        if self.free_order not in FREE_ORDERS:
-            raise InvalidArgumentError(f"free_order must be one of {sorted(FREE_ORDERS)}, got {self.free_order!r}")
+        if self.free_order is not None and self.free_order not in FREE_ORDERS:
+            raise InvalidArgumentError(f"free_order must be one of {sorted(FREE_ORDERS)} or None, "
+                                       f"got {self.free_order!r}")
         if self.mode not in ("white-box", "black-box"):
             raise InvalidArgumentError(f"mode must be 'white-box' or 'black-box', got {self.mode!r}")
         unknown = set(self.checks or ()) - CHECK_NAMES
         if unknown:
             raise InvalidArgumentError(f"unknown check names {sorted(unknown)}; known: {sorted(CHECK_NAMES)}")
-        for name in self.layouts:
-            if not isinstance(name, Layout) and name not in LAYOUTS:
-                raise InvalidArgumentError(f"unknown layout {name!r}; known: {sorted(LAYOUTS)}")
+        for name in self.skip_layouts:
+            if name not in LAYOUTS:
+                raise InvalidArgumentError(f"unknown layout {name!r} in skip_layouts; known: {sorted(LAYOUTS)}")
+        for layout in self.layouts or ():
+            if not isinstance(layout, Layout) and layout not in LAYOUTS:
+                raise InvalidArgumentError(f"unknown layout {layout!r}; known: {sorted(LAYOUTS)}")
+            if self.resolve(layout) is None:
+                raise InvalidArgumentError(f"layout {layout!r} tests a free-order policy other than "
+                                           f"the claimed {self.free_order!r}")
         if self.max_examples < 1 or self.stateful_step_count < 1:
             raise InvalidArgumentError("max_examples and stateful_step_count must be >= 1")
 
-    def resolve(self, layout: str | Layout) -> Layout:
-        """A layout (by name or as given) with the claimed free-order policy."""
+    def resolve(self, layout: str | Layout) -> Layout | None:
+        """The layout as it runs under the claimed policy, or None when it does not apply."""
         found = layout if isinstance(layout, Layout) else LAYOUTS[layout]
+        own = found.config.free_order
+        if self.free_order is None or own == self.free_order:
+            return found
+        if own != "esurge":
+            return None
         return replace(found, config=replace(found.config, free_order=self.free_order))
 
     def resolved_layouts(self) -> list[Layout]:
-        """The layouts to run, each with the claimed free-order policy."""
-        return [self.resolve(layout) for layout in self.layouts]
+        """The layouts to run, each with its free-order policy."""
+        chosen = (self.resolve(layout) for layout in (self.layouts or tuple(LAYOUTS)))
+        return [layout for layout in chosen if layout is not None and layout.name not in self.skip_layouts]
 
     def hypothesis_settings(self) -> settings:
         """Settings for one layout's run: the profile plus this budget, no deadline."""
         parent = settings.get_profile(self.profile) if self.profile else settings()
+        phases = parent.phases if self.shrink else tuple(p for p in parent.phases if p != Phase.shrink)
         return settings(parent, max_examples=self.max_examples, stateful_step_count=self.stateful_step_count,
-                        deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+                        deadline=None, phases=phases,
+                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 class ConformanceError(AssertionError):
@@ -201,27 +235,36 @@ class ConformanceError(AssertionError):
 
 # --- the bridge: an adapter seen through the method names the manager machine drives --------
 
-class _Pages:
-    """A lookup or allocation result: the page ids per group (``get_page_ids()``, as eSurge)."""
+def _page_ids(result: Any) -> tuple[tuple[int, ...], ...]:
+    """Page ids per group of a hit or allocation result (ids, or an object with get_page_ids())."""
+    ids = result.get_page_ids() if hasattr(result, "get_page_ids") else result
+    return tuple(tuple(group) for group in ids)
 
-    def __init__(self, ids: PageIds) -> None:
-        self.ids = tuple(tuple(group) for group in ids)
+
+class _Pages:
+    """An adapter's result as the machine sees it (``get_page_ids()``), keeping the original."""
+
+    def __init__(self, native: Any) -> None:
+        self.native = native
+        self.ids = _page_ids(native)
 
     def get_page_ids(self) -> tuple[tuple[int, ...], ...]:
         return self.ids
 
 
 _VIEW_MEMBERS = frozenset({"page_pool", "max_model_len", "enable_caching", "use_eagle", "data_parallel_size",
-                           "group_layouts", "request_ids", "get_page_ids", "num_cached_pages", "request_shard"})
+                           "group_layouts", "request_ids", "num_cached_pages", "request_shard"})
 
 
 class _Bridge:
     """Presents an adapter with eSurge's method names (what the machine calls) and, in
-    white-box mode, the adapter's abstraction members. Every adapter error becomes an
-    `InvalidArgumentError` (the machine's "rejected")."""
+    white-box mode, the adapter's abstraction members. Keeps the engine's requests up to date.
+    Every adapter error becomes an `InvalidArgumentError` (the machine's "rejected")."""
 
     def __init__(self, adapter: PageManagerAdapter) -> None:
         self.adapter = adapter
+        self.native: dict[str, Any] = {}
+        self.sizes: dict[str, int] = {}
         self.last_result: tuple[tuple[int, ...], ...] | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -238,33 +281,68 @@ class _Bridge:
         except Exception as exc:  # any error of the adapted manager is a rejection
             raise InvalidArgumentError(f"{op}: {type(exc).__name__}: {exc}") from exc
 
+    def request(self, request: Any) -> Any:
+        """The engine's request for the machine's ``request``, brought up to date."""
+        view = view_of(request)
+        rid = view.request_id
+        if rid not in self.native:
+            self.native[rid] = self._call("new_request", lambda: self.adapter.new_request(view))
+            self.sizes[rid] = view.num_tokens
+        native = self.native[rid]
+        if view.num_tokens > self.sizes[rid]:
+            self._call("append_output_token_ids",
+                       lambda: native.append_output_token_ids(list(view.tokens[self.sizes[rid]:])))
+            self.sizes[rid] = view.num_tokens
+        native.num_computed_tokens = view.num_computed_tokens
+        return native
+
+    def table(self, rid: str) -> tuple[tuple[int, ...], ...]:
+        """The request's page table as the adapter reports it (empty if it holds no pages)."""
+        if rid not in self.native:
+            return ()
+        try:
+            return _page_ids(self.adapter.page_ids(rid))
+        except Exception:  # the protocol: page_ids raises for a request without pages
+            return ()
+
+    def get_page_ids(self, rid: str) -> tuple[tuple[int, ...], ...]:
+        return self._call("page_ids", lambda: _page_ids(self.adapter.page_ids(rid)))
+
     def get_computed_pages(self, request: Any, dp_shard_hint: int | None = None,
                            data_parallel_size: int | None = None) -> tuple[_Pages, int]:
-        pages, num_tokens = self._call("lookup", lambda: self.adapter.lookup(view_of(request), dp_shard_hint))
-        return _Pages(pages), num_tokens
+        native = self.request(request)
+        hit, num_tokens = self._call("lookup", lambda: self.adapter.lookup(
+            native, dp_shard_hint=dp_shard_hint, data_parallel_size=data_parallel_size))
+        return _Pages(hit), num_tokens
 
     def allocate_slots(self, request: Any, num_new_tokens: int, num_new_computed_tokens: int = 0,
                        new_computed_pages: Any = None, num_lookahead_tokens: int = 0,
                        delay_cache_pages: bool = False, dp_shard_hint: int | None = None,
                        data_parallel_size: int | None = None) -> _Pages | None:
-        hits = new_computed_pages.get_page_ids() if isinstance(new_computed_pages, _Pages) else new_computed_pages
+        native = self.request(request)
+        hit = new_computed_pages.native if isinstance(new_computed_pages, _Pages) else new_computed_pages
         self.last_result = None
         result = self._call("allocate", lambda: self.adapter.allocate(
-            view_of(request), num_new_tokens, num_new_computed_tokens, hits, num_lookahead_tokens,
-            delay_cache_pages, dp_shard_hint))
+            native, num_new_tokens, num_new_computed_tokens, hit, num_lookahead_tokens, delay_cache_pages,
+            dp_shard_hint=dp_shard_hint, data_parallel_size=data_parallel_size))
         if result is None:
             return None
-        self.last_result = _Pages(result).ids
-        return _Pages(result)
+        pages = _Pages(result)
+        self.last_result = pages.ids
+        return pages
 
     def free(self, request: Any) -> None:
-        self._call("free", lambda: self.adapter.free(request.request_id))
+        if request.request_id in self.native:
+            self._call("free", lambda: self.adapter.free(self.native[request.request_id]))
 
     def free_page_hashes(self, request: Any) -> None:
-        self._call("finish", lambda: self.adapter.finish(request.request_id))
+        native = self.native.pop(request.request_id, None)
+        if native is not None:
+            self._call("finish", lambda: self.adapter.finish(native))
 
     def cache_pages(self, request: Any, num_tokens: int) -> None:
-        self._call("cache", lambda: self.adapter.cache(view_of(request), num_tokens))
+        native = self.request(request)
+        self._call("cache", lambda: self.adapter.cache(native, num_tokens))
 
     def reset_prefix_cache(self) -> bool:
         return self._call("reset", self.adapter.reset)
@@ -296,17 +374,16 @@ def conformance_machine(adapter_factory: AdapterFactory, layout: Layout,
         """The manager machine with the chosen checks and, for black-box, observation only."""
 
         if not config.bad_inputs:
-            bad_allocation = None
-            bad_cache_pages = None
+            bad_input = None
 
         def fail(self, name: str, detail: str) -> None:
             if name in enforced:
                 super().fail(name, detail)
 
         def observe(self) -> Observation:
-            adapter = self.impl.adapter
-            tables = tuple((rid, tuple(tuple(g) for g in adapter.page_ids(rid))) for rid in sorted(self.requests))
-            return Observation(adapter.num_free_pages(), adapter.usage(), tables)
+            bridge = self.impl
+            tables = tuple((rid, bridge.table(rid)) for rid in sorted(self.requests))
+            return Observation(bridge.adapter.num_free_pages(), bridge.adapter.usage(), tables)
 
         def impl_state(self, renamed: bool = True) -> Any:
             return self.observe() if black_box else super().impl_state(renamed)
@@ -372,6 +449,8 @@ def check_conformance(adapter_factory: AdapterFactory, layout: str | Layout,
     An exception escaping the machine (not a named check) is reported as ``crash:<type>``.
     """
     chosen = config.resolve(layout)
+    if chosen is None:
+        raise InvalidArgumentError(f"layout {layout!r} tests a free-order policy the implementation does not claim")
     machine = conformance_machine(adapter_factory, chosen, config)
     try:
         run_state_machine_as_test(machine, settings=config.hypothesis_settings())
@@ -413,56 +492,34 @@ class CacheManagerAdapter:
 
     def __init__(self, config: ManagerConfig,
                  make_manager: Callable[[ManagerConfig], Any] = build_cache_manager) -> None:
-        from verikv.cache_manager import CachePages
-
         self.manager = make_manager(config)
-        self._pages_type = CachePages
-        self._requests: dict[str, Any] = {}
 
-    def _request(self, view: RequestView) -> Any:
-        """The manager's `verikv.Request` for ``view``, brought up to date."""
-        from verikv.request import Request, RequestStatus
+    def new_request(self, view: RequestView) -> Any:
+        from verikv.request import Request
 
-        req = self._requests.get(view.request_id)
-        if req is None:
-            req = Request(view.request_id, view.tokens, cache_salt=view.cache_salt, lora_id=view.lora_id,
-                          mm_features=view.mm_features, prompt_logprobs=view.prompt_logprobs)
-            self._requests[view.request_id] = req
-        elif view.num_tokens > req.num_tokens:
-            req.append_output_token_ids(view.tokens[req.num_tokens:])
-        req.num_computed_tokens = view.num_computed_tokens
-        if view.finished:
-            req.status = RequestStatus.FINISHED_STOPPED
-        return req
+        return Request(view.request_id, view.tokens, cache_salt=view.cache_salt, lora_id=view.lora_id,
+                       mm_features=view.mm_features, prompt_logprobs=view.prompt_logprobs)
 
-    def _dp(self) -> int | None:
-        return self.manager.data_parallel_size if self.manager.data_parallel_size > 1 else None
+    def lookup(self, request: Any, dp_shard_hint: int | None = None,
+               data_parallel_size: int | None = None) -> tuple[Any, int]:
+        return self.manager.get_computed_pages(request, dp_shard_hint=dp_shard_hint,
+                                               data_parallel_size=data_parallel_size)
 
-    def lookup(self, request: RequestView, dp_shard_hint: int | None = None) -> tuple[PageIds, int]:
-        pages, num_tokens = self.manager.get_computed_pages(self._request(request), dp_shard_hint=dp_shard_hint,
-                                                            data_parallel_size=self._dp())
-        return pages.get_page_ids(), num_tokens
+    def allocate(self, request: Any, num_new_tokens: int, num_new_computed_tokens: int, hit: Any,
+                 num_lookahead_tokens: int, delay_cache: bool, dp_shard_hint: int | None = None,
+                 data_parallel_size: int | None = None) -> Any:
+        return self.manager.allocate_slots(request, num_new_tokens, num_new_computed_tokens, hit,
+                                           num_lookahead_tokens, delay_cache, dp_shard_hint=dp_shard_hint,
+                                           data_parallel_size=data_parallel_size)
 
-    def allocate(self, request: RequestView, num_new_tokens: int, num_new_computed_tokens: int,
-                 hit_pages: PageIds | None, num_lookahead_tokens: int, delay_cache: bool,
-                 dp_shard_hint: int | None = None) -> PageIds | None:
-        hits = None if hit_pages is None else self._pages_type(hit_pages)
-        result = self.manager.allocate_slots(self._request(request), num_new_tokens, num_new_computed_tokens, hits,
-                                             num_lookahead_tokens, delay_cache, dp_shard_hint=dp_shard_hint,
-                                             data_parallel_size=self._dp())
-        return None if result is None else result.get_page_ids()
+    def free(self, request: Any) -> None:
+        self.manager.free(request)
 
-    def free(self, request_id: str) -> None:
-        if request_id in self._requests:
-            self.manager.free(self._requests[request_id])
+    def finish(self, request: Any) -> None:
+        self.manager.free_page_hashes(request)
 
-    def finish(self, request_id: str) -> None:
-        request = self._requests.pop(request_id, None)
-        if request is not None:
-            self.manager.free_page_hashes(request)
-
-    def cache(self, request: RequestView, num_tokens: int) -> None:
-        self.manager.cache_pages(self._request(request), num_tokens)
+    def cache(self, request: Any, num_tokens: int) -> None:
+        self.manager.cache_pages(request, num_tokens)
 
     def reset(self) -> bool:
         return self.manager.reset_prefix_cache()
@@ -474,7 +531,7 @@ class CacheManagerAdapter:
         return self.manager.page_pool.get_num_free_pages()
 
     def page_ids(self, request_id: str) -> PageIds:
-        return self.manager.get_page_ids(request_id) if request_id in self.manager.request_ids() else ()
+        return self.manager.get_page_ids(request_id)
 
     def abstraction(self) -> ManagerLike:
         return self.manager

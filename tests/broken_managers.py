@@ -1,0 +1,97 @@
+"""Deliberately broken page managers, used only to show that the conformance harness catches them.
+
+Each factory builds a `verikv.CacheManager` with one plausible bug reintroduced and wraps it in
+the harness' ready adapter. ``BROKEN`` maps a short name to (factory, the invariant it breaks).
+The page-in-use bug reuses a pool mutant of `verikv.proofs.pool_mutants`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from verikv.errors import OutOfPagesError
+from verikv.hashing import PageHasher
+from verikv.page_pool import PagePool
+from verikv.proofs.pool_mutants import RevivedPageStaysFree
+from verikv.spec.manager import ManagerConfig
+from verikv.testing.conformance import AdapterFactory, CacheManagerAdapter
+from verikv.testing.manager_machine import build_cache_manager
+
+
+class RefcountsNeverDecremented(PagePool):
+    """Freeing accepts the pages and does nothing: no count drops, no page rejoins the free list."""
+
+    def free_page_ids(self, page_ids: Iterable[int]) -> None:
+        """Drop nothing (the bug)."""
+
+
+class GroupByGroupAllocation:
+    """Coordinator mixin: plans only the first group, then allocates group by group; a later
+    group's shortfall returns None and the earlier groups keep their new pages (eSurge Q2)."""
+
+    def allocate_slots(self: Any, request_id: str, num_computed_tokens: int, num_slots: int,
+                       new_computed_pages: Any, shard: int | None = None, dp: int | None = None) -> Any:
+        managers = self.single_type_managers
+        hits = new_computed_pages or tuple([] for _ in managers)
+        free = self.page_pool.get_num_free_pages() if shard is None else self.page_pool.get_num_free_pages(
+            dp_shard_hint=shard, data_parallel_size=dp)
+        if managers[0].get_num_pages_to_allocate(request_id, num_slots, hits[0]) > free:
+            return None
+        self.remove_skipped_pages(request_id, num_computed_tokens)
+        if new_computed_pages is not None:
+            for m, group_hits in zip(managers, new_computed_pages):
+                self.page_pool.touch_ids(group_hits)
+                m.save_new_computed_pages(request_id, group_hits)
+        new = []
+        for m in managers:
+            try:
+                new.append(m.allocate_new_pages(request_id, num_slots, shard, dp))
+            except OutOfPagesError:
+                return None
+        return tuple(new)
+
+
+def _parent_blind_digest(message: tuple[int, tuple[int, ...], Any]) -> int:
+    """A page digest that ignores the parent key: equal pages at different places collide."""
+    _parent, tokens, extra = message
+    return hash((tokens, extra))
+
+
+def _adapter(name: str, patch: Callable[[Any], None]) -> AdapterFactory:
+    """An adapter factory for `verikv.CacheManager` with ``patch`` applied after construction."""
+    def make(config: ManagerConfig) -> Any:
+        manager = build_cache_manager(config)
+        patch(manager)
+        return manager
+
+    def factory(config: ManagerConfig) -> CacheManagerAdapter:
+        return CacheManagerAdapter(config, make)
+
+    factory.__name__ = name
+    return factory
+
+
+def _pool_class(cls: type) -> Callable[[Any], None]:
+    def patch(manager: Any) -> None:
+        manager.page_pool.__class__ = cls
+    return patch
+
+
+def _group_by_group(manager: Any) -> None:
+    coordinator = manager.coordinator
+    coordinator.__class__ = type("GroupByGroup" + type(coordinator).__name__,
+                                 (GroupByGroupAllocation, type(coordinator)), {})
+
+
+def _parent_blind_keys(manager: Any) -> None:
+    manager.hasher = PageHasher(_parent_blind_digest, seed=0)
+
+
+BROKEN: dict[str, tuple[AdapterFactory, str]] = {
+    "never-decrements-refcounts": (_adapter("NeverDecrements", _pool_class(RefcountsNeverDecremented)), "INV-REF-COUNT"),
+    "evicts-page-in-use": (_adapter("EvictsPageInUse", _pool_class(RevivedPageStaysFree)), "INV-FREE-IFF-ZERO"),
+    "hit-of-wrong-content": (_adapter("ParentBlindKeys", _parent_blind_keys), "INV-HIT-SAFE"),
+    "non-atomic-multi-group": (_adapter("NonAtomicAllocation", _group_by_group), "INV-ATOMIC"),
+}
+"""name -> (adapter factory, the invariant a white-box run must report)."""
