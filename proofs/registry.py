@@ -78,29 +78,27 @@ def _provider_modules() -> list[object]:
     return modules
 
 
-def discover_checks() -> list[Check]:
-    """Every Check of every provider, sorted by name; duplicate names are an error."""
-    found: dict[str, Check] = {}
+def _discover(attribute: str) -> dict[str, Check | Mutant]:
+    """Collect what every provider's ``checks()`` or ``mutants()`` yields, keyed by unique name."""
+    found: dict[str, Check | Mutant] = {}
     for module in _provider_modules():
-        provider: Callable[[], Iterable[Check]] | None = getattr(module, "checks", None)
+        provider = getattr(module, attribute, None)
         if provider is None:
             continue
-        for check in provider():
-            if check.name in found:
-                raise RuntimeError(f"duplicate check name {check.name!r} in {module.__name__}")
-            found[check.name] = check
-    return [found[name] for name in sorted(found)]
+        for item in provider():
+            if item.name in found:
+                raise RuntimeError(f"duplicate {attribute[:-1]} name {item.name!r} in {module.__name__}")
+            found[item.name] = item
+    return found
+
+
+def discover_checks() -> list[Check]:
+    """Every Check of every provider, sorted by name; duplicate names are an error."""
+    found = _discover("checks")
+    return [found[name] for name in sorted(found)]  # type: ignore[misc]
 
 
 def discover_mutants() -> list[Mutant]:
     """Every Mutant of every provider, sorted by name; duplicate names are an error."""
-    found: dict[str, Mutant] = {}
-    for module in _provider_modules():
-        provider: Callable[[], Iterable[Mutant]] | None = getattr(module, "mutants", None)
-        if provider is None:
-            continue
-        for mutant in provider():
-            if mutant.name in found:
-                raise RuntimeError(f"duplicate mutant name {mutant.name!r} in {module.__name__}")
-            found[mutant.name] = mutant
-    return [found[name] for name in sorted(found)]
+    found = _discover("mutants")
+    return [found[name] for name in sorted(found)]  # type: ignore[misc]
