@@ -107,7 +107,8 @@ class CacheCoordinator:
         """Apply each group's rule in group order until a whole pass keeps ``length``.
 
         A group already evaluated at exactly ``length`` is not looked up again (its rule is a
-        pure function of the length), so a stable pass costs nothing.
+        pure function of the length), so a stable pass costs nothing; a group whose rule is
+        stable (``hit_is_stable``) counts as evaluated at the length it returned.
         """
         managers = self.single_type_managers
         while True:
@@ -116,9 +117,10 @@ class CacheCoordinator:
                 if at[gid] == length:
                     continue
                 hits = manager.find_longest_cache_hit(keys, length, (gid,), shard, dp)[0]
-                at[gid] = length
                 results[gid] = hits
-                length = len(hits) * manager.page_size
+                found = len(hits) * manager.page_size
+                at[gid] = found if manager.hit_is_stable else length
+                length = found
             if length == start:
                 return length
 

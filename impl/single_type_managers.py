@@ -50,6 +50,10 @@ class SingleTypeCacheManager:
     frees_skipped_pages: bool = False
     #: the attention kind's name in the spec (`verikv.spec.manager.GroupLayout`)
     kind: str = ""
+    #: a hit of length r found under any max_length is exactly the hit found under max_length r
+    #: (true of the prefix, rightmost-window and no-hit rules; not of chunked-local attention,
+    #: whose null prefix depends on where max_length falls)
+    hit_is_stable: bool = True
 
     __slots__ = (
         "kv_cache_spec",
@@ -103,7 +107,9 @@ class SingleTypeCacheManager:
     ) -> tuple[list[int], ...]:
         """Longest hit this attention type accepts within ``max_length`` tokens, one page list
         per group of ``group_ids`` (groups of the same type, looked up together: a position
-        hits only if it hits in every group). Pure: no reference count changes."""
+        hits only if it hits in every group). Pure: no reference count changes.
+
+        The base rule, kept by Mamba (a recurrent state is not a prefix): never a hit."""
         return tuple([] for _ in group_ids)
 
     def _joint_hit(
@@ -325,6 +331,7 @@ class ChunkedLocalAttentionManager(SingleTypeCacheManager):
     spec_type = ChunkedLocalAttentionSpec
     frees_skipped_pages = True
     kind = "chunked"
+    hit_is_stable = False
     __slots__ = ("attention_chunk_size",)
 
     def __init__(
