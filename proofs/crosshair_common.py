@@ -1,0 +1,204 @@
+"""Shared CrossHair runner: invoke ``crosshair check``, parse its report, map it to an `Outcome`.
+
+CrossHair runs in a child process on this interpreter (``sys.executable -m crosshair check``)
+with an explicit `Budget` and ``--report_all``, so every condition gets a verdict line:
+
+- "proved" only when every condition is "Confirmed over all paths";
+- "passed" when nothing was refuted but some condition ran out of budget ("Not confirmed":
+  bounded; the bound is the `Budget` plus the input domain of the target), or "unknown" (a
+  failure) instead when the caller requires confirmation;
+- "failed" with CrossHair's counterexample lines when a condition is refuted or raises;
+- "vacuous" when CrossHair cannot meet a precondition;
+- "error" when it prints fewer verdicts than the targets declare conditions (something was
+  silently skipped, e.g. an unsupported parameter type), when a target declares none, or when
+  CrossHair cannot run; "timeout" past ``timeout`` seconds (the child is killed).
+
+Exit code 0 alone is never taken as a result. With ``plugin=True`` the child also execs
+``_crosshair_plugin.py`` (``--extra_plugin``), which installs the state factories of
+`verikv.proofs.crosshair_targets` (and a mutant named by ``env``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import inspect
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from verikv.proofs.registry import Outcome
+
+PLUGIN = Path(__file__).with_name("_crosshair_plugin.py")
+DEFAULT_TIMEOUT = 80.0
+
+_VERDICT = re.compile(r"^(?P<file>.+?):(?P<line>\d+): (?P<level>info|error): (?P<text>.*)$")
+_SECTION = re.compile(r"^\s*(pre|post|inv)(\[[^\]]*\])?:(.*)$")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """CrossHair's search budget for one run (all knobs explicit; the default is too weak).
+
+    ``iterations``: ``--max_uninteresting_iterations`` (consecutive paths without new
+    coverage before giving up on a condition); ``per_condition``: ``--per_condition_timeout``
+    in CPU seconds (a cap per condition); ``per_path``: ``--per_path_timeout`` in CPU seconds.
+    """
+
+    iterations: int
+    per_condition: float
+    per_path: float
+
+    def args(self) -> list[str]:
+        return [f"--max_uninteresting_iterations={self.iterations}",
+                f"--per_condition_timeout={self.per_condition:g}",
+                f"--per_path_timeout={self.per_path:g}"]
+
+    def describe(self) -> str:
+        return f"{self.iterations} uninteresting iterations, {self.per_condition:g} s/condition"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One condition's line from ``crosshair check --report_all``."""
+
+    file: str
+    line: int
+    level: str
+    text: str
+
+    @property
+    def confirmed(self) -> bool:
+        return self.level == "info" and self.text.startswith("Confirmed over all paths")
+
+    @property
+    def bounded(self) -> bool:
+        return self.level == "info" and self.text.startswith("Not confirmed")
+
+    @property
+    def unsatisfiable(self) -> bool:
+        return self.level == "info" and self.text.startswith("Unable to meet precondition")
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when the parent dies (a killed check must not leave CrossHair running)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _run(args: Sequence[str], timeout: float, env: Mapping[str, str] | None) -> subprocess.CompletedProcess[str] | None:
+    """``python -m crosshair ARGS`` on this interpreter; None when it exceeds ``timeout`` seconds."""
+    try:
+        return subprocess.run([sys.executable, "-m", "crosshair", *args], capture_output=True, text=True,
+                              timeout=timeout, preexec_fn=_die_with_parent, check=False,
+                              env={**os.environ, **env} if env else None)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _resolve(target: str) -> Callable[..., object]:
+    """The function or method a dotted ``module.[Class.]name`` target names."""
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            obj = getattr(obj, name)
+        return obj  # type: ignore[return-value]
+    raise ValueError(f"cannot resolve CrossHair target {target!r}")
+
+
+def _condition_lines(doc: str | None, sections: tuple[str, ...]) -> int:
+    """How many conditions (one per line) the PEP 316 ``sections`` of ``doc`` hold."""
+    count = 0
+    block: int | None = None  # indent of a bare ``post:`` header whose conditions follow, indented
+    for raw in (doc or "").splitlines():
+        if not raw.strip():
+            continue
+        indent = len(raw) - len(raw.lstrip())
+        if block is not None and indent > block:
+            count += 1
+            continue
+        block = None
+        match = _SECTION.match(raw)
+        if match and match.group(1) in sections:
+            if match.group(3).strip():
+                count += 1
+            else:
+                block = indent
+    return count
+
+
+def expected_conditions(target: str) -> int:
+    """Verdicts ``check --report_all`` must print for ``target``: for a function or method, its
+    ``post`` lines plus its class's ``inv`` lines; for a module, those of its own functions."""
+    try:
+        module = importlib.import_module(target)
+    except ModuleNotFoundError:
+        module = None
+    if module is not None:
+        return sum(_condition_lines(inspect.getdoc(fn), ("post",))
+                   for _, fn in inspect.getmembers(module, inspect.isfunction) if fn.__module__ == target)
+    count = _condition_lines(inspect.getdoc(_resolve(target)), ("post",))
+    try:
+        owner = _resolve(target.rsplit(".", 1)[0])
+    except (ValueError, AttributeError):
+        return count
+    if inspect.isclass(owner):
+        count += sum(_condition_lines(inspect.cleandoc(c.__dict__.get("__doc__") or ""), ("inv",))
+                     for c in owner.__mro__)
+    return count
+
+
+def parse_check(stdout: str) -> list[Verdict]:
+    """The verdict lines of ``crosshair check --report_all`` output."""
+    verdicts = []
+    for line in stdout.splitlines():
+        match = _VERDICT.match(line)
+        if match:
+            verdicts.append(Verdict(match["file"], int(match["line"]), match["level"], match["text"]))
+    return verdicts
+
+
+def check_outcome(verdicts: Sequence[Verdict], expected: int, returncode: int, stderr: str,
+                  require_confirmed: bool = False) -> Outcome:
+    """Map parsed verdicts (the exit code only as a cross-check) to an `Outcome` (module docstring)."""
+    failures = [v for v in verdicts if v.level == "error"]
+    if failures:
+        return Outcome("failed", "\n".join(f"{Path(v.file).name}:{v.line}: {v.text}" for v in failures))
+    if returncode != 0:
+        return Outcome("error", f"crosshair exited {returncode} without a counterexample:\n{stderr[-2000:]}")
+    unsat = [v for v in verdicts if v.unsatisfiable]
+    if unsat:
+        return Outcome("vacuous", "\n".join(f"{Path(v.file).name}:{v.line}: {v.text}" for v in unsat))
+    if expected == 0 or len(verdicts) < expected:
+        return Outcome("error", f"crosshair reported {len(verdicts)} verdicts for {expected} declared conditions "
+                                f"(nothing to check, or some were not analysed):\n{stderr[-2000:]}")
+    bounded = [v for v in verdicts if not v.confirmed]
+    if not bounded:
+        return Outcome("proved", f"{len(verdicts)}/{len(verdicts)} conditions confirmed over all paths",
+                       vacuity_checked=True)
+    lines = ", ".join(str(v.line) for v in bounded)
+    summary = (f"{len(verdicts) - len(bounded)}/{len(verdicts)} conditions confirmed over all paths; "
+               f"not confirmed within the budget: lines {lines}")
+    if require_confirmed:
+        return Outcome("unknown", summary, vacuity_checked=True)
+    return Outcome("passed", f"no counterexample (bounded); {summary}", vacuity_checked=True)
+
+
+def run_check(targets: Sequence[str], budget: Budget, *, plugin: bool = False, require_confirmed: bool = False,
+              env: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT) -> Outcome:
+    """``crosshair check --report_all --analysis_kind=PEP316`` over ``targets`` with ``budget``."""
+    expected = sum(expected_conditions(t) for t in targets)
+    extra = ["--extra_plugin", str(PLUGIN)] if plugin else []
+    done = _run(["check", *targets, "--report_all", "--analysis_kind=PEP316", *budget.args(), *extra], timeout, env)
+    if done is None:
+        return Outcome("timeout", f"crosshair check did not finish within {timeout:g} s")
+    return check_outcome(parse_check(done.stdout), expected, done.returncode, done.stderr, require_confirmed)

@@ -1,0 +1,107 @@
+"""CrossHair checks of the implementation against the spec, and the mutants they must catch.
+
+Every check is one ``crosshair check`` run (see `crosshair_common`) of one target in
+`verikv.proofs.crosshair_targets`: a free-queue or pool method driven on a factory-built object
+in any valid small state and compared with the model through the abstraction, or a pure
+spec-vs-impl equivalence (hit rules, DP shard selection, hash-chain key identity). The bound
+column states the state/input domain and the search budget: "Not confirmed" means no
+counterexample within them (reported "passed"), never a proof; "proved" needs every path
+confirmed.
+
+``mutants()`` reruns the checks of the role a mutant replaces with that mutant installed
+(``$VERIKV_CROSSHAIR_MUTANT``) and returns the names of the checks that failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from verikv.proofs.crosshair_common import Budget, run_check
+from verikv.proofs.crosshair_targets import (
+    KEYS,
+    MAX_POOL_PAGES,
+    MAX_QUEUE_CAPACITY,
+    MAX_REF,
+    MUTANT_ENV,
+    MUTANTS,
+)
+from verikv.proofs.registry import Check, Mutant, Outcome
+
+TARGETS = "verikv.proofs.crosshair_targets"
+_QUEUE = f"queue ids < {MAX_QUEUE_CAPACITY}"
+_POOL = f"pool <= {MAX_POOL_PAGES} pages, ref <= {MAX_REF}, {KEYS} keys"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One CrossHair check: its target function, role (which mutants it faces), labels, budget."""
+
+    target: str
+    role: str
+    invariant: str
+    transition: str
+    domain: str
+    budget: Budget
+
+    @property
+    def name(self) -> str:
+        return f"crosshair:{self.target}"
+
+    def run(self, mutant: str | None = None) -> Outcome:
+        return run_check([f"{TARGETS}.{self.target}"], self.budget, plugin=True,
+                         env={MUTANT_ENV: mutant} if mutant else None)
+
+    def check(self) -> Check:
+        return Check(self.name, "crosshair", self.invariant, self.transition,
+                     f"{self.domain}; {self.budget.describe()}", self.run)
+
+
+def _budget(iterations: int) -> Budget:
+    """``iterations`` uninteresting iterations, capped at 10 CPU s per condition, 2 s per path."""
+    return Budget(iterations=iterations, per_condition=10, per_path=2)
+
+
+SPECS: tuple[Spec, ...] = (
+    Spec("queue_popleft_ids", "queue", "refines-spec", "FreeCachePageQueue.popleft_ids", _QUEUE, _budget(40)),
+    Spec("queue_popleft", "queue", "refines-spec", "FreeCachePageQueue.popleft", _QUEUE, _budget(40)),
+    Spec("queue_remove_id", "queue", "refines-spec", "FreeCachePageQueue.remove_id", _QUEUE, _budget(40)),
+    Spec("queue_append_ids", "queue", "refines-spec", "FreeCachePageQueue.append_ids", _QUEUE + ", 2 ids",
+         _budget(150)),
+    Spec("queue_prepend_ids", "queue", "refines-spec", "FreeCachePageQueue.prepend_ids", _QUEUE + ", 2 ids",
+         _budget(150)),
+    Spec("pool_get_new_page_ids", "pool", "refines-spec", "PagePool.get_new_page_ids (pool.allocate)", _POOL,
+         _budget(30)),
+    Spec("pool_free_page_ids", "pool", "refines-spec", "PagePool.free_page_ids (pool.free)", _POOL + ", 2 ids",
+         _budget(60)),
+    Spec("pool_touch_ids", "pool", "refines-spec", "PagePool.touch_ids (pool.touch)", _POOL + ", 2 ids",
+         _budget(30)),
+    Spec("full_hit", "full", "hit-rule:full", "FullAttentionManager.find_longest_cache_hit",
+         "<= 4 pages, page size <= 3, max_length <= 12", _budget(20)),
+    Spec("sliding_hit", "sliding", "hit-rule:sliding", "SlidingWindowManager.find_longest_cache_hit",
+         "<= 4 pages, page size <= 3, max_length <= 12, window <= 8", _budget(20)),
+    Spec("chunked_hit", "chunked", "hit-rule:chunked", "ChunkedLocalAttentionManager.find_longest_cache_hit",
+         "<= 4 pages, page size <= 3, max_length <= 12, chunk <= 8", _budget(20)),
+    Spec("shard_bounds", "dp", "dp-shard", "PagePool lookup shard selection (manager.call_shard)",
+         _POOL + ", dp in -1..5, hint in -2..5", _budget(30)),
+    Spec("same_keys", "hasher", "INV-HIT-SAFE", "PageHasher.hash_request / extend (key identity)",
+         "<= 4 tokens in {0,1}, 3 salts, 2 LoRA ids, page size <= 2, ideal hash", _budget(20)),
+)
+
+
+def checks() -> list[Check]:
+    """Every CrossHair check of the implementation."""
+    return [spec.check() for spec in SPECS]
+
+
+def _detector(mutant: str, role: str) -> Callable[[], list[str]]:
+    def detect() -> list[str]:
+        return [spec.name for spec in SPECS if spec.role == role and spec.run(mutant).status == "failed"]
+    return detect
+
+
+def mutants() -> list[Mutant]:
+    """Every CrossHair mutant, named ``crosshair:<Class>``, with the invariant it breaks."""
+    return [Mutant(name=f"crosshair:{name}", kind="impl", invariant=invariant,
+                   description=(cls.__doc__ or "").strip(), detect=_detector(name, role))
+            for name, (role, cls, invariant) in MUTANTS.items()]
