@@ -1,6 +1,6 @@
 """CacheManager against the manager spec, through the scheduler-shaped state machine.
 
-One test per group layout, each 200 examples of up to 60 steps (the initialize step
+One test per group layout (`LAYOUTS`), each 200 examples of up to 60 steps (the initialize step
 included), derandomized under the ``ci`` profile. `test_runs_are_long_and_reach_the_paths`
 shows the runs are not vacuous: many reach the step limit (Hypothesis also tries short
 programs first, so not all do), and prefix hits, failed allocations, preemptions and null

@@ -89,6 +89,8 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     _layout("dp2", FULL, num_pages=12, data_parallel_size=2),
     _layout("full+sliding(eagle)", FULL, spec.GroupLayout("sliding", 4, 6), use_eagle=True),
     _layout("full+sliding(unhashed-first)", FULL, spec.GroupLayout("sliding", 4, 5), free_order="unhashed-first"),
+    _layout("full(page 8)+sliding(page 4)", spec.GroupLayout("full", 8), spec.GroupLayout("sliding", 4, 5),
+            max_model_len=24),
 )}
 
 
@@ -259,8 +261,16 @@ def manager_machine(layout: Layout, make_manager: Callable[[spec.ManagerConfig],
             request, view = self.requests[rid], self.view(rid)
             before = self.impl_state(renamed=False)
             pre = self.spec
-            want_state, want = spec.allocate_slots(pre, view, num_new, computed_new, spec_hits, lookahead,
-                                                   delay, hint, dp)
+            try:
+                want_state, want = spec.allocate_slots(pre, view, num_new, computed_new, spec_hits, lookahead,
+                                                       delay, hint, dp)
+            except PreconditionError as exc:
+                self.expect_rejected(f"allocate_slots({rid}) outside the spec's precondition ({exc})",
+                                     lambda: self.impl.allocate_slots(request, num_new, computed_new, hits, lookahead,
+                                                                      delay, dp_shard_hint=hint, data_parallel_size=dp),
+                                     lambda: spec.allocate_slots(pre, view, num_new, computed_new, spec_hits,
+                                                                 lookahead, delay, hint, dp))
+                return False
             try:
                 result = self.impl.allocate_slots(request, num_new, computed_new, hits, lookahead, delay,
                                                   dp_shard_hint=hint, data_parallel_size=dp)
