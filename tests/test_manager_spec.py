@@ -7,6 +7,8 @@ are computed by hand from the semantics in the module docstrings.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from verikv.spec import hit_rules as hr
 from verikv.spec import invariants as inv
@@ -204,3 +206,41 @@ def test_invariant_predicates_reject_broken_states() -> None:
     assert not m.inv_hit_safe(s, b, m.Hit(((1, 2),), 8))
     assert not m.inv_hit_shape(s, req("c", tuple(range(8))), m.Hit(((1, 2),), 8))  # > num_tokens - 1
     assert not m.inv_atomic(s, m.init(cfg(FULL4)), None)
+
+
+# --- the rules against direct restatements ----------------------------------------------------
+
+HITS = st.lists(st.booleans(), max_size=8).map(tuple)
+
+
+def esurge_sliding_scan(hit: tuple[bool, ...], ps: int, max_length: int, window: int) -> hr.Span:
+    """eSurge's procedure as described in esurge-core §1.4: scan from the right, count the run,
+    stop when it reaches cdiv(window - 1, ps) (tested after a hit), else keep the run at 0."""
+    need = -(-(window - 1) // ps)
+    run = 0
+    for i in range(max_length // ps - 1, -1, -1):
+        if i < len(hit) and hit[i]:
+            run += 1
+            if run >= need:
+                return hr.Span(i, i + run)
+        else:
+            run = 0
+    return hr.Span(0, run)
+
+
+@given(HITS, st.integers(1, 5), st.integers(0, 40), st.integers(1, 13))
+def test_sliding_rule_is_esurge_scan(hit: tuple[bool, ...], ps: int, max_length: int, window: int) -> None:
+    assert hr.sliding_rule(hit, ps, max_length, window) == esurge_sliding_scan(hit, ps, max_length, window)
+
+
+@given(HITS, HITS, HITS, st.integers(0, 40), st.sampled_from([(4, 4, 4), (4, 8, 4), (8, 4, 8)]))
+def test_fixed_point_is_the_longest_length_every_group_accepts(full: tuple[bool, ...], sliding: tuple[bool, ...],
+                                                               chunked: tuple[bool, ...], max_length: int,
+                                                               sizes: tuple[int, int, int]) -> None:
+    fps, sps, cps = sizes
+    rules = [lambda n: hr.full_rule(full, fps, n).end * fps,
+             lambda n: hr.sliding_rule(sliding, sps, n, 6).end * sps,
+             lambda n: hr.chunked_rule(chunked, cps, n, 8).end * cps]
+    got = hr.fixed_point(rules, sizes, max_length)
+    accepted = [n for n in range(max_length + 1) if all(rule(n) == n for rule in rules)]
+    assert got == max(accepted)
