@@ -226,7 +226,9 @@ class PageHasher:
         value: int | None = parent.hash_value if isinstance(parent, PageHash) else parent
         if first == last:
             return []
-        ids = list(tokens[first * ps:last * ps])
+        ids = tokens[first * ps:last * ps]
+        if type(ids) is not list:
+            ids = list(ids)
         packed = _token_bytes(ids)
         extra = _ExtraKeys(request)
         width = 8 * ps
@@ -282,7 +284,8 @@ class _ExtraKeys:
         self.salt = getattr(request, "cache_salt", None)
         if self.salt is not None and not isinstance(self.salt, (str, bytes)):
             raise InvalidArgumentError(f"cache_salt must be str or bytes, got {self.salt!r}")
-        self.mm = sorted(_mm_items(getattr(request, "mm_features", None)), key=lambda f: f.offset)
+        features = getattr(request, "mm_features", None)
+        self.mm = sorted(_mm_items(features), key=lambda f: f.offset) if features else []
 
     def for_page(self, page_index: int, page_size: int) -> tuple[Any, ...] | None:
         start = page_index * page_size

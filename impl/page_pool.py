@@ -214,7 +214,9 @@ class PagePool:
             hash(key)
         except TypeError:
             raise InvalidArgumentError(f"unhashable cache key {key!r}") from None
-        self._check_cacheable([page_id])
+        if not (type(page_id) is int and 0 < page_id < self.num_pages and self.enable_caching
+                and self._key[page_id] is None):
+            self._check_cacheable([page_id])  # raises the precise error
         self._insert(page_id, key)
 
     def lookup_id(self, key: Hashable, *, dp_shard_hint: int | None = None,
