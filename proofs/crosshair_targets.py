@@ -52,6 +52,20 @@ def _distinct_in(values: list[int], lo: int, hi: int) -> bool:
     return all(lo <= v < hi for v in values) and len(set(values)) == len(values)
 
 
+_READABLE: dict[type, type] = {}
+
+
+def _readable(cls: type[Any]) -> type[Any]:
+    """``cls`` with a repr showing its abstract state, so counterexamples print readable states."""
+    if cls not in _READABLE:
+        def __repr__(self: Any) -> str:
+            if isinstance(self, PagePool):
+                return f"{cls.__name__}: {abstract_pool(self)}"
+            return f"{cls.__name__}(capacity={self.links.capacity}, free={self.ids()})"
+        _READABLE[cls] = type(cls.__name__, (cls,), {"__repr__": __repr__})
+    return _READABLE[cls]
+
+
 def build_queue(capacity: int, order: list[int]) -> FreeCachePageQueue | None:
     """A queue over ids ``0..capacity-1`` (0 null) holding ``order`` head to tail; None if invalid or too big."""
     if not 1 <= capacity <= MAX_QUEUE_CAPACITY or not _distinct_in(order, 1, capacity):
@@ -62,7 +76,7 @@ def build_queue(capacity: int, order: list[int]) -> FreeCachePageQueue | None:
     def page_of(pid: int) -> CachePage:
         return views.setdefault(pid, CachePage.view(records, pid))
 
-    queue = _ACTIVE["queue"].for_range(records, 1, 1, page_of)
+    queue = _readable(_ACTIVE["queue"]).for_range(records, 1, 1, page_of)
     queue.links.link_back(0, order)
     _plain_links(queue.links)
     return queue
@@ -79,7 +93,7 @@ def build_pool(num_pages: int, unhashed_first: bool, refs: list[int], order: lis
     """The active pool class in the state with ``refs[p-1]`` references on page p, free list ``order``
     (the pages with ref 0, in some order) and key ``keys[p-1]`` on page p (-1: none; registered in
     page order)."""
-    pool = _ACTIVE["pool"](num_pages, free_order="unhashed-first" if unhashed_first else "esurge")
+    pool = _readable(_ACTIVE["pool"])(num_pages, free_order="unhashed-first" if unhashed_first else "esurge")
     pool.get_new_page_ids(num_pages - 1)
     for pid in range(1, num_pages):
         pool._ref[pid] = refs[pid - 1]
@@ -180,6 +194,19 @@ def configure_crosshair() -> None:
 REJECTED = "rejected"
 
 
+class Mismatch(AssertionError):
+    """The implementation disagrees with the model; the message is the readable counterexample."""
+
+
+def agree(expected: Any, found: Any, context: Callable[[], str]) -> bool:
+    """True when ``found == expected``; otherwise raise `Mismatch` describing both and ``context()``
+    (CrossHair then reports the concrete values, not just the raw symbolic inputs). The context
+    is built only on failure: formatting symbolic values would realize them."""
+    if found != expected:
+        raise Mismatch(f"{context()}: expected {expected!r}, implementation gave {found!r}")
+    return True
+
+
 def links_consistent(queue: FreeCachePageQueue) -> bool:
     """Backward links, length and link flags agree with the forward walk `ids()` (what a later
     unlink relies on, and what the abstract free list does not show)."""
@@ -215,8 +242,9 @@ def queue_refines(queue: FreeCachePageQueue, method: str, *args: Any) -> bool:
         result = REJECTED
     if isinstance(result, CachePage):
         result = result.page_id
-    return (queue.ids(), result) == queue_model(before, queue.links.capacity, method, *args) and links_consistent(
-        queue)
+    return agree(queue_model(before, queue.links.capacity, method, *args), (queue.ids(), result),
+                 lambda: f"{method}{args} on free list {before} (capacity {queue.links.capacity})") and agree(
+        True, links_consistent(queue), lambda: f"links consistent after {method}{args} on {before}")
 
 
 def queue_popleft_ids(queue: FreeCachePageQueue, n: int) -> bool:
@@ -369,64 +397,71 @@ def impl_hit(kind: str, hit: list[bool], page_size: int, max_length: int, span: 
     return manager.find_longest_cache_hit(keys, max_length, (0,))[0]
 
 
-def full_hit(h0: bool, h1: bool, h2: bool, h3: bool, pages: int, page_size: int, max_length: int,
-             stride: int, extra: int) -> list[int]:
-    """`hit_rules.full_rule` on hit flags ``h0..h3`` (the first ``pages``); the manager agrees.
+def hit_agrees(kind: str, h0: bool, h1: bool, h2: bool, h3: bool, pages: int, page_size: int, max_length: int,
+               span: int, stride: int, extra: int) -> bool:
+    """The spec rule and the active ``kind`` manager return the same pages, on the domain the raw
+    inputs are mapped to by `_pick`: <= 4 pages with hit flags ``h0..h3``, page size 1..3 (keys at
+    page size / stride, stride 1 or 2, plus ``extra`` keys of a partial page), ``max_length``
+    0..12, window or chunk 1..8."""
+    ps = _pick(page_size, 1, 3)
+    step = _pick(stride, 1, 2) if ps % 2 == 0 else 1
+    hit = [h0, h1, h2, h3][:_pick(pages, 0, 4)]
+    length, width = _pick(max_length, 0, 12), _pick(span, 1, 8)
+    keys = _pick(extra, 0, step - 1)
+    return agree(spec_hit(kind, hit, ps, length, width), impl_hit(kind, hit, ps, length, width, step, keys),
+                 lambda: f"{kind} hit={hit} page_size={ps} max_length={length} span={width} stride={step} extra_keys={keys}")
 
-    pre: 0 <= pages <= 4 and 1 <= page_size <= 3 and 0 <= max_length <= 12
-    pre: 1 <= stride <= 2 and 0 <= extra < stride and page_size % stride == 0
-    post: __return__ == impl_hit("full", [h0, h1, h2, h3][:pages], page_size, max_length, 1, stride, extra)
+
+def full_hit(h0: bool, h1: bool, h2: bool, h3: bool, pages: int, page_size: int, max_length: int, stride: int,
+             extra: int) -> bool:
+    """`hit_rules.full_rule` and `FullAttentionManager.find_longest_cache_hit` agree (see `hit_agrees`).
+
+    post: __return__
     """
-    return spec_hit("full", [h0, h1, h2, h3][:pages], page_size, max_length, 1)
+    return hit_agrees("full", h0, h1, h2, h3, pages, page_size, max_length, 1, stride, extra)
 
 
-def sliding_hit(h0: bool, h1: bool, h2: bool, h3: bool, pages: int, page_size: int, max_length: int,
-                window: int, stride: int, extra: int) -> list[int]:
-    """`hit_rules.sliding_rule`; the sliding-window manager agrees.
+def sliding_hit(h0: bool, h1: bool, h2: bool, h3: bool, pages: int, page_size: int, max_length: int, window: int,
+                stride: int, extra: int) -> bool:
+    """`hit_rules.sliding_rule` and `SlidingWindowManager.find_longest_cache_hit` agree.
 
-    pre: 0 <= pages <= 4 and 1 <= page_size <= 3 and 0 <= max_length <= 12 and 1 <= window <= 8
-    pre: 1 <= stride <= 2 and 0 <= extra < stride and page_size % stride == 0
-    post: __return__ == impl_hit("sliding", [h0, h1, h2, h3][:pages], page_size, max_length, window, stride, extra)
+    post: __return__
     """
-    return spec_hit("sliding", [h0, h1, h2, h3][:pages], page_size, max_length, window)
+    return hit_agrees("sliding", h0, h1, h2, h3, pages, page_size, max_length, window, stride, extra)
 
 
-def chunked_hit(h0: bool, h1: bool, h2: bool, h3: bool, pages: int, page_size: int, max_length: int,
-                chunk: int, stride: int, extra: int) -> list[int]:
-    """`hit_rules.chunked_rule`; the chunked-local-attention manager agrees.
+def chunked_hit(h0: bool, h1: bool, h2: bool, h3: bool, pages: int, page_size: int, max_length: int, chunk: int,
+                stride: int, extra: int) -> bool:
+    """`hit_rules.chunked_rule` and `ChunkedLocalAttentionManager.find_longest_cache_hit` agree.
 
-    pre: 0 <= pages <= 4 and 1 <= page_size <= 3 and 0 <= max_length <= 12 and 1 <= chunk <= 8
-    pre: 1 <= stride <= 2 and 0 <= extra < stride and page_size % stride == 0
-    post: __return__ == impl_hit("chunked", [h0, h1, h2, h3][:pages], page_size, max_length, chunk, stride, extra)
+    post: __return__
     """
-    return spec_hit("chunked", [h0, h1, h2, h3][:pages], page_size, max_length, chunk)
+    return hit_agrees("chunked", h0, h1, h2, h3, pages, page_size, max_length, chunk, stride, extra)
 
 
 # --- data-parallel shard selection ----------------------------------------------------------------
 
-def impl_shard_bounds(pool: PagePool, dp: int | None, hint: int | None) -> tuple[int, int] | str | None:
-    """The page range ``pool``'s lookups with these DP arguments search (None: the whole pool)."""
-    try:
-        return pool._shard_bounds(hint, dp)
-    except VeriKVError:
-        return "rejected"
+def shard_bounds_agree(pool: PagePool, dp: int, hint: int) -> bool:
+    """The page range a lookup with these DP arguments searches is the spec's (`call_shard` +
+    `shard_bounds`; None = the whole pool), or both reject the arguments. ``dp`` and ``hint`` are
+    mapped by `_pick` to None or -1..5 and None or -2..5.
 
-
-def shard_bounds(pool: PagePool, dp: int | None, hint: int | None) -> tuple[int, int] | str | None:
-    """The range the spec's `call_shard` + `shard_bounds` select for ``pool``'s size ("rejected": a
-    precondition error); the pool selects the same.
-
-    pre: dp is None or -1 <= dp <= 5
-    pre: hint is None or -2 <= hint <= 5
-    post: __return__ == impl_shard_bounds(pool, dp, hint)
+    post: __return__
     """
+    size = None if dp == 6 else _pick(dp, -1, 5)
+    hint_ = None if hint == 6 else _pick(hint, -2, 5)
     config = spec_manager.ManagerConfig(groups=(), num_pages=pool.num_pages, max_model_len=1,
-                                        data_parallel_size=dp if dp is not None and dp >= 1 else 1)
+                                        data_parallel_size=size if size is not None and size >= 1 else 1)
     state = spec_manager.ManagerState(config, spec_pool.init(pool.num_pages), frozenset())
     try:
-        return spec_manager.shard_bounds(state, spec_manager.call_shard(state, "lookup", hint, dp))
+        expected = spec_manager.shard_bounds(state, spec_manager.call_shard(state, "lookup", hint_, size))
     except spec_pool.PreconditionError:
-        return "rejected"
+        expected = REJECTED
+    try:
+        found = pool._shard_bounds(hint_, size)
+    except VeriKVError:
+        found = REJECTED
+    return agree(expected, found, lambda: f"num_pages={pool.num_pages} dp={size} hint={hint_}")
 
 
 # --- hash chains: equal spec keys <=> equal implementation keys ---------------------------------
@@ -471,7 +506,9 @@ def same_keys(tokens_a: list[int], salt_a: int, lora_a: int, tokens_b: list[int]
     spec_keys = [spec_manager.request_keys(spec_manager.RequestView("r", tuple(r.all_token_ids), cache_salt=r.cache_salt,
                                                                     lora_id=r.lora_id), ps) for r in reqs]
     spec_same = [x == y for x, y in zip(*spec_keys)]
-    return spec_same == impl_same_keys(reqs[0], reqs[1], ps, _pick(split, 0, len(reqs[0].all_token_ids) // ps))
+    split_at = _pick(split, 0, len(reqs[0].all_token_ids) // ps)
+    return agree(spec_same, impl_same_keys(reqs[0], reqs[1], ps, split_at),
+                 lambda: f"page_size={ps} split={split_at} a={vars(reqs[0])} b={vars(reqs[1])}")
 
 
 # --- mutants ----------------------------------------------------------------------------------------

@@ -1,0 +1,86 @@
+"""CrossHair on the implementation: the report parser, every check on the real code, every mutant caught."""
+
+from __future__ import annotations
+
+import pytest
+
+from verikv.page_pool import PagePool
+from verikv.proofs import crosshair_common, crosshair_impl, crosshair_targets
+from verikv.proofs.crosshair_common import Verdict, check_outcome, expected_conditions, parse_check
+from verikv.proofs.registry import discover_checks, discover_mutants
+
+CHECKS = crosshair_impl.checks()
+MUTANTS = crosshair_impl.mutants()
+KNOWN_DIVERGENCE = {
+    "crosshair:shard_bounds_agree":
+        "spec call_shard rejects data_parallel_size < 1 even without a hint; PagePool ignores it then",
+}
+
+
+def _verdict(line: int, level: str, text: str) -> Verdict:
+    return Verdict("t.py", line, level, text)
+
+
+def test_parse_check_reads_verdict_lines() -> None:
+    out = "t.py:3: info: Confirmed over all paths.\nnoise\nt.py:9: error: false when calling f(1)\n"
+    assert parse_check(out) == [_verdict(3, "info", "Confirmed over all paths."),
+                                _verdict(9, "error", "false when calling f(1)")]
+
+
+@pytest.mark.parametrize(("verdicts", "expected", "code", "status"), [
+    ([_verdict(1, "info", "Confirmed over all paths.")], 1, 0, "proved"),
+    ([_verdict(1, "info", "Confirmed over all paths."), _verdict(2, "info", "Not confirmed.")], 2, 0, "passed"),
+    ([_verdict(1, "error", "false when calling f(0)")], 1, 1, "failed"),
+    ([_verdict(1, "info", "Unable to meet precondition.")], 1, 0, "vacuous"),
+    ([_verdict(1, "info", "Not confirmed.")], 2, 0, "error"),  # a condition was silently skipped
+    ([], 0, 0, "error"),  # nothing declared: exit 0 is not a result
+    ([_verdict(1, "info", "Not confirmed.")], 1, 2, "error"),
+])
+def test_check_outcome_maps_verdicts(verdicts: list[Verdict], expected: int, code: int, status: str) -> None:
+    assert check_outcome(verdicts, expected, code, "").status == status
+
+
+def test_bounded_is_a_failure_when_confirmation_is_required() -> None:
+    outcome = check_outcome([_verdict(1, "info", "Not confirmed.")], 1, 0, "", require_confirmed=True)
+    assert outcome.status == "unknown" and not outcome.ok
+
+
+def test_expected_conditions_counts_post_lines() -> None:
+    assert expected_conditions("verikv.proofs.crosshair_targets.full_hit") == 1
+    assert expected_conditions("verikv.proofs.crosshair_targets") == len(crosshair_impl.SPECS)
+
+
+def test_a_missing_target_is_an_error_not_a_pass() -> None:
+    budget = crosshair_common.Budget(iterations=1, per_condition=1, per_path=1)
+    assert crosshair_common.run_check(["verikv.proofs.crosshair_targets.MUTANTS"], budget).status == "error"
+
+
+def test_targets_hold_on_concrete_examples() -> None:
+    queue = crosshair_targets.build_queue(5, [3, 1, 4])
+    assert queue is not None and crosshair_targets.queue_popleft_ids(queue, 2) and queue.ids() == [4]
+    assert crosshair_targets.queue_append_ids(queue, 1, 2, 2) and queue.ids() == [4, 1, 2]
+    pool = PagePool(4)
+    pool.get_new_page_ids(2)
+    assert crosshair_targets.pool_free_page_ids(pool, 1, 1, 2)  # a double free: rejected by both, state kept
+    assert pool.ref_count(1) == 1
+    assert crosshair_targets.full_hit(True, True, True, False, 3, 1, 2, 1, 0)
+
+
+def test_registered_with_the_runner() -> None:
+    assert {c.name for c in CHECKS} <= {c.name for c in discover_checks()}
+    assert {m.name for m in MUTANTS} <= {m.name for m in discover_mutants()}
+    assert all(c.kind == "crosshair" and c.bound and c.transition for c in CHECKS)
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=[c.name for c in CHECKS])
+def test_check_finds_nothing_on_the_implementation(check) -> None:
+    outcome = check.run()
+    if check.name in KNOWN_DIVERGENCE:  # reported, not hidden: this test fails once it is resolved
+        assert outcome.status == "failed", f"{check.name} no longer finds: {KNOWN_DIVERGENCE[check.name]}"
+        return
+    assert outcome.ok, f"{check.name}: {outcome.status}\n{outcome.detail}"
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_mutant_is_caught(mutant) -> None:
+    assert mutant.detect(), f"{mutant.name} survived every CrossHair check"
