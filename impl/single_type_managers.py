@@ -196,10 +196,11 @@ class SingleTypeCacheManager:
         cache = self.page_pool.cache_page_id
         stride = self._stride
         gid = self.kv_cache_group_id
+        new_key = tuple.__new__  # PageHashWithGroupId(...) without the NamedTuple's Python __new__
         for j in range(cached, num_full):
             page = pages[j]
             if page != NULL_PAGE:
-                cache(page, PageHashWithGroupId(keys[(j + 1) * stride - 1], gid))
+                cache(page, new_key(PageHashWithGroupId, (keys[(j + 1) * stride - 1], gid)))
         self.num_cached_page[request_id] = num_full
 
     def keys_needed(self, num_tokens: int) -> int:
