@@ -88,6 +88,11 @@ def _parent_blind_keys(manager: Any) -> None:
     manager.hasher = PageHasher(_parent_blind_digest, seed=0)
 
 
+def _null_page_in_free_list(manager: Any) -> None:
+    """The free list starts at page 0 (an off-by-one when it is built), so 0 is handed out."""
+    manager.page_pool._free.link_front(0, [0])
+
+
 BROKEN: dict[str, tuple[AdapterFactory, str]] = {
     "never-decrements-refcounts": (_adapter("NeverDecrements", _pool_class(RefcountsNeverDecremented)), "INV-REF-COUNT"),
     "evicts-page-in-use": (_adapter("EvictsPageInUse", _pool_class(RevivedPageStaysFree)), "INV-FREE-IFF-ZERO"),
@@ -95,3 +100,10 @@ BROKEN: dict[str, tuple[AdapterFactory, str]] = {
     "non-atomic-multi-group": (_adapter("NonAtomicAllocation", _group_by_group), "INV-ATOMIC"),
 }
 """name -> (adapter factory, the invariant a white-box run must report)."""
+
+OBSERVABLE: dict[str, tuple[AdapterFactory, str]] = {
+    "evicts-page-in-use": (BROKEN["evicts-page-in-use"][0], "INV-FREE-IFF-ZERO"),
+    "hands-out-null-page": (_adapter("NullPageHandedOut", _null_page_in_free_list), "INV-NULL"),
+}
+"""Bugs a black-box run also catches through the pages an allocation returns: name ->
+(adapter factory, the invariant reported when only that check is enforced)."""

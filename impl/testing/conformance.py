@@ -20,7 +20,7 @@ Requests: the harness keeps one request of the adapted engine per request id, ma
 `PageManagerAdapter.new_request` from a `RequestView`, and brings it up to date before every call
 the way eSurge's and vLLM's schedulers do: ``append_output_token_ids(tokens)`` for sampled tokens
 and ``request.num_computed_tokens = n``. Hit and allocation results may be page ids per group or
-the engine's own result object with ``get_page_ids()``; a hit is handed back to ``allocate`` as
+the engine's own result object with ``get_page_ids()`` (or vLLM's ``get_block_ids()``); a hit is handed back to ``allocate`` as
 it was returned.
 
 Mapping onto the two common API families:
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import re
 import unittest
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -217,7 +218,7 @@ class ConformanceConfig:
         parent = settings.get_profile(self.profile) if self.profile else settings()
         phases = parent.phases if self.shrink else tuple(p for p in parent.phases if p != Phase.shrink)
         return settings(parent, max_examples=self.max_examples, stateful_step_count=self.stateful_step_count,
-                        deadline=None, phases=phases,
+                        deadline=None, phases=phases, report_multiple_bugs=False,
                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -236,8 +237,10 @@ class ConformanceError(AssertionError):
 # --- the bridge: an adapter seen through the method names the manager machine drives --------
 
 def _page_ids(result: Any) -> tuple[tuple[int, ...], ...]:
-    """Page ids per group of a hit or allocation result (ids, or an object with get_page_ids())."""
-    ids = result.get_page_ids() if hasattr(result, "get_page_ids") else result
+    """Page ids per group of a hit or allocation result: ids, or an object with
+    ``get_page_ids()`` (eSurge) or ``get_block_ids()`` (vLLM)."""
+    getter = getattr(result, "get_page_ids", None) or getattr(result, "get_block_ids", None)
+    ids = getter() if getter is not None else result
     return tuple(tuple(group) for group in ids)
 
 
@@ -389,18 +392,17 @@ def conformance_machine(adapter_factory: AdapterFactory, layout: Layout,
             return self.observe() if black_box else super().impl_state(renamed)
 
         def allocate(self, rid: str, *args: Any, **kwargs: Any) -> bool:
-            if not black_box:
-                return super().allocate(rid, *args, **kwargs)
-            held_by_others = {p for other, table in self.observe().tables if other != rid
-                              for group in table for p in group if p != NULL_PAGE}
+            """The machine's allocation; in black-box mode also check the pages handed out: never
+            the null page, and each held by this request alone, once (a fresh page was free)."""
             done = super().allocate(rid, *args, **kwargs)
-            for g, pages in enumerate(self.impl.last_result or ()):
-                if NULL_PAGE in pages:
-                    self.fail("INV-NULL", f"{rid}: allocation handed out the null page in group {g}: {pages}")
-                reused = sorted(set(pages) & held_by_others)
-                if reused:
-                    self.fail("INV-FREE-IFF-ZERO", f"{rid}: allocation handed out pages {reused} another "
-                                                   f"request still holds (they were free while in use)")
+            new = [p for pages in self.impl.last_result or () for p in pages] if black_box else []
+            if NULL_PAGE in new:
+                self.fail("INV-NULL", f"{rid}: allocation handed out the null page: {self.impl.last_result}")
+            holders = Counter(p for _, table in self.observe().tables for group in table for p in group) if new else {}
+            shared = sorted(p for p in set(new) if p != NULL_PAGE and holders[p] > 1)
+            if shared:
+                self.fail("INV-FREE-IFF-ZERO", f"{rid}: allocation handed out pages {shared} that are also "
+                                               f"held elsewhere (they were free while in use)")
             return done
 
         def check(self) -> None:
@@ -473,8 +475,9 @@ def conformance_test(adapter_factory: AdapterFactory,
     for layout in config.resolved_layouts():
         def test(self: unittest.TestCase, layout: Layout = layout) -> None:
             check_conformance(adapter_factory, layout, config)
-        slug = re.sub(r"\W+", "_", layout.name).strip("_")
-        test.__name__ = f"test_{slug}"
+        slug = re.sub(r"\W+", "_", layout.name.replace("<=", " le ").replace(">", " gt ")).strip("_")
+        test.__name__ = next(f"test_{slug}{suffix}" for suffix in ("", *range(2, len(methods) + 2))
+                             if f"test_{slug}{suffix}" not in methods)
         test.__doc__ = f"The manager conforms to the spec on layout {layout.name!r}."
         methods[test.__name__] = test
     name = getattr(adapter_factory, "__name__", "Adapter")
