@@ -82,7 +82,7 @@ def test_broken_manager_is_caught_by_name(name: str, mode: str) -> None:
 def test_non_atomic_allocation_needs_several_groups() -> None:
     """The group-by-group bug is invisible with one group: the harness reports nothing there."""
     factory, _ = BROKEN["non-atomic-multi-group"]
-    check_conformance(factory, "full", fast())
+    check_conformance(factory, "full", fast(max_examples=30))
 
 
 @pytest.mark.parametrize("bug", sorted(OBSERVABLE))
@@ -127,7 +127,7 @@ def test_checks_select_what_is_enforced() -> None:
     with pytest.raises(ConformanceError) as caught:
         check_conformance(factory, "full", fast())
     assert caught.value.names == ["INV-USAGE"]
-    check_conformance(factory, "full", fast(checks=CHECK_NAMES - {"INV-USAGE"}))
+    check_conformance(factory, "full", fast(checks=CHECK_NAMES - {"INV-USAGE"}, max_examples=30))
 
 
 def test_bad_inputs_can_be_turned_off() -> None:
