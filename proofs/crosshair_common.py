@@ -43,24 +43,30 @@ _SECTION = re.compile(r"^\s*(pre|post|inv)(\[[^\]]*\])?:(.*)$")
 
 @dataclass(frozen=True)
 class Budget:
-    """CrossHair's search budget for one run (all knobs explicit; the default is too weak).
+    """CrossHair's search budget for one run (explicit: the default is too weak).
 
-    ``iterations``: ``--max_uninteresting_iterations`` (consecutive paths without new
-    coverage before giving up on a condition); ``per_condition``: ``--per_condition_timeout``
-    in CPU seconds (a cap per condition); ``per_path``: ``--per_path_timeout`` in CPU seconds.
+    ``per_condition``: ``--per_condition_timeout``, CPU seconds per condition (always set: a
+    cap); ``iterations``: ``--max_uninteresting_iterations`` (consecutive paths without new
+    coverage before a condition is given up), None to search until exhaustion or the cap;
+    ``per_path``: ``--per_path_timeout`` in CPU seconds, None for CrossHair's default
+    (the square root of ``per_condition``).
     """
 
-    iterations: int
     per_condition: float
-    per_path: float
+    iterations: int | None = None
+    per_path: float | None = None
 
     def args(self) -> list[str]:
-        return [f"--max_uninteresting_iterations={self.iterations}",
-                f"--per_condition_timeout={self.per_condition:g}",
-                f"--per_path_timeout={self.per_path:g}"]
+        out = [f"--per_condition_timeout={self.per_condition:g}"]
+        if self.iterations is not None:
+            out.append(f"--max_uninteresting_iterations={self.iterations}")
+        if self.per_path is not None:
+            out.append(f"--per_path_timeout={self.per_path:g}")
+        return out
 
     def describe(self) -> str:
-        return f"{self.iterations} uninteresting iterations, {self.per_condition:g} s/condition"
+        search = "until exhausted" if self.iterations is None else f"{self.iterations} uninteresting iterations"
+        return f"{search}, <= {self.per_condition:g} CPU s/condition"
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ class Spec:
 
 def _budget(iterations: int) -> Budget:
     """``iterations`` uninteresting iterations, capped at 10 CPU s per condition, 2 s per path."""
-    return Budget(iterations=iterations, per_condition=10, per_path=2)
+    return Budget(per_condition=10, iterations=iterations, per_path=2)
 
 
 SPECS: tuple[Spec, ...] = (

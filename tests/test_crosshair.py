@@ -51,7 +51,7 @@ def test_expected_conditions_counts_post_lines() -> None:
 
 
 def test_a_missing_target_is_an_error_not_a_pass() -> None:
-    budget = crosshair_common.Budget(iterations=1, per_condition=1, per_path=1)
+    budget = crosshair_common.Budget(per_condition=1, iterations=1)
     assert crosshair_common.run_check(["verikv.proofs.crosshair_targets.MUTANTS"], budget).status == "error"
 
 
