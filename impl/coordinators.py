@@ -70,9 +70,10 @@ class CacheCoordinator:
         self.page_pool = PagePool(num_pages, enable_caching, free_order=free_order, enable_kv_events=enable_kv_events)
         sizes = [g.kv_cache_spec.page_size for g in groups]
         #: the page size request keys are computed at: the smallest of the groups that cache
-        #: (all but Mamba); None when no group caches
+        #: (all but Mamba); None when no group caches (or caching is off: any page sizes then)
         self.key_page_size: int | None = min(
-            (g.kv_cache_spec.page_size for g in groups if not isinstance(g.kv_cache_spec, MambaSpec)), default=None)
+            (g.kv_cache_spec.page_size for g in groups if not isinstance(g.kv_cache_spec, MambaSpec)),
+            default=None) if enable_caching else None
         self.single_type_managers: tuple[SingleTypeCacheManager, ...] = tuple(
             get_manager_for_kv_cache_spec(g.kv_cache_spec, self.page_pool, gid, self.key_page_size)
             for gid, g in enumerate(groups)

@@ -182,3 +182,10 @@ def test_remove_skipped_pages_on_its_own():
     assert c.get_pages("a") == ([1, 2, 3, 4], [0, 0, 7, 8])
     assert c.page_pool.free_list_ids()[-2:] == [6, 5]
     c.remove_skipped_pages("unknown", 13)  # no entry: nothing to do
+
+
+def test_caching_off_accepts_any_page_sizes():
+    # without prefix caching there are no keys, so page sizes need not be multiples (eSurge)
+    c = get_kv_cache_coordinator(16, [full(4), full(6)], 32, False, False)
+    assert c.key_page_size is None
+    assert c.allocate_slots("a", 0, 12, None) == ([1, 2, 3], [4, 5])
