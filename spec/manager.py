@@ -390,6 +390,7 @@ def allocate_slots(s: ManagerState, req: RequestView, num_new_tokens: int, num_n
     same state. Otherwise apply in eSurge's order (skip-free, touch hits, save hits, allocate
     per group in group order, then cache full pages up to ``min(computed + num_new_tokens,
     num_tokens)`` unless caching is off or ``delay_cache_pages``) and return the new pages.
+    With no cache group the call succeeds with no pages and the request gets no entry.
     pre: not finished; ``num_new_tokens >= 1``; counts ``>= 0``; ``computed + num_new_tokens
     <= max_model_len``; hits as a lookup returns them, for a request holding no pages.
     """
@@ -407,6 +408,8 @@ def allocate_slots(s: ManagerState, req: RequestView, num_new_tokens: int, num_n
     hits = tuple(() for _ in cfg.groups) if new_computed_pages is None else tuple(map(tuple, new_computed_pages))
     _check_hits(s, req, hits, num_new_computed_tokens)
     requested = call_shard(s, "allocate_slots", dp_shard_hint, data_parallel_size)
+    if not cfg.groups:
+        return s, ()  # no cache group: nothing to hold, and the request gets no entry
 
     planned = remove_skipped(s, req.request_id, req.num_computed_tokens)
     old = planned.entry(req.request_id)

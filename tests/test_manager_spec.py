@@ -244,3 +244,12 @@ def test_fixed_point_is_the_longest_length_every_group_accepts(full: tuple[bool,
     got = hr.fixed_point(rules, sizes, max_length)
     accepted = [n for n in range(max_length + 1) if all(rule(n) == n for rule in rules)]
     assert got == max(accepted)
+
+
+def test_without_cache_groups_allocation_succeeds_with_no_pages_and_no_entry() -> None:
+    s = m.init(cfg(num_pages=4))
+    assert not s.config.enable_caching
+    t, new = m.allocate_slots(s, req("a", (1, 2, 3)), 3)
+    assert new == () and t == s and t.entry("a") is None
+    with pytest.raises(PreconditionError):
+        m.cache_pages(t, req("a", (1, 2, 3)), 3)

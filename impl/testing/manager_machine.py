@@ -89,6 +89,7 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     _layout("dp2", FULL, num_pages=12, data_parallel_size=2),
     _layout("full+sliding(eagle)", FULL, spec.GroupLayout("sliding", 4, 6), use_eagle=True),
     _layout("full+sliding(unhashed-first)", FULL, spec.GroupLayout("sliding", 4, 5), free_order="unhashed-first"),
+    _layout("no-groups", num_pages=6),
     _layout("full(page 8)+sliding(page 4)", spec.GroupLayout("full", 8), spec.GroupLayout("sliding", 4, 5),
             max_model_len=24),
 )}
@@ -397,8 +398,12 @@ def manager_machine(layout: Layout, make_manager: Callable[[spec.ManagerConfig],
             rid = data.draw(st.sampled_from(self.running))
             request = self.requests[rid]
             n = max(0, request.num_computed_tokens - back)
-            self.impl.cache_pages(request, n)
-            self.spec = spec.cache_pages(self.spec, self.view(rid), n)
+            if self.spec.entry(rid) is None:  # running without pages: no cache group
+                self.expect_rejected(f"cache_pages({rid}) without pages", lambda: self.impl.cache_pages(request, n),
+                                     lambda: spec.cache_pages(self.spec, self.view(rid), n))
+            else:
+                self.impl.cache_pages(request, n)
+                self.spec = spec.cache_pages(self.spec, self.view(rid), n)
             self.check()
 
         @rule()
