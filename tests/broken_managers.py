@@ -94,7 +94,8 @@ def _null_page_in_free_list(manager: Any) -> None:
 
 
 BROKEN: dict[str, tuple[AdapterFactory, str]] = {
-    "never-decrements-refcounts": (_adapter("NeverDecrements", _pool_class(RefcountsNeverDecremented)), "INV-REF-COUNT"),
+    "never-decrements-refcounts": (_adapter("NeverDecrements", _pool_class(RefcountsNeverDecremented)),
+                                   "INV-REF-COUNT"),
     "evicts-page-in-use": (_adapter("EvictsPageInUse", _pool_class(RevivedPageStaysFree)), "INV-FREE-IFF-ZERO"),
     "hit-of-wrong-content": (_adapter("ParentBlindKeys", _parent_blind_keys), "INV-HIT-SAFE"),
     "non-atomic-multi-group": (_adapter("NonAtomicAllocation", _group_by_group), "INV-ATOMIC"),

@@ -20,8 +20,8 @@ Requests: the harness keeps one request of the adapted engine per request id, ma
 `PageManagerAdapter.new_request` from a `RequestView`, and brings it up to date before every call
 the way eSurge's and vLLM's schedulers do: ``append_output_token_ids(tokens)`` for sampled tokens
 and ``request.num_computed_tokens = n``. Hit and allocation results may be page ids per group or
-the engine's own result object with ``get_page_ids()`` (or vLLM's ``get_block_ids()``); a hit is handed back to ``allocate`` as
-it was returned.
+the engine's own result object with ``get_page_ids()`` (or vLLM's ``get_block_ids()``); a hit is
+handed back to ``allocate`` as it was returned.
 
 Mapping onto the two common API families:
 
@@ -51,7 +51,6 @@ from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from verikv.errors import InvalidArgumentError
 from verikv.spec import invariants as inv
-from verikv.spec import manager as spec
 from verikv.spec.abstraction import ManagerLike
 from verikv.spec.manager import ManagerConfig, RequestView
 from verikv.spec.pool import FREE_ORDERS, NULL_PAGE, FreeOrder
