@@ -293,6 +293,12 @@ class FreeCachePageQueue:
     take and return `CachePage` views; the ``*_ids`` methods are the same operations on ids.
     ``links`` is the raw `IdLinks` (list 0); an owning pool that has already validated the
     page states may drive it directly, everyone else uses the checked methods.
+
+    Contracts (PEP 316, checked by CrossHair; the abstraction is `ids`, the spec's free list):
+    the backward links and the length agree with `ids`, and only listed ids are linked.
+
+    inv: [self.links.prev[p] for p in [*self.ids(), self.links.capacity + 1]] == [self.links.capacity, *self.ids()]
+    inv: len(self) == len(self.ids()) and all(self.is_linked(p) == (p in self.ids()) for p in range(self.links.capacity))
     """
 
     def __init__(self, pages: list[CachePage]) -> None:
@@ -349,7 +355,11 @@ class FreeCachePageQueue:
         return 0 <= page_id < self.links.capacity and self.links.is_linked(page_id)
 
     def popleft_ids(self, n: int) -> list[int]:
-        """Unlink and return the first ``n`` ids (`OutOfPagesError` if fewer are linked)."""
+        """Unlink and return the first ``n`` ids (`OutOfPagesError` if fewer are linked).
+
+        raises: OutOfPagesError, InvalidArgumentError, PageStateError
+        post: __return__ == __old__.self.ids()[:n] and self.ids() == __old__.self.ids()[n:]
+        """
         self._check_unowned()
         count = checked_int(n, "n", minimum=0)
         if count > self.links.lengths[0]:
@@ -357,19 +367,31 @@ class FreeCachePageQueue:
         return self.links.pop_front(0, count)
 
     def remove_id(self, page_id: int) -> None:
-        """Unlink ``page_id`` from anywhere in the queue (`PageStateError` if not linked)."""
+        """Unlink ``page_id`` from anywhere in the queue (`PageStateError` if not linked).
+
+        raises: ForeignPageError, NullPageError, PageStateError
+        post: self.ids() == [p for p in __old__.self.ids() if p != page_id]
+        """
         self._check_unowned()
         self._check_ids((page_id,), want_linked=True)
         self.links.unlink(0, page_id)
 
     def append_ids(self, ids: list[int]) -> None:
-        """Link unlinked, distinct, non-null ids at the tail in the given order."""
+        """Link unlinked, distinct, non-null ids at the tail in the given order.
+
+        raises: ForeignPageError, NullPageError, PageStateError
+        post: self.ids() == __old__.self.ids() + ids
+        """
         self._check_unowned()
         self._check_ids(ids, want_linked=False)
         self.links.link_back(0, ids)
 
     def prepend_ids(self, ids: list[int]) -> None:
-        """Link unlinked, distinct, non-null ids before the head, keeping their order."""
+        """Link unlinked, distinct, non-null ids before the head, keeping their order.
+
+        raises: ForeignPageError, NullPageError, PageStateError
+        post: self.ids() == ids + __old__.self.ids()
+        """
         self._check_unowned()
         self._check_ids(ids, want_linked=False)
         self.links.link_front(0, ids)
@@ -409,7 +431,11 @@ class FreeCachePageQueue:
     # --- eSurge API ----------------------------------------------------------------------
 
     def popleft(self) -> CachePage:
-        """Unlink and return the head page (`OutOfPagesError`, a ValueError, when empty)."""
+        """Unlink and return the head page (`OutOfPagesError`, a ValueError, when empty).
+
+        raises: OutOfPagesError, PageStateError
+        post: [__return__.page_id, *self.ids()] == __old__.self.ids()
+        """
         self._check_unowned()
         if self.links.lengths[0] == 0:
             raise OutOfPagesError("No free pages available")

@@ -32,6 +32,8 @@ from verikv.errors import (
 from verikv.events import EventLog, KVEvent, PrefixCacheStats
 from verikv.free_queue import CachePage, FreeCachePageQueue, IdLinks, PageRecords
 from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, default_hasher
+from verikv.spec import pool as spec_pool  # noqa: F401  (named by the PEP 316 contracts below)
+from verikv.spec.abstraction import abstract_pool  # noqa: F401  (named by the PEP 316 contracts below)
 
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
 NULL_PAGE_ID = 0
@@ -126,6 +128,9 @@ class PagePool:
 
         Each page loses its content key if it had one (lazy eviction) and gets ref 1.
         `OutOfPagesError` (nothing changed) when the pool, or the shard, has too few.
+
+        raises: OutOfPagesError, InvalidArgumentError
+        post: dp_shard_hint is not None or (abstract_pool(self), tuple(__return__)) == spec_pool.allocate(abstract_pool(__old__.self), num_pages)
         """
         count = checked_int(num_pages, "num_pages", minimum=0)
         shard = self._shard_index(dp_shard_hint, data_parallel_size)
@@ -158,6 +163,9 @@ class PagePool:
         """Take one more reference on each page (a cache hit); null ids are skipped.
 
         A page with ref 0 first leaves the free list, keeping its key.
+
+        raises: ForeignPageError, InvalidArgumentError
+        post: abstract_pool(self) == spec_pool.touch(abstract_pool(__old__.self), tuple(page_ids))
         """
         n = self.num_pages
         for pid in page_ids:  # one pass for the common all-valid case
@@ -180,6 +188,9 @@ class PagePool:
         go before the head (keeping their order) and the others to the tail. Keys are kept.
         `NullPageError` for page 0, `ForeignPageError` out of range, `DoubleFreeError` for a
         page freed more often than it is held; nothing changes then.
+
+        raises: NullPageError, ForeignPageError, DoubleFreeError, InvalidArgumentError
+        post: abstract_pool(self) == spec_pool.free(abstract_pool(__old__.self), tuple(__old__.page_ids))
         """
         ids = page_ids if isinstance(page_ids, list) else list(page_ids)
         n, ref = self.num_pages, self._ref
@@ -207,6 +218,9 @@ class PagePool:
 
         `NullPageError` for page 0, `PageStateError` if the page already has a key,
         `InvalidArgumentError` for a ``None``/unhashable key or when caching is disabled.
+
+        raises: NullPageError, ForeignPageError, PageStateError, InvalidArgumentError
+        post: abstract_pool(self) == spec_pool.cache(abstract_pool(__old__.self), page_id, key)
         """
         if key is None:
             raise InvalidArgumentError("a cache key cannot be None")
@@ -263,7 +277,10 @@ class PagePool:
         return out
 
     def reset_prefix_cache(self) -> bool:
-        """Drop every content key if no page is held; otherwise change nothing, return False."""
+        """Drop every content key if no page is held; otherwise change nothing, return False.
+
+        post: (abstract_pool(self), __return__) == spec_pool.reset_prefix_cache(abstract_pool(__old__.self))
+        """
         held = self.num_pages - 1 - self._free.lengths[0]
         if held > 0:
             _log.warning("Failed to reset the prefix cache: %d pages are still held", held)

@@ -35,7 +35,6 @@ from pathlib import Path
 from verikv.proofs.registry import Outcome
 
 PLUGIN = Path(__file__).with_name("_crosshair_plugin.py")
-DEFAULT_TIMEOUT = 80.0
 
 _VERDICT = re.compile(r"^(?P<file>.+?):(?P<line>\d+): (?P<level>info|error): (?P<text>.*)$")
 _SECTION = re.compile(r"^\s*(pre|post|inv)(\[[^\]]*\])?:(.*)$")
@@ -97,8 +96,13 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _run(args: Sequence[str], timeout: float, env: Mapping[str, str] | None) -> subprocess.CompletedProcess[str] | None:
-    """``python -m crosshair ARGS`` on this interpreter; None when it exceeds ``timeout`` seconds."""
+def _run(args: Sequence[str], timeout: float | None,
+         env: Mapping[str, str] | None) -> subprocess.CompletedProcess[str] | None:
+    """``python -m crosshair ARGS`` on this interpreter; None when it exceeds ``timeout`` wall seconds.
+
+    No wall limit by default: the `Budget` bounds CrossHair's CPU time, and ``verikv prove`` has its
+    own per-check timeout (it kills the worker, and `_die_with_parent` takes CrossHair with it).
+    """
     try:
         return subprocess.run([sys.executable, "-m", "crosshair", *args], capture_output=True, text=True,
                               timeout=timeout, preexec_fn=_die_with_parent, check=False,
@@ -142,25 +146,30 @@ def _condition_lines(doc: str | None, sections: tuple[str, ...]) -> int:
     return count
 
 
-def expected_conditions(target: str) -> int:
-    """Verdicts ``check --report_all`` must print for ``target``: for a function or method, its
-    ``post`` lines plus its class's ``inv`` lines; for a module, those of its own functions."""
+def declared_conditions(target: str) -> set[str]:
+    """The conditions ``check --report_all`` must give a verdict for on ``target``: for a function or
+    method, its ``post`` lines and its class's ``inv`` lines (CrossHair reports an invariant once,
+    whichever methods it checked it on); for a module, its own functions' ``post`` lines."""
+    def posts(name: str, fn: object) -> set[str]:
+        return {f"{name}:post:{i}" for i in range(_condition_lines(inspect.getdoc(fn), ("post",)))}
+
     try:
         module = importlib.import_module(target)
     except ModuleNotFoundError:
         module = None
     if module is not None:
-        return sum(_condition_lines(inspect.getdoc(fn), ("post",))
-                   for _, fn in inspect.getmembers(module, inspect.isfunction) if fn.__module__ == target)
-    count = _condition_lines(inspect.getdoc(_resolve(target)), ("post",))
+        return set().union(*(posts(f"{target}.{name}", fn) for name, fn in inspect.getmembers(module, inspect.isfunction)
+                             if fn.__module__ == target))
+    found = posts(target, _resolve(target))
     try:
         owner = _resolve(target.rsplit(".", 1)[0])
     except (ValueError, AttributeError):
-        return count
+        return found
     if inspect.isclass(owner):
-        count += sum(_condition_lines(inspect.cleandoc(c.__dict__.get("__doc__") or ""), ("inv",))
-                     for c in owner.__mro__)
-    return count
+        for cls in owner.__mro__:
+            count = _condition_lines(inspect.cleandoc(cls.__dict__.get("__doc__") or ""), ("inv",))
+            found |= {f"{cls.__module__}.{cls.__qualname__}:inv:{i}" for i in range(count)}
+    return found
 
 
 def parse_check(stdout: str) -> list[Verdict]:
@@ -200,9 +209,9 @@ def check_outcome(verdicts: Sequence[Verdict], expected: int, returncode: int, s
 
 
 def run_check(targets: Sequence[str], budget: Budget, *, plugin: bool = False, require_confirmed: bool = False,
-              env: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT) -> Outcome:
+              env: Mapping[str, str] | None = None, timeout: float | None = None) -> Outcome:
     """``crosshair check --report_all --analysis_kind=PEP316`` over ``targets`` with ``budget``."""
-    expected = sum(expected_conditions(t) for t in targets)
+    expected = len(set().union(*(declared_conditions(t) for t in targets)))
     extra = ["--extra_plugin", str(PLUGIN)] if plugin else []
     done = _run(["check", *targets, "--report_all", "--analysis_kind=PEP316", *budget.args(), *extra], timeout, env)
     if done is None:

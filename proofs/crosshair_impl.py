@@ -35,26 +35,28 @@ _POOL = f"pool <= {MAX_POOL_PAGES} pages, ref <= {MAX_REF}, {KEYS} keys"
 
 @dataclass(frozen=True)
 class Spec:
-    """One CrossHair check: its target function, role (which mutants it faces), labels, budget."""
+    """One CrossHair check: its targets (one run), role (which mutants it faces), labels, budget."""
 
-    target: str
+    name: str
+    targets: tuple[str, ...]
     role: str
     invariant: str
     transition: str
     domain: str
     budget: Budget
 
-    @property
-    def name(self) -> str:
-        return f"crosshair:{self.target}"
-
     def run(self, mutant: str | None = None) -> Outcome:
-        return run_check([f"{TARGETS}.{self.target}"], self.budget, plugin=True,
-                         env={MUTANT_ENV: mutant} if mutant else None)
+        return run_check(self.targets, self.budget, plugin=True, env={MUTANT_ENV: mutant} if mutant else None)
 
     def check(self) -> Check:
         return Check(self.name, "crosshair", self.invariant, self.transition,
                      f"{self.domain}; {self.budget.describe()}", self.run)
+
+
+def _target(function: str, role: str, invariant: str, transition: str, domain: str, iterations: int) -> Spec:
+    """A check of one function of `crosshair_targets`."""
+    return Spec(f"crosshair:{function}", (f"{TARGETS}.{function}",), role, invariant, transition, domain,
+                _budget(iterations))
 
 
 def _budget(iterations: int) -> Budget:
@@ -62,30 +64,30 @@ def _budget(iterations: int) -> Budget:
     return Budget(per_condition=10, iterations=iterations, per_path=2)
 
 
+_QUEUE_METHODS = ("popleft_ids", "popleft", "remove_id", "append_ids", "prepend_ids")
+_POOL_METHODS = ("get_new_page_ids", "touch_ids", "free_page_ids", "cache_page_id", "reset_prefix_cache")
+
 SPECS: tuple[Spec, ...] = (
-    Spec("queue_popleft_ids", "queue", "refines-spec", "FreeCachePageQueue.popleft_ids", _QUEUE, _budget(40)),
-    Spec("queue_popleft", "queue", "refines-spec", "FreeCachePageQueue.popleft", _QUEUE, _budget(40)),
-    Spec("queue_remove_id", "queue", "refines-spec", "FreeCachePageQueue.remove_id", _QUEUE, _budget(40)),
-    Spec("queue_append_ids", "queue", "refines-spec", "FreeCachePageQueue.append_ids", _QUEUE + ", 2 ids",
-         _budget(150)),
-    Spec("queue_prepend_ids", "queue", "refines-spec", "FreeCachePageQueue.prepend_ids", _QUEUE + ", 2 ids",
-         _budget(60)),
-    Spec("pool_get_new_page_ids", "pool", "refines-spec", "PagePool.get_new_page_ids (pool.allocate)", _POOL,
-         _budget(30)),
-    Spec("pool_free_page_ids", "pool", "refines-spec", "PagePool.free_page_ids (pool.free)", _POOL + ", 2 ids",
-         _budget(60)),
-    Spec("pool_touch_ids", "pool", "refines-spec", "PagePool.touch_ids (pool.touch)", _POOL + ", 2 ids",
-         _budget(20)),
-    Spec("full_hit", "full", "hit-rule:full", "FullAttentionManager.find_longest_cache_hit",
-         "<= 4 pages, page size <= 3, max_length <= 12", _budget(20)),
-    Spec("sliding_hit", "sliding", "hit-rule:sliding", "SlidingWindowManager.find_longest_cache_hit",
-         "<= 4 pages, page size <= 3, max_length <= 12, window <= 8", _budget(20)),
-    Spec("chunked_hit", "chunked", "hit-rule:chunked", "ChunkedLocalAttentionManager.find_longest_cache_hit",
-         "<= 4 pages, page size <= 3, max_length <= 12, chunk <= 8", _budget(20)),
-    Spec("shard_bounds_agree", "dp", "dp-shard", "PagePool lookup shard selection (manager.call_shard)",
-         _POOL + ", dp in -1..5, hint in -2..5", _budget(30)),
-    Spec("same_keys", "hasher", "INV-HIT-SAFE", "PageHasher.hash_request / extend (key identity)",
-         "<= 4 tokens in {0,1}, 3 salts, 2 LoRA ids, page size <= 2, ideal hash", _budget(20)),
+    Spec("crosshair:contracts:free_queue", tuple(f"verikv.free_queue.FreeCachePageQueue.{m}" for m in _QUEUE_METHODS),
+         "queue", "refines-spec", "FreeCachePageQueue: " + ", ".join(_QUEUE_METHODS) + " (PEP 316 contracts)",
+         _QUEUE, _budget(8)),
+    Spec("crosshair:contracts:page_pool", tuple(f"verikv.page_pool.PagePool.{m}" for m in _POOL_METHODS),
+         "pool", "refines-spec", "PagePool: " + ", ".join(_POOL_METHODS) + " (PEP 316 contracts)",
+         _POOL, _budget(8)),
+    _target("queue_popleft_ids", "queue", "refines-spec", "FreeCachePageQueue.popleft_ids", _QUEUE, 40),
+    _target("queue_append_ids", "queue", "refines-spec", "FreeCachePageQueue.append_ids", _QUEUE + ", 2 ids", 150),
+    _target("pool_get_new_page_ids", "pool", "refines-spec", "PagePool.get_new_page_ids (pool.allocate)", _POOL, 30),
+    _target("pool_free_page_ids", "pool", "refines-spec", "PagePool.free_page_ids (pool.free)", _POOL + ", 2 ids", 60),
+    _target("full_hit", "full", "hit-rule:full", "FullAttentionManager.find_longest_cache_hit",
+            "<= 4 pages, page size <= 3, max_length <= 12", 20),
+    _target("sliding_hit", "sliding", "hit-rule:sliding", "SlidingWindowManager.find_longest_cache_hit",
+            "<= 4 pages, page size <= 3, max_length <= 12, window <= 8", 20),
+    _target("chunked_hit", "chunked", "hit-rule:chunked", "ChunkedLocalAttentionManager.find_longest_cache_hit",
+            "<= 4 pages, page size <= 3, max_length <= 12, chunk <= 8", 20),
+    _target("shard_bounds_agree", "dp", "dp-shard", "PagePool lookup shard selection (manager.call_shard)",
+            _POOL + ", dp in -1..5, hint in -2..5", 30),
+    _target("same_keys", "hasher", "INV-HIT-SAFE", "PageHasher.hash_request / extend (key identity)",
+            "<= 4 tokens in {0,1}, 3 salts, 2 LoRA ids, page size <= 2, ideal hash", 20),
 )
 
 

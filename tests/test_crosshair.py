@@ -6,7 +6,7 @@ import pytest
 
 from verikv.page_pool import PagePool
 from verikv.proofs import crosshair_common, crosshair_impl, crosshair_targets
-from verikv.proofs.crosshair_common import Verdict, check_outcome, expected_conditions, parse_check
+from verikv.proofs.crosshair_common import Verdict, check_outcome, declared_conditions, parse_check
 from verikv.proofs.registry import discover_checks, discover_mutants
 
 CHECKS = crosshair_impl.checks()
@@ -45,9 +45,10 @@ def test_bounded_is_a_failure_when_confirmation_is_required() -> None:
     assert outcome.status == "unknown" and not outcome.ok
 
 
-def test_expected_conditions_counts_post_lines() -> None:
-    assert expected_conditions("verikv.proofs.crosshair_targets.full_hit") == 1
-    assert expected_conditions("verikv.proofs.crosshair_targets") == len(crosshair_impl.SPECS)
+def test_declared_conditions_count_posts_and_class_invariants_once() -> None:
+    assert len(declared_conditions("verikv.proofs.crosshair_targets.full_hit")) == 1
+    queue = [declared_conditions(f"verikv.free_queue.FreeCachePageQueue.{m}") for m in ("popleft_ids", "popleft")]
+    assert len(queue[0]) == len(queue[1]) == 3 and len(queue[0] | queue[1]) == 4  # 2 invariants, shared
 
 
 def test_a_missing_target_is_an_error_not_a_pass() -> None:
