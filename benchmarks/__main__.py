@@ -104,6 +104,7 @@ def run_trace(a: argparse.Namespace) -> dict[str, Any]:
     rows = [("wall time (s)", "wall_s", "{:.3f}"), ("CPU time (s)", "cpu_s", "{:.3f}")]
     for call in ("lookup", "allocate", "free", "append", "new_request"):
         rows += [(f"{call} calls", f"calls_{call}", "{:,.0f}"), (f"µs / {call}", f"us_{call}", "{:.2f}")]
+    rows += [("pages hashed", "pages_hashed", "{:,.0f}"), ("CPU s in hashing", "hashing_cpu_s", "{:.3f}")]
     rows += [(label, key, "{:,.0f}") for label, key in (
         ("preemptions", "preemptions"), ("failed allocations", "failed_allocations"), ("prefix-hit tokens", "hit_tokens"),
         ("prefilled tokens", "prefill_tokens"), ("peak pages used", "peak_pages_used"), ("steps", "steps"))]

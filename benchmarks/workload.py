@@ -103,6 +103,8 @@ class ReplayResult:
     prefill_tokens: int = 0
     decode_tokens: int = 0
     failed_allocations: int = 0
+    pages_hashed: int = 0
+    hashing_cpu_s: float = 0.0  # CPU time inside PageHasher.hash_request (incremental hashing)
     peak_pages_used: int = 0
     calls: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIMED_CALLS, 0))
     ns: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIMED_CALLS, 0))
@@ -182,6 +184,18 @@ def replay(trace: list[TraceRequest], manager: Any, max_running: int = 64) -> Re
         timed("append", run.request.append_output_token_ids, [run.spec.output[run.produced]])
         run.produced += 1
 
+    hasher = manager.hasher
+    hash_request = hasher.hash_request
+
+    def counted_hash_request(*args: Any, **kwargs: Any) -> Any:
+        """The manager's hasher, counting pages and CPU time (extend() goes through it too)."""
+        t = time.process_time_ns()
+        keys = hash_request(*args, **kwargs)
+        res.hashing_cpu_s += (time.process_time_ns() - t) / 1e9
+        res.pages_hashed += len(keys)
+        return keys
+
+    hasher.hash_request = counted_hash_request  # instance attribute: shadows the method
     arrivals = deque(trace)
     waiting: deque[_Running] = deque()
     running: list[_Running] = []
@@ -228,6 +242,7 @@ def replay(trace: list[TraceRequest], manager: Any, max_running: int = 64) -> Re
             manager.free_page_hashes(run.request)
         step += 1
     res.wall_s = time.perf_counter() - started
+    del hasher.hash_request
     res.cpu_s = time.process_time() - started_cpu
     res.steps = step
     res.peak_pages_used = num_pages - 1 - min_free
