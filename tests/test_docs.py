@@ -20,7 +20,7 @@ CATALOGUE = {*invariants.MANAGER_INVARIANTS, *invariants.GHOST_INVARIANTS, *inva
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 CHECK_NAME = re.compile(r"^(?:[a-z_]+(?:\.[a-z0-9_-]+)+/[A-Z][A-Z0-9-]*(?::\S+)?"  # <transition>/<INVARIANT>
-                        r"|(?:pool|manager|crosshair|sizing):[\w.-]+)$")  # <kind>:<target>, mutants
+                        r"|(?:pool|manager|crosshair|sizing|spec):[\w.:-]+)$")  # <kind>:<target>, mutants
 
 
 def prose(path: Path) -> str:
