@@ -1,22 +1,24 @@
-"""What CrossHair analyses besides the contracts in ``impl/``: state factories, spec-vs-impl pairs, mutants.
+"""What CrossHair analyses besides the contracts in ``impl/``: state factories, drivers, mutants.
 
-*Factories* (installed in every CrossHair run by ``_crosshair_plugin.py``, `configure_crosshair`) let CrossHair build a
-`FreeCachePageQueue` or a `PagePool` in **any** valid state of a small size (any free subset in
-any order, any reference counts up to `MAX_REF`, any keys from `KEYS`), not only the states
-their ``__init__`` reaches. These sizes are the bounds the checks state.
+*Factories* (installed in every CrossHair run by ``_crosshair_plugin.py``, `configure_crosshair`)
+let CrossHair build a `FreeCachePageQueue` or a `PagePool` in valid states it does not reach
+through ``__init__``: every subset of free ids (queue ids < `MAX_QUEUE_CAPACITY`, pools of at
+most `MAX_POOL_PAGES` pages), the free list in any rotation of ascending or descending id order
+(not every permutation), reference counts up to `MAX_REF` (symbolic), keys from `KEYS`, both
+free orders. These are the bounds the checks state.
 
-*Equivalences* are pure functions of small, plain, typed inputs: each returns the spec's answer
-and its ``post:`` says the implementation answers the same, under ``pre:`` bounds. (They are
-``crosshair check`` targets rather than ``diffbehavior`` pairs: diffbehavior ignores
-preconditions, and with the domain bound inside the functions it spent its whole budget on
-out-of-domain inputs and missed the seeded hit-rule mutants.) A hit is modelled by a stub pool
-whose ``lookup_id`` answers from a ``hit`` list, so the managers' lookup arithmetic runs
-unchanged; hash chains use an injective "hash" (the hashed tuple itself), so key equality
-is compared at the encoding level, not through hashlib (opaque to CrossHair).
+*Drivers* are functions with one ``post: __return__`` condition: they map raw symbolic inputs
+into a small domain by branching (`_pick`; CrossHair's search spends its budget on failed
+``pre:`` conditions, and ``crosshair diffbehavior`` — which ignores preconditions — spent its
+whole budget on out-of-domain inputs and missed the seeded hit-rule mutants), run the
+implementation and the model, and raise `Mismatch` with the concrete values when they differ.
+Hits are looked up in a stub pool that answers from a ``hit`` list, so the managers' lookup
+arithmetic runs unchanged; hash chains use an injective "hash" (the hashed tuple itself), so
+key identity is compared at the encoding level, not through hashlib (opaque to CrossHair).
 
 *Mutants* are the implementation with one bug each. `activate` (called by the plugin with
 ``$VERIKV_CROSSHAIR_MUTANT``) installs one: the factories then build the mutant class, or the
-equivalences call the mutant, so the very same checks run against it.
+drivers call the mutant, so the very same checks run against it.
 """
 
 from __future__ import annotations
