@@ -471,8 +471,10 @@ def explain(model: z3.ModelRef, transition: str, s: PoolSym, a: PoolArgs, step: 
     keys = sorted({as_int(model, s.key[p]) for p in range(n)} | {as_int(model, step.post.key[p]) for p in range(n)}
                   | {as_int(model, a.key)} - {NONE})
     m = max(0, min(as_int(model, a.m), len(a.pages)))
+    shard = z3.is_true(model.eval(a.has_bounds, model_completion=True))
+    bounds = f"[{show(model, a.lo)}, {show(model, a.hi)})" if shard else "None"
     args = (f"pages/n: m={m} pages=[{', '.join(show(model, p) for p in a.pages[:m])}] key=k{show(model, a.key)} "
-            f"bounds={'[' + show(model, a.lo) + ', ' + show(model, a.hi) + ')' if z3.is_true(model.eval(a.has_bounds, model_completion=True)) else None}")
+            f"bounds={bounds} head_slot={show(model, a.head_slot)}")
     result = ", ".join(show(model, r) for r in step.result)
     return (f"  {transition} counterexample ({mode.label})\n  pre : {render(model, s, keys)}\n  args: {args}\n"
             f"  post: {render(model, step.post, keys)}\n  result: ({result})")
