@@ -43,7 +43,7 @@ import re
 import unittest
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from hypothesis import HealthCheck, Phase, settings
@@ -360,7 +360,7 @@ class Observation:
 
     num_free: int
     usage: float
-    tables: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...] = field(default=())
+    tables: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...] = ()
 
 
 def conformance_machine(adapter_factory: AdapterFactory, layout: Layout,
