@@ -439,8 +439,7 @@ def conformance_machine(adapter_factory: AdapterFactory, layout: Layout,
 def _steps(error: BaseException) -> list[str]:
     """The operation sequence Hypothesis attached to a failure (its notes), without headers."""
     notes: Iterable[str] = getattr(error, "__notes__", ())
-    return [line for note in notes for line in note.splitlines()
-            if line.startswith(("state", "Draw")) or line.lstrip().startswith(("state.", "Draw"))]
+    return [line.strip() for note in notes for line in note.splitlines() if line.lstrip().startswith(("state", "Draw"))]
 
 
 def check_conformance(adapter_factory: AdapterFactory, layout: str | Layout,
