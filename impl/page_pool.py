@@ -501,12 +501,14 @@ class PagePool:
         Active only when both are given, dp > 1 and num_pages % dp == 0; shard = hint % dp.
         A dp different from the one the sub-lists were built for is an `InvalidArgumentError`.
         """
-        if hint is None or dp is None:
+        if dp is None:
             return None
-        pps = pages_per_dp_shard(self.num_pages, dp)
+        size = checked_int(dp, "data_parallel_size", minimum=1)  # validated even without a hint
+        if hint is None:
+            return None
+        pps = pages_per_dp_shard(self.num_pages, size)
         if pps is None:
             return None
-        size = checked_int(dp, "data_parallel_size", minimum=1)
         shard = checked_int(hint, "dp_shard_hint") % size
         if self._shards is None:
             self._build_shards(size, pps)
