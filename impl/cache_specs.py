@@ -30,41 +30,13 @@ from typing import Any
 import numpy as np
 
 from verikv.dp_sharding import checked_int, dp_shard_page_bounds, pages_per_dp_shard, usable_pages_count
+from verikv.dtypes import ELEMENT_TYPES, element_type
 from verikv.errors import CacheSpecError, DoesNotFitError, InvalidArgumentError
 
-# Bytes per element of the KV dtypes we size. Types NumPy lacks (bfloat16, fp8) are known by name.
-_DTYPE_BYTES: dict[str, int] = {
-    "float64": 8,
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "float8_e4m3fn": 1,
-    "float8_e4m3fnuz": 1,
-    "float8_e4m3b11fnuz": 1,
-    "float8_e4m3": 1,
-    "float8_e5m2": 1,
-    "float8_e5m2fnuz": 1,
-    "float8_e8m0fnu": 1,
-    "int64": 8,
-    "int32": 4,
-    "int16": 2,
-    "int8": 1,
-    "uint64": 8,
-    "uint32": 4,
-    "uint16": 2,
-    "uint8": 1,
-}
 _NUMPY_NATIVE = frozenset(
     {"float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8"}
 )
-_DTYPE_ALIASES: dict[str, str] = {
-    "bf16": "bfloat16",
-    "fp16": "float16",
-    "fp32": "float32",
-    "fp8_e4m3": "float8_e4m3fn",
-    "fp8_e5m2": "float8_e5m2",
-}
-_SUB_BYTE = frozenset({"int2", "uint2", "int4", "uint4", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn"})
+"""Element types NumPy has natively; the others (bfloat16, fp8) are known by name (``verikv.dtypes``)."""
 
 
 def _dtype_name(dtype: object) -> str:
@@ -72,9 +44,9 @@ def _dtype_name(dtype: object) -> str:
     if dtype is None or isinstance(dtype, bool):
         raise CacheSpecError(f"dtype must be a dtype, a scalar type or a dtype name, got {dtype!r}")
     if isinstance(dtype, str):
-        name = _DTYPE_ALIASES.get(dtype.strip().lower(), dtype.strip().lower())
-        if name in _DTYPE_BYTES or name in _SUB_BYTE:
-            return name
+        known = element_type(dtype.strip())
+        if known is not None:
+            return known.name
     try:
         name = np.dtype(dtype).name  # type: ignore[call-overload]
     except (TypeError, ValueError):
@@ -87,18 +59,19 @@ def _dtype_name(dtype: object) -> str:
 
 
 def dtype_size_bytes(dtype: object) -> int:
-    """Bytes per element of ``dtype``; sub-byte, boolean and unknown types raise CacheSpecError.
+    """Bytes per element of ``dtype``; sub-byte, packed, boolean and unknown types raise CacheSpecError.
 
     eSurge derived this from ``finfo(...).bits // 8``, which gives 0 for 4-bit types and so a
     zero-byte page; here such types are rejected by name.
     """
     name = _dtype_name(dtype)
-    if name in _SUB_BYTE:
+    known = ELEMENT_TYPES.get(name)
+    if known is not None and 0 < known.bits < 8:
         raise CacheSpecError(f"sub-byte dtype {name} cannot be sized per element; use a packed byte type")
-    size = _DTYPE_BYTES.get(name)
-    if size is None:
-        raise CacheSpecError(f"unsupported KV cache dtype {name!r}; supported: {', '.join(sorted(_DTYPE_BYTES))}")
-    return size
+    if known is None or known.bits == 0:
+        supported = ", ".join(sorted(t.name for t in ELEMENT_TYPES.values() if t.bits >= 8))
+        raise CacheSpecError(f"unsupported KV cache dtype {name!r}; supported: {supported}")
+    return known.bits // 8
 
 
 def _canonical_dtype(dtype: object) -> np.dtype | str:

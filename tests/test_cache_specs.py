@@ -116,6 +116,22 @@ def test_dtype_is_canonical_so_equal_specs_compare_equal() -> None:
     assert full(dtype="bfloat16").type_id == full(dtype=np.float16).type_id
 
 
+def test_specs_and_sizing_share_one_dtype_table() -> None:
+    """verikv.dtypes is the one table: every name sizing accepts has the same width in a spec."""
+    from verikv.dtypes import element_type
+    from verikv.sizing.dtypes import ALIASES, DTYPES, get_dtype
+
+    for name in [*DTYPES, *ALIASES]:
+        kv = get_dtype(name)
+        assert element_type(name) is not None and element_type(name).bits == kv.bits
+        if kv.bits:
+            assert dtype_size_bytes(name) == kv.itemsize
+        else:
+            with pytest.raises(CacheSpecError):
+                dtype_size_bytes(name)
+    assert full(dtype="fp8").dtype == full(dtype="fp8_e4m3").dtype == "float8_e4m3fn"
+
+
 def test_ml_dtypes_style_type_is_known_by_its_name() -> None:
     bfloat16 = type("bfloat16", (), {})
     assert dtype_size_bytes(bfloat16) == 2
