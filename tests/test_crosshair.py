@@ -64,15 +64,10 @@ def test_targets_hold_on_concrete_examples() -> None:
 
 
 def test_registered_with_the_runner() -> None:
+    """Registered checks are run (and must hold) by tests/test_proofs.py, like `verikv prove`."""
     assert {c.name for c in CHECKS} <= {c.name for c in discover_checks()}
     assert {m.name for m in MUTANTS} <= {m.name for m in discover_mutants()}
     assert all(c.kind == "crosshair" and c.bound and c.transition for c in CHECKS)
-
-
-@pytest.mark.parametrize("check", CHECKS, ids=[c.name for c in CHECKS])
-def test_check_finds_nothing_on_the_implementation(check) -> None:
-    outcome = check.run()
-    assert outcome.ok, f"{check.name}: {outcome.status}\n{outcome.detail}"
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
