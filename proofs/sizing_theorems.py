@@ -439,30 +439,32 @@ def _size_from_unpadded() -> list[str]:
 
 def mutants() -> list[Mutant]:
     """Broken sizing code, each with the checks that must catch it."""
-    def impl(name: str, invariant: str, description: str, detect: Callable[[], list[str]]) -> Mutant:
-        return Mutant(f"sizing:{name}", "impl", invariant, description, detect)
+    def patched(name: str, invariant: str, description: str, module: Any, attr: str, replacement: Any) -> Mutant:
+        """``module.attr`` replaced; caught if a check of ``invariant`` then fails."""
+        return Mutant(f"sizing:{name}", "impl", invariant, description,
+                      lambda: _failing(module, attr, replacement, invariant))
 
     return [
-        impl("pages-off-by-one", "SIZE-FITS", "memory_page_limit returns one page more than fits",
-             lambda: _failing(budget, "memory_page_limit", _off_by_one_pages, "SIZE-FITS")),
-        impl("pages-one-short", "SIZE-MAXIMAL", "memory_page_limit leaves one page that would fit unused",
-             lambda: _failing(budget, "memory_page_limit", _one_page_short, "SIZE-MAXIMAL")),
-        impl("hd64-half-lanes", "SIZE-ALIGNED", "head dim 64 keeps 64 lanes: no room for V beside K",
-             lambda: _failing(tpu, "rpa_v3_shape", _hd64_half_lanes, "SIZE-ALIGNED")),
-        impl("no-int32-cap", "SIZE-INT32", "pages_per_shard ignores the int32 index limit",
-             lambda: _failing(budget, "pages_per_shard", _no_int32_cap, "SIZE-INT32")),
-        impl("free-rule-forgets-used", "SIZE-FITS", "the free-memory rule applies utilisation to total memory",
-             lambda: _failing(budget, "device_budget", _free_rule_forgets_used, "SIZE-FITS")),
-        impl("lanes-unpadded", "SIZE-ALIGNED", "RPA v3 head dim not padded to 128 lanes",
-             lambda: _failing(tpu, "rpa_v3_shape", _lanes_unpadded, "SIZE-ALIGNED")),
-        impl("head-rows-floor", "SIZE-ALIGNED", "RPA v3 combined heads rounded down to the packing",
-             lambda: _failing(tpu, "rpa_v3_shape", _heads_floor, "SIZE-ALIGNED")),
-        impl("mla-rows-floor", "SIZE-ALIGNED", "MLA token rows rounded down: the page's last tokens have no row",
-             lambda: _failing(tpu, "tpu_mla_shape", _mla_rows_floor, "SIZE-ALIGNED")),
-        impl("mamba-block-unaligned", "SIZE-ALIGNED", "hybrid block size not a multiple of the kernel block",
-             lambda: _failing(mamba, "unified_block_size", _mamba_block_unaligned, "SIZE-ALIGNED")),
-        impl("shard-skips-null", "SIZE-DP-EQUAL", "shard ranges start after the null page and overlap",
-             lambda: _failing(budget, "shard_range", _shard_skips_null, "SIZE-DP-EQUAL")),
-        impl("size-from-unpadded", "SIZE-FITS", "the planner sizes from unpadded bytes (EasyDeL's v3 formula)",
-             _size_from_unpadded),
+        patched("pages-off-by-one", "SIZE-FITS", "memory_page_limit returns one page more than fits",
+                budget, "memory_page_limit", _off_by_one_pages),
+        patched("pages-one-short", "SIZE-MAXIMAL", "memory_page_limit leaves one page that would fit unused",
+                budget, "memory_page_limit", _one_page_short),
+        patched("hd64-half-lanes", "SIZE-ALIGNED", "head dim 64 keeps 64 lanes: no room for V beside K",
+                tpu, "rpa_v3_shape", _hd64_half_lanes),
+        patched("no-int32-cap", "SIZE-INT32", "pages_per_shard ignores the int32 index limit",
+                budget, "pages_per_shard", _no_int32_cap),
+        patched("free-rule-forgets-used", "SIZE-FITS", "the free-memory rule applies utilisation to total memory",
+                budget, "device_budget", _free_rule_forgets_used),
+        patched("lanes-unpadded", "SIZE-ALIGNED", "RPA v3 head dim not padded to 128 lanes",
+                tpu, "rpa_v3_shape", _lanes_unpadded),
+        patched("head-rows-floor", "SIZE-ALIGNED", "RPA v3 combined heads rounded down to the packing",
+                tpu, "rpa_v3_shape", _heads_floor),
+        patched("mla-rows-floor", "SIZE-ALIGNED", "MLA token rows rounded down: the page's last tokens have no row",
+                tpu, "tpu_mla_shape", _mla_rows_floor),
+        patched("mamba-block-unaligned", "SIZE-ALIGNED", "hybrid block size not a multiple of the kernel block",
+                mamba, "unified_block_size", _mamba_block_unaligned),
+        patched("shard-skips-null", "SIZE-DP-EQUAL", "shard ranges start after the null page and overlap",
+                budget, "shard_range", _shard_skips_null),
+        Mutant("sizing:size-from-unpadded", "impl", "SIZE-FITS",
+               "the planner sizes from unpadded bytes (EasyDeL's v3 formula)", _size_from_unpadded),
     ]
