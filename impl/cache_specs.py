@@ -85,6 +85,15 @@ def _spec_int(value: object, name: str) -> int:
     return checked_int(value, name, minimum=1, error=CacheSpecError)
 
 
+def _set_spec_ints(spec: object, *fields: str, optional: bool = False) -> None:
+    """Validate the named fields of a frozen spec as positive ints (CacheSpecError otherwise) and
+    store them normalised, in the given order; with ``optional``, a ``None`` field stays ``None``."""
+    for field in fields:
+        value = getattr(spec, field)
+        if value is not None or not optional:
+            object.__setattr__(spec, field, _spec_int(value, field))
+
+
 def _spec_bool(value: object, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise CacheSpecError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
@@ -109,7 +118,7 @@ class CacheSpec(ABC):
     page_size: int
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "page_size", _spec_int(self.page_size, "page_size"))
+        _set_spec_ints(self, "page_size")
 
     @property
     @abstractmethod
@@ -156,8 +165,7 @@ class AttentionSpec(CacheSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "num_kv_heads", _spec_int(self.num_kv_heads, "num_kv_heads"))
-        object.__setattr__(self, "head_size", _spec_int(self.head_size, "head_size"))
+        _set_spec_ints(self, "num_kv_heads", "head_size")
         object.__setattr__(self, "dtype", _canonical_dtype(self.dtype))
         object.__setattr__(self, "use_mla", _spec_bool(self.use_mla, "use_mla"))
 
@@ -181,11 +189,7 @@ class FullAttentionSpec(AttentionSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.sliding_window is not None:
-            object.__setattr__(self, "sliding_window", _spec_int(self.sliding_window, "sliding_window"))
-        if self.attention_chunk_size is not None:
-            chunk = _spec_int(self.attention_chunk_size, "attention_chunk_size")
-            object.__setattr__(self, "attention_chunk_size", chunk)
+        _set_spec_ints(self, "sliding_window", "attention_chunk_size", optional=True)
         if self.sliding_window is not None and self.attention_chunk_size is not None:
             raise CacheSpecError("a full-attention spec cannot record both a sliding window and a chunk size")
 
@@ -227,7 +231,7 @@ class SlidingWindowSpec(AttentionSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "sliding_window", _spec_int(self.sliding_window, "sliding_window"))
+        _set_spec_ints(self, "sliding_window")
         if self.use_mla:
             raise CacheSpecError("sliding-window attention does not support MLA")
 
@@ -253,8 +257,7 @@ class ChunkedLocalAttentionSpec(AttentionSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        chunk = _spec_int(self.attention_chunk_size, "attention_chunk_size")
-        object.__setattr__(self, "attention_chunk_size", chunk)
+        _set_spec_ints(self, "attention_chunk_size")
 
     @property
     def type_id(self) -> str:
@@ -291,14 +294,13 @@ class MambaSpec(CacheSpec):
             shapes.append(tuple(_spec_int(dim, "shape dimension") for dim in shape))
         object.__setattr__(self, "shapes", tuple(shapes))
         object.__setattr__(self, "dtype", _canonical_dtype(self.dtype))
-        if self.page_size_padded is not None:
-            padded = _spec_int(self.page_size_padded, "page_size_padded")
-            if padded < self.raw_page_size_bytes:
-                raise CacheSpecError(
-                    f"page_size_padded {padded} is smaller than the state it must hold "
-                    f"({self.raw_page_size_bytes} bytes)"
-                )
-            object.__setattr__(self, "page_size_padded", padded)
+        _set_spec_ints(self, "page_size_padded", optional=True)
+        padded = self.page_size_padded
+        if padded is not None and padded < self.raw_page_size_bytes:
+            raise CacheSpecError(
+                f"page_size_padded {padded} is smaller than the state it must hold "
+                f"({self.raw_page_size_bytes} bytes)"
+            )
 
     @property
     def num_elements(self) -> int:
@@ -366,7 +368,7 @@ class CacheGroupsConfig:
     kv_cache_groups: tuple[CacheGroupSpec, ...]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "num_pages", _spec_int(self.num_pages, "num_pages"))
+        _set_spec_ints(self, "num_pages")
         object.__setattr__(self, "kv_cache_groups", _check_groups(self.kv_cache_groups))
 
 
