@@ -31,6 +31,7 @@ from verikv.errors import VeriKVError
 from verikv.free_queue import UNLINKED, CachePage, FreeCachePageQueue, IdLinks, PageRecords
 from verikv.hashing import PageHash, PageHasher
 from verikv.page_pool import PagePool
+from verikv.proofs.pool_mutants import EvictionKeepsKey
 from verikv.single_type_managers import (
     ChunkedLocalAttentionManager,
     FullAttentionManager,
@@ -531,15 +532,6 @@ class PoolFreeSkipsDecrement(PagePool):
             self._ref[pid] = 1
 
 
-class PoolEvictionKeepsKey(PagePool):
-    """Reusing a cached page unregisters it but keeps its key (eviction without unhashing)."""
-
-    def _evict(self, pid: int) -> None:
-        key = self._key[pid]
-        super()._evict(pid)
-        self._key[pid] = key
-
-
 class FullHitOneTooLong(FullAttentionManager):
     """A full-attention hit capped at ``max_length // page_size + 1`` pages (off-by-one hit cap)."""
 
@@ -582,7 +574,7 @@ MUTANTS: dict[str, tuple[str, type[Any], str]] = {
     "QueueStalePrevOnPop": ("queue", QueueStalePrevOnPop, "INV-FREE-DISTINCT"),
     "QueueAppendReversed": ("queue", QueueAppendReversed, "refines-spec"),
     "PoolFreeSkipsDecrement": ("pool", PoolFreeSkipsDecrement, "INV-FREE-IFF-ZERO"),
-    "PoolEvictionKeepsKey": ("pool", PoolEvictionKeepsKey, "INV-KEY-BIJ"),
+    "PoolEvictionKeepsKey": ("pool", EvictionKeepsKey, "INV-KEY-BIJ"),  # the pool mutant of that name
     "FullHitOneTooLong": ("full", FullHitOneTooLong, "INV-HIT-SHAPE"),
     "SlidingNeedsOneMore": ("sliding", SlidingNeedsOneMore, "INV-HIT-SHAPE"),
     "HasherWithoutExtraKeys": ("hasher", HasherWithoutExtraKeys, "INV-HIT-SAFE"),
