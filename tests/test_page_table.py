@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,6 +14,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from verikv.errors import ForeignPageError, InvalidArgumentError
 from verikv.page_table import PAGE_TABLE_PADDING_VAL, MultiGroupPageTable, PageTable
 
+T = TypeVar("T")
+
 
 def snapshot(table: PageTable) -> tuple[bytes, bytes, int]:
     return table.get_numpy_array().tobytes(), table.num_pages_per_row.tobytes(), table.cpu_version
@@ -18,6 +23,15 @@ def snapshot(table: PageTable) -> tuple[bytes, bytes, int]:
 
 def multi_snapshot(tables: MultiGroupPageTable) -> list[tuple[bytes, bytes, int]]:
     return [snapshot(tables[g]) for g in range(len(tables))]
+
+
+def assert_rejected(subject: T, snap: Callable[[T], object], call: Callable[[T], object],
+                    error: type[Exception], match: str | None = None) -> None:
+    """``call(subject)`` raises ``error`` (matching ``match``) and leaves ``snap(subject)`` unchanged."""
+    before = snap(subject)
+    with pytest.raises(error, match=match):
+        call(subject)
+    assert snap(subject) == before
 
 
 def test_new_table_is_null_padded_int32() -> None:
@@ -90,13 +104,9 @@ def test_overflow_raises_and_changes_nothing() -> None:
     """eSurge bumped the row count before writing, leaving it wrong after the overflow (Q24)."""
     table = PageTable(2, 4, 8)
     table.append_row([1, 2, 3], 0)
-    before = snapshot(table)
-    with pytest.raises(InvalidArgumentError, match="exceed max_num_pages_per_req=4"):
-        table.append_row([4, 5], 0)
-    assert snapshot(table) == before
-    with pytest.raises(InvalidArgumentError):
-        table.add_row([1, 2, 3, 4, 5], 0)
-    assert snapshot(table) == before
+    assert_rejected(table, snapshot, lambda t: t.append_row([4, 5], 0), InvalidArgumentError,
+                    match="exceed max_num_pages_per_req=4")
+    assert_rejected(table, snapshot, lambda t: t.add_row([1, 2, 3, 4, 5], 0), InvalidArgumentError)
     table.add_row([6, 7, 8, 9], 0)
     assert table.get_row(0).tolist() == [6, 7, 8, 9]
 
@@ -124,19 +134,14 @@ def test_append_rows_batch_counts_repeated_rows_and_is_atomic() -> None:
     tables = MultiGroupPageTable(4, 64, 32, [16, 16])
     tables.append_rows_batch([([1], [2]), ([3], [4]), ([5], [6])], [0, 1, 0])
     assert tables[0].get_row(0).tolist() == [1, 5] and tables[1].get_row(1).tolist() == [4]
-    before = multi_snapshot(tables)
     # row 0 would reach 5 pages in group 1 only through the repeated entry: rejected as a whole
-    with pytest.raises(InvalidArgumentError):
-        tables.append_rows_batch([([7], [7]), ([], [8, 9, 10])], [0, 0])
-    assert multi_snapshot(tables) == before
+    assert_rejected(tables, multi_snapshot, lambda m: m.append_rows_batch([([7], [7]), ([], [8, 9, 10])], [0, 0]),
+                    InvalidArgumentError)
 
 
 def test_multi_group_overflow_in_one_group_changes_no_group() -> None:
     tables = MultiGroupPageTable(2, 32, 16, [16, 8])
-    before = multi_snapshot(tables)
-    with pytest.raises(InvalidArgumentError):
-        tables.append_row(([1, 2], [3, 4, 5, 6, 7]), 0)
-    assert multi_snapshot(tables) == before
+    assert_rejected(tables, multi_snapshot, lambda m: m.append_row(([1, 2], [3, 4, 5, 6, 7]), 0), InvalidArgumentError)
 
 
 # --- slot mapping ----------------------------------------------------------------------------------
@@ -270,11 +275,7 @@ BAD_TABLE_CALLS = [
 
 @pytest.mark.parametrize("call, error", [c[1:] for c in BAD_TABLE_CALLS], ids=[c[0] for c in BAD_TABLE_CALLS])
 def test_bad_input_page_table(call, error: type[Exception]) -> None:
-    table = loaded_table()
-    before = snapshot(table)
-    with pytest.raises(error):
-        call(table)
-    assert snapshot(table) == before
+    assert_rejected(loaded_table(), snapshot, call, error)
 
 
 def loaded_multi() -> MultiGroupPageTable:
@@ -301,11 +302,7 @@ BAD_MULTI_CALLS = [
 
 @pytest.mark.parametrize("call, error", [c[1:] for c in BAD_MULTI_CALLS], ids=[c[0] for c in BAD_MULTI_CALLS])
 def test_bad_input_multi_group_page_table(call, error: type[Exception]) -> None:
-    tables = loaded_multi()
-    before = multi_snapshot(tables)
-    with pytest.raises(error):
-        call(tables)
-    assert multi_snapshot(tables) == before
+    assert_rejected(loaded_multi(), multi_snapshot, call, error)
 
 
 BAD_CONSTRUCTORS = [
@@ -342,10 +339,7 @@ class PageTableMachine(RuleBasedStateMachine):
 
     def _apply(self, mutate, new_model: list[list[int]]) -> None:
         if any(len(r) > WIDTH for r in new_model):
-            before = snapshot(self.table)
-            with pytest.raises(InvalidArgumentError):
-                mutate()
-            assert snapshot(self.table) == before
+            assert_rejected(self.table, snapshot, lambda _: mutate(), InvalidArgumentError)
         else:
             mutate()
             self.model = new_model
