@@ -70,7 +70,8 @@ class CachePages:
 
     def get_page_ids(self) -> tuple[list[int], ...]:
         """The ids per group (copies)."""
-        return tuple(list(ids) for ids in self.page_ids)
+        ids = self.page_ids
+        return (list(ids[0]),) if len(ids) == 1 else tuple([list(x) for x in ids])
 
     def get_unhashed_page_ids(self) -> list[int]:
         """Ids of the pages without a content key (single-group managers only, as eSurge)."""
@@ -286,8 +287,24 @@ class CacheManager:
             return self.create_empty_page_list(), 0
         keys = self._extend_keys(req, None) if self._caching_key_size else []
         hits, length = self.coordinator.find_longest_cache_hit(keys, req.num_tokens - 1, shard, dp)
+        self._share_keys(keys, hits)
         self.prefix_cache_stats.record(req.num_tokens, length)
         return CachePages._of(hits, self.page_pool), length
+
+    def _share_keys(self, keys: list[PageHash], hits: PageIds) -> None:
+        """Replace each hit key in the request's list by the equal `PageHash` object the pool
+        stores for that page, so later lookups and hit checks compare keys by identity.
+        Only an equal key is replaced: the list's values never change."""
+        stored = self.page_pool._key
+        num_keys = len(keys)
+        for gid, group_hits in enumerate(hits):
+            stride = self._page_sizes[gid] // self._key_page_size
+            for j, page in enumerate(group_hits):
+                k = (j + 1) * stride - 1
+                if page != NULL_PAGE and k < num_keys:
+                    held = stored[page]
+                    if held is not None and held[0] is not keys[k] and held[0] == keys[k]:
+                        keys[k] = held[0]
 
     # ---- allocation -------------------------------------------------------------------------
 
