@@ -192,3 +192,14 @@ def test_theorem_proves(theorem: Any) -> None:
 def test_mutant_is_caught(mutant: Any) -> None:
     caught = mutant.detect()
     assert any(mutant.invariant in name for name in caught), caught
+
+
+def test_encoding_matches_spec_on_failed_allocation_with_hits() -> None:
+    """A case random states rarely reach: hits taken, then too few free pages (INV-ATOMIC's branch)."""
+    s = M.allocate_slots(M.init(config(3)), request("r1", PROMPT[:4]), 4)[0]  # r1 holds and caches both pages
+    req = request("r0", PROMPT)
+    hit = M.lookup(s, req)
+    assert hit.num_tokens == 4
+    agrees("manager.allocate_slots", s, req,
+           lambda: M.allocate_slots(s, req, 2, hit.num_tokens, hit.pages),
+           alloc_result, num_new=2, hits=hit.pages[0])
