@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import os
 import platform
 import pstats
 import sys
@@ -77,8 +78,6 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    import os
-
     return {"python": platform.python_version(), "implementation": platform.python_implementation(),
             "cpu": cpu, "nproc": os.cpu_count(), "numpy": np.__version__, "platform": platform.platform(),
             "loadavg_at_start": os.getloadavg()}

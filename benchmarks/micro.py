@@ -10,7 +10,6 @@ from the same state.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
