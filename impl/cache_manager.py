@@ -16,6 +16,7 @@ Read-only introspection used by the abstraction function and the conformance har
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 from verikv.cache_specs import CacheGroupSpec, CacheGroupsConfig
@@ -114,6 +115,7 @@ class CachePages:
 
 
 _PREEMPTED = RequestStatus.PREEMPTED
+_INTS = {int}
 
 
 def _int(value: object, name: str, minimum: int) -> int:
@@ -176,6 +178,12 @@ class CacheManager:
         self._key_page_size = coordinator.key_page_size or 1
         self._page_sizes = tuple(g.kv_cache_spec.page_size for g in self.kv_cache_groups)
         self._windowed_groups = tuple(m.frees_skipped_pages for m in coordinator.single_type_managers)
+        managers = coordinator.single_type_managers
+        solo = managers[0] if len(managers) == 1 and not managers[0].frees_skipped_pages else None
+        #: the one group's page lists and page size when `allocate_slots` may take its decode
+        #: fast path (a single group that never drops pages), else None
+        self._solo_pages: dict[str, list[int]] | None = None if solo is None else solo.req_to_pages
+        self._solo_page_size = 0 if solo is None else solo.page_size
         self._keys: dict[str, list[PageHash]] = {}
         self._key_owner: dict[str, Request] = {}  # whose tokens each key list describes
         self._shards: dict[str, int | None] = {}  # request with pages -> its DP shard (None: whole pool)
@@ -299,12 +307,18 @@ class CacheManager:
         num_keys = len(keys)
         for gid, group_hits in enumerate(hits):
             stride = self._page_sizes[gid] // self._key_page_size
+            m = len(group_hits)
+            if stride == 1 and m <= num_keys and NULL_PAGE not in group_hits:  # key j <-> page j
+                held = [key and key[0] for key in map(stored.__getitem__, group_hits)]
+                if held == keys[:m]:
+                    keys[:m] = held
+                    continue
             for j, page in enumerate(group_hits):
                 k = (j + 1) * stride - 1
                 if page != NULL_PAGE and k < num_keys:
-                    held = stored[page]
-                    if held is not None and held[0] is not keys[k] and held[0] == keys[k]:
-                        keys[k] = held[0]
+                    key = stored[page]
+                    if key is not None and key[0] is not keys[k] and key[0] == keys[k]:
+                        keys[k] = key[0]
 
     # ---- allocation -------------------------------------------------------------------------
 
@@ -340,16 +354,45 @@ class CacheManager:
         if req._status > _PREEMPTED:
             raise InvalidArgumentError(f"request {req.request_id!r} is finished")
         request_id = req.request_id
-        num_computed = req._num_computed_tokens
-        computed = num_computed + num_new_computed_tokens
+        computed = req._num_computed_tokens + num_new_computed_tokens
+        num_tokens = computed + num_new_tokens
         max_model_len = self.max_model_len
-        if computed + num_new_tokens > max_model_len:
+        if num_tokens > max_model_len:
             raise InvalidArgumentError(
                 f"request {request_id!r}: {computed} computed + {num_new_tokens} new tokens exceed "
                 f"max_model_len {max_model_len}")
-        num_slots = computed + num_new_tokens + num_lookahead_tokens
+        num_slots = num_tokens + num_lookahead_tokens
         if num_slots > max_model_len:
             num_slots = max_model_len
+        # The decode fast path: the request's pages already cover every slot (one group that
+        # never drops pages, no hits, no DP arguments, keys owned by this object), so the
+        # coordinator has nothing to plan; `_allocate` would return no new page either.
+        held = None if self._solo_pages is None else self._solo_pages.get(request_id)
+        if (held is not None and num_slots <= len(held) * self._solo_page_size
+                and new_computed_pages is None and not num_new_computed_tokens
+                and dp_shard_hint is None and data_parallel_size is None
+                and self._key_owner.get(request_id, req) is req):
+            new: PageIds = ([],)
+        else:
+            planned = self._allocate(req, computed, num_slots, num_new_computed_tokens, new_computed_pages,
+                                     dp_shard_hint, data_parallel_size)
+            if planned is None:
+                return None
+            new = planned
+        if self.enable_caching and not delay_cache_pages:
+            if num_tokens > len(req._tokens):
+                num_tokens = len(req._tokens)
+            if num_tokens // self._key_page_size != self._cached_upto.get(request_id):
+                self._cache(req, num_tokens)
+        return CachePages._of(new, self.page_pool)
+
+    def _allocate(
+        self, req: Request, computed: int, num_slots: int, num_new_computed_tokens: int,
+        new_computed_pages: object, dp_shard_hint: object, data_parallel_size: object,
+    ) -> PageIds | None:
+        """The general allocation: resolve the shard, check the hits, let the coordinator plan
+        and apply it; None (nothing changed) when it does not fit."""
+        request_id = req.request_id
         if dp_shard_hint is None and data_parallel_size is None:
             shard = self._shards.get(request_id)
             dp = None if shard is None else self.data_parallel_size
@@ -362,20 +405,14 @@ class CacheManager:
             if stale:
                 raise InvalidArgumentError(f"these hits were not looked up for this request {request_id!r}")
             hits = self._checked_hits(req, new_computed_pages, num_new_computed_tokens, shard, dp)
-        new = self.coordinator.allocate_slots(request_id, num_computed, num_slots, hits, shard, dp)
+        new = self.coordinator.allocate_slots(request_id, req._num_computed_tokens, num_slots, hits, shard, dp)
         if new is None:
             return None
         if stale:
             self._drop_keys(request_id)
         if request_id not in self._shards and self.kv_cache_groups:
             self._shards[request_id] = shard
-        if self.enable_caching and not delay_cache_pages:
-            num_tokens = len(req._tokens)
-            if computed + num_new_tokens < num_tokens:
-                num_tokens = computed + num_new_tokens
-            if num_tokens // self._key_page_size != self._cached_upto.get(request_id):
-                self._cache(req, num_tokens)
-        return CachePages._of(new, self.page_pool)
+        return new
 
     def _checked_hits(
         self, req: Request, pages: object, num_new_computed_tokens: int, shard: int | None, dp: int | None
@@ -412,6 +449,11 @@ class CacheManager:
                     f"group {gid}: {len(group_ids)} hit pages of {ps} tokens do not cover "
                     f"num_new_computed_tokens={num_new_computed_tokens}")
             stride = ps // self._key_page_size
+            m = len(group_ids)
+            if (stride == 1 and bounds is None and 0 < m <= num_keys and set(map(type, group_ids)) == _INTS
+                    and 0 < min(group_ids) and max(group_ids) < n
+                    and list(map(page_keys.__getitem__, group_ids)) == list(zip(keys[:m], repeat(gid)))):
+                continue  # every id is a real page holding this request's key at its position (C speed)
             seen_real = False
             for j, page in enumerate(group_ids):
                 if type(page) is not int or not 0 <= page < n:

@@ -175,6 +175,10 @@ class PageHasher:
             # Compatibility: with an int seed the root is hash(seed), as eSurge's none_hash
             # was hash(int(PYTHONHASHSEED)); other seeds are reduced through SHA-256.
             self.root = hash(seed) if isinstance(seed, int) else int.from_bytes(digest[:8], "little")
+        #: the function of ``(parent, tokens, extra)`` for the builtin/callable schemes (None:
+        #: a byte-level digest), called directly by `hash_request`
+        self._tuple_hash: Callable[[Any], int] | None = (
+            None if scheme in ("sha256", "xxh3_128") else hash if scheme == "builtin" else scheme)  # type: ignore[assignment]
         self._digest = self._make_digest()
 
     def _make_digest(self) -> Callable[[int, bytes, Sequence[int], Any], int]:
@@ -187,7 +191,7 @@ class PageHasher:
             def digest(parent: int, tokens: bytes, _ids: Sequence[int], extra: Any) -> int:
                 return xxhash.xxh3_128_intdigest(_message(parent, tokens, extra))
         else:
-            fn: Callable[[Any], int] = hash if scheme == "builtin" else scheme  # type: ignore[assignment]
+            fn: Callable[[Any], int] = self._tuple_hash  # type: ignore[assignment]
 
             def digest(parent: int, _tokens: bytes, ids: Sequence[int], extra: Any) -> int:
                 return fn((parent, tuple(ids), extra))
@@ -214,11 +218,16 @@ class PageHasher:
         ``start > 0``; ``stop`` defaults to the number of full pages and may not exceed it.
         This is the incremental form: a manager hashes each page once as it fills.
         """
-        ps = checked_int(page_size, "page_size", minimum=1)
+        ps = _at_least(page_size, "page_size", 1)
         tokens = request.all_token_ids
         full = len(tokens) // ps
-        first = checked_int(start, "start", minimum=0)
-        last = full if stop is None else checked_int(stop, "stop", minimum=first, maximum=full)
+        first = _at_least(start, "start", 0)
+        if stop is None:
+            last = full
+        elif type(stop) is int and first <= stop <= full:
+            last = stop
+        else:
+            last = checked_int(stop, "stop", minimum=first, maximum=full)
         if first > last:
             raise InvalidArgumentError(f"start {first} is beyond the {full} full pages of the request")
         if first > 0 and parent is None:
@@ -227,23 +236,25 @@ class PageHasher:
         if first == last:
             return []
         ids = tokens[first * ps:last * ps]
-        if type(ids) is not list:
-            ids = list(ids)
-        packed = _token_bytes(ids)
-        extra = _ExtraKeys(request)
-        width = 8 * ps
-        digest = self._digest
-        out: list[PageHash] = []
-        plain = extra.lora is None and extra.salt is None and not extra.mm
-        all_ids = tuple(ids)
-        make = tuple.__new__
+        packed = _token_bytes(ids)  # also validates the tokens (ints within int64) for every scheme
+        extra = None if _plain(request) else _ExtraKeys(request)
+        all_ids = ids if type(ids) is tuple else tuple(ids)
         if value is None:
             value = self.root
+        out: list[PageHash] = []
+        append = out.append
+        make = tuple.__new__  # PageHash(...) without the NamedTuple's Python __new__
+        tuple_hash = self._tuple_hash
+        digest = self._digest
+        width = 8 * ps
         for k in range(last - first):
             page_ids = all_ids[k * ps:(k + 1) * ps]
-            keys = None if plain else extra.for_page(first + k, ps)
-            value = digest(value, packed[k * width:(k + 1) * width], page_ids, keys)
-            out.append(make(PageHash, (value, page_ids, keys)))
+            keys = None if extra is None else extra.for_page(first + k, ps)
+            if tuple_hash is not None:
+                value = tuple_hash((value, page_ids, keys))
+            else:
+                value = digest(value, packed[k * width:(k + 1) * width], page_ids, keys)
+            append(make(PageHash, (value, page_ids, keys)))
         return out
 
     def extend(self, request: Any, page_size: int, hashes: list[PageHash]) -> list[PageHash]:
@@ -271,6 +282,19 @@ def _message(parent: int, tokens: bytes, extra: Any) -> bytes:
         tail = bytearray()
         encode_canonical(extra, tail)
     return b"".join((_PAGE_TAG, _int_bytes(parent), _pack_u32(len(tokens) // 8), tokens, tail))
+
+
+def _at_least(value: object, name: str, minimum: int) -> int:
+    """`checked_int` with a lower bound, plain ints first (the hot path passes plain ints)."""
+    if type(value) is int and value >= minimum:
+        return value
+    return checked_int(value, name, minimum=minimum)
+
+
+def _plain(request: Any) -> bool:
+    """True if the request has no per-page extra keys (no LoRA, salt or multimodal items)."""
+    return (getattr(request, "lora_id", None) is None and getattr(request, "cache_salt", None) is None
+            and not getattr(request, "mm_features", None))
 
 
 class _ExtraKeys:

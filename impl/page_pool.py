@@ -18,6 +18,9 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
+from functools import partial
+from itertools import takewhile
+from operator import is_not
 from typing import Any
 
 from verikv.dp_sharding import checked_int, dp_shard_page_bounds, pages_per_dp_shard
@@ -39,6 +42,7 @@ FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
 NULL_PAGE_ID = 0
 _log = logging.getLogger(__name__)
 _log.addHandler(logging.NullHandler())  # a library logs only where the application asks it to
+_is_entry = partial(is_not, None)  # a cached-map get that hit (C-level predicate for takewhile)
 
 
 class PagePool:
@@ -132,8 +136,8 @@ class PagePool:
         raises: OutOfPagesError, InvalidArgumentError
         post: dp_shard_hint is not None or (abstract_pool(self), tuple(__return__)) == spec_pool.allocate(abstract_pool(__old__.self), num_pages)
         """
-        count = checked_int(num_pages, "num_pages", minimum=0)
-        shard = self._shard_index(dp_shard_hint, data_parallel_size)
+        count = num_pages if type(num_pages) is int and num_pages >= 0 else checked_int(num_pages, "num_pages", minimum=0)
+        shard = None if data_parallel_size is None else self._shard_index(dp_shard_hint, data_parallel_size)
         free, shards = self._free, self._shards
         if count > free.lengths[0]:
             raise OutOfPagesError(f"Cannot get {count} free pages from the pool ({free.lengths[0]} free)")
@@ -225,13 +229,13 @@ class PagePool:
         if key is None:
             raise InvalidArgumentError("a cache key cannot be None")
         try:
-            hash(key)
+            entry = self._cached.get(key)  # hashes the key: rejects an unhashable one, changes nothing
         except TypeError:
             raise InvalidArgumentError(f"unhashable cache key {key!r}") from None
         if not (type(page_id) is int and 0 < page_id < self.num_pages and self.enable_caching
                 and self._key[page_id] is None):
             self._check_cacheable([page_id])  # raises the precise error
-        self._insert(page_id, key)
+        self._insert(page_id, key, entry)
 
     def lookup_id(self, key: Hashable, *, dp_shard_hint: int | None = None,
                   data_parallel_size: int | None = None) -> int | None:
@@ -250,31 +254,25 @@ class PagePool:
         Statistics count one query per key looked up, as per-key `lookup_id` calls would.
         """
         bounds = self._shard_bounds(dp_shard_hint, data_parallel_size)
-        get = self._cached.get
-        out: list[int] = []
-        queries = 0
+        keys = keys if type(keys) is list else list(keys)
         try:
-            for key in keys:
-                queries += 1
-                entry = get(key)
-                if entry is None:
-                    break
-                if type(entry) is int:
-                    if bounds is not None and not bounds[0] <= entry < bounds[1]:
-                        break
-                    out.append(entry)
-                else:
-                    found = self._lookup(key, bounds)
-                    if found is None:
-                        break
-                    out.append(found)
+            found: list[Any] = list(takewhile(_is_entry, map(self._cached.get, keys)))  # C speed
         except TypeError:
             raise InvalidArgumentError(f"unhashable cache key among {keys!r}") from None
+        queries = len(found) + (len(found) < len(keys))  # the miss that ended the run counts
+        if bounds is not None or dict in map(type, found):  # a shard, or equal pages: resolve each
+            for i, entry in enumerate(found):
+                pid = entry if bounds is None and type(entry) is int else self._lookup(keys[i], bounds)
+                if pid is None:
+                    del found[i:]
+                    queries = i + 1
+                    break
+                found[i] = pid
         stats = self.prefix_cache_stats
         stats.requests += queries
         stats.queries += queries
-        stats.hits += len(out)
-        return out
+        stats.hits += len(found)
+        return found
 
     def reset_prefix_cache(self) -> bool:
         """Drop every content key if no page is held; otherwise change nothing, return False.
@@ -363,7 +361,8 @@ class PagePool:
         page_hashes.extend(new_hashes)
         for offset, pid in enumerate(ids, start=first):
             if pid != NULL_PAGE_ID:
-                self._insert(pid, PageHashWithGroupId(page_hashes[offset], kv_cache_group_id))
+                key = PageHashWithGroupId(page_hashes[offset], kv_cache_group_id)
+                self._insert(pid, key, self._cached.get(key))
 
     def make_prefix_cache_stats(self) -> PrefixCacheStats:
         """The lookup statistics since the last call (the counters restart)."""
@@ -436,12 +435,12 @@ class PagePool:
         if len(set(ids)) != len(ids):
             raise PageStateError("a page occurs twice in one caching call")
 
-    def _insert(self, pid: int, key: Hashable) -> None:
+    def _insert(self, pid: int, key: Hashable, entry: int | dict[int, None] | None) -> None:
+        """Give ``pid`` the key ``key``, whose current cached-map entry is ``entry``."""
         self._key[pid] = key
-        entry = self._cached.get(key)
         if entry is None:
             self._cached[key] = pid
-        elif isinstance(entry, int):
+        elif type(entry) is int:
             self._cached[key] = {entry: None, pid: None}
         else:
             entry[pid] = None

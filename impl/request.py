@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import enum
 import numbers
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from operator import countOf
 from typing import overload
 
 from verikv.dp_sharding import checked_int
@@ -82,8 +84,12 @@ def _checked_tokens(tokens: Iterable[int], what: str) -> list[int]:
     if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
         raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(tokens).__name__}")
     out = list(tokens)
-    if not out or (set(map(type, out)) == {int} and min(out) >= 0):  # plain ints: checked at C speed
-        return out
+    if countOf(map(type, out), int) == len(out):  # plain ints: checked at C speed
+        try:
+            array("Q", out)  # raises OverflowError for a negative id (or one of 2**64 or more)
+            return out
+        except OverflowError:
+            pass  # the loop below rejects the negative id (and accepts huge ones)
     for i, t in enumerate(out):
         if type(t) is not int:
             out[i] = t = checked_int(t, f"{what}[{i}]")
