@@ -115,6 +115,7 @@ class CachePages:
 
 
 _PREEMPTED = RequestStatus.PREEMPTED
+_new_object = object.__new__
 _INTS = {int}
 
 
@@ -181,8 +182,8 @@ class CacheManager:
         managers = coordinator.single_type_managers
         solo = managers[0] if len(managers) == 1 and not managers[0].frees_skipped_pages else None
         #: the one group's page lists and page size when `allocate_slots` may take its decode
-        #: fast path (a single group that never drops pages), else None
-        self._solo_pages: dict[str, list[int]] | None = None if solo is None else solo.req_to_pages
+        #: fast path (a single group that never drops pages), else an empty dict (never taken)
+        self._solo_pages: dict[str, list[int]] = {} if solo is None else solo.req_to_pages
         self._solo_page_size = 0 if solo is None else solo.page_size
         self._keys: dict[str, list[PageHash]] = {}
         self._key_owner: dict[str, Request] = {}  # whose tokens each key list describes
@@ -229,6 +230,9 @@ class CacheManager:
         ``dp_shard_hint % dp`` when the call's DP is active (``data_parallel_size > 1`` divides
         ``num_pages``; it must then equal the construction value), else (None, None).
         The arguments are validated in every case, before any change."""
+        if dp_shard_hint is None and data_parallel_size is None:  # the common call: no DP arguments
+            shard = self._shards.get(request_id)
+            return shard, (None if shard is None else self.data_parallel_size)
         hint = None if dp_shard_hint is None else checked_int(dp_shard_hint, "dp_shard_hint")
         shard = None
         if data_parallel_size is not None:
@@ -285,11 +289,11 @@ class CacheManager:
         changes (the hit is taken by `allocate_slots`). Skipped (no hit, no statistics) when
         caching is off or the request wants prompt logprobs.
         """
-        req = _request(request)
-        if req.is_finished():
+        req = request if type(request) is Request else _request(request)
+        if req._status > _PREEMPTED:
             raise InvalidArgumentError(f"request {req.request_id!r} is finished")
         shard, dp = self._shard_of(req.request_id, dp_shard_hint, data_parallel_size)
-        if self._stale_keys(req):
+        if self._key_owner.get(req.request_id, req) is not req and self._stale_keys(req):
             self._drop_keys(req.request_id)
         if not self.enable_caching or req.prompt_logprobs:
             return self.create_empty_page_list(), 0
@@ -367,7 +371,7 @@ class CacheManager:
         # The decode fast path: the request's pages already cover every slot (one group that
         # never drops pages, no hits, no DP arguments, keys owned by this object), so the
         # coordinator has nothing to plan; `_allocate` would return no new page either.
-        held = None if self._solo_pages is None else self._solo_pages.get(request_id)
+        held = self._solo_pages.get(request_id)
         if (held is not None and num_slots <= len(held) * self._solo_page_size
                 and new_computed_pages is None and not num_new_computed_tokens
                 and dp_shard_hint is None and data_parallel_size is None
@@ -384,7 +388,10 @@ class CacheManager:
                 num_tokens = len(req._tokens)
             if num_tokens // self._key_page_size != self._cached_upto.get(request_id):
                 self._cache(req, num_tokens)
-        return CachePages._of(new, self.page_pool)
+        out = _new_object(CachePages)  # CachePages._of, inlined on the hot path
+        out.page_ids = new
+        out.page_pool = self.page_pool
+        return out
 
     def _allocate(
         self, req: Request, computed: int, num_slots: int, num_new_computed_tokens: int,
@@ -393,11 +400,7 @@ class CacheManager:
         """The general allocation: resolve the shard, check the hits, let the coordinator plan
         and apply it; None (nothing changed) when it does not fit."""
         request_id = req.request_id
-        if dp_shard_hint is None and data_parallel_size is None:
-            shard = self._shards.get(request_id)
-            dp = None if shard is None else self.data_parallel_size
-        else:
-            shard, dp = self._shard_of(request_id, dp_shard_hint, data_parallel_size)
+        shard, dp = self._shard_of(request_id, dp_shard_hint, data_parallel_size)
         owner = self._key_owner.get(request_id)
         stale = owner is not req and owner is not None and self._stale_keys(req)
         hits = None

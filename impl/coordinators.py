@@ -129,10 +129,10 @@ class CacheCoordinator:
 
     def get_num_pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: PageIds) -> int:
         """Free-list pages the request takes to cover ``num_tokens`` slots (all groups)."""
-        return sum(
-            m.get_num_pages_to_allocate(request_id, num_tokens, hits)
-            for m, hits in zip(self.single_type_managers, new_computed_pages)
-        )
+        total = 0
+        for m, hits in zip(self.single_type_managers, new_computed_pages):
+            total += m.get_num_pages_to_allocate(request_id, num_tokens, hits)
+        return total
 
     def allocate_slots(
         self,

@@ -109,15 +109,15 @@ def encode_canonical(obj: Any, out: bytearray) -> None:
         raise InvalidArgumentError(f"cannot encode {type(obj).__name__} {obj!r} canonically")
 
 
-def _token_bytes(token_ids: Sequence[int]) -> bytes:
-    """Tokens as little-endian int64 (`InvalidArgumentError` for non-ints or overflow)."""
+def _token_array(token_ids: Sequence[int]) -> array:
+    """Tokens as a little-endian int64 array (`InvalidArgumentError` for non-ints or overflow)."""
     try:
         packed = array("q", token_ids)
     except (TypeError, OverflowError) as exc:
         raise InvalidArgumentError(f"token ids must be integers within int64: {exc}") from None
     if _BIG_ENDIAN:
         packed.byteswap()
-    return packed.tobytes()
+    return packed
 
 
 def _seed_bytes(seed: int | str | bytes) -> bytes:
@@ -204,7 +204,7 @@ class PageHasher:
         """
         parent_value = self.root if parent is None else checked_int(parent, "parent")
         tokens = tuple(token_ids)
-        return PageHash(self._digest(parent_value, _token_bytes(tokens), tokens, extra_keys), tokens, extra_keys)
+        return PageHash(self._digest(parent_value, _token_array(tokens).tobytes(), tokens, extra_keys), tokens, extra_keys)
 
     def page_extra_keys(self, request: Any, page_index: int, page_size: int) -> tuple[Any, ...] | None:
         """The extra keys of page ``page_index`` of ``request`` (``None`` when it has none)."""
@@ -218,10 +218,10 @@ class PageHasher:
         ``start > 0``; ``stop`` defaults to the number of full pages and may not exceed it.
         This is the incremental form: a manager hashes each page once as it fills.
         """
-        ps = _at_least(page_size, "page_size", 1)
+        ps = page_size if type(page_size) is int and page_size > 0 else checked_int(page_size, "page_size", minimum=1)
         tokens = request.all_token_ids
         full = len(tokens) // ps
-        first = _at_least(start, "start", 0)
+        first = start if type(start) is int and start >= 0 else checked_int(start, "start", minimum=0)
         if stop is None:
             last = full
         elif type(stop) is int and first <= stop <= full:
@@ -236,7 +236,9 @@ class PageHasher:
         if first == last:
             return []
         ids = tokens[first * ps:last * ps]
-        packed = _token_bytes(ids)  # also validates the tokens (ints within int64) for every scheme
+        packed = _token_array(ids)  # also validates the tokens (ints within int64) for every scheme
+        tuple_hash = self._tuple_hash
+        data = packed.tobytes() if tuple_hash is None else b""
         extra = None if _plain(request) else _ExtraKeys(request)
         all_ids = ids if type(ids) is tuple else tuple(ids)
         if value is None:
@@ -244,7 +246,6 @@ class PageHasher:
         out: list[PageHash] = []
         append = out.append
         make = tuple.__new__  # PageHash(...) without the NamedTuple's Python __new__
-        tuple_hash = self._tuple_hash
         digest = self._digest
         width = 8 * ps
         for k in range(last - first):
@@ -253,7 +254,7 @@ class PageHasher:
             if tuple_hash is not None:
                 value = tuple_hash((value, page_ids, keys))
             else:
-                value = digest(value, packed[k * width:(k + 1) * width], page_ids, keys)
+                value = digest(value, data[k * width:(k + 1) * width], page_ids, keys)
             append(make(PageHash, (value, page_ids, keys)))
         return out
 
@@ -282,13 +283,6 @@ def _message(parent: int, tokens: bytes, extra: Any) -> bytes:
         tail = bytearray()
         encode_canonical(extra, tail)
     return b"".join((_PAGE_TAG, _int_bytes(parent), _pack_u32(len(tokens) // 8), tokens, tail))
-
-
-def _at_least(value: object, name: str, minimum: int) -> int:
-    """`checked_int` with a lower bound, plain ints first (the hot path passes plain ints)."""
-    if type(value) is int and value >= minimum:
-        return value
-    return checked_int(value, name, minimum=minimum)
 
 
 def _plain(request: Any) -> bool:

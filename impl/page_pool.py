@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from functools import partial
 from itertools import takewhile
-from operator import is_not
+from operator import countOf, is_not
 from typing import Any
 
 from verikv.dp_sharding import checked_int, dp_shard_page_bounds, pages_per_dp_shard
@@ -102,18 +102,16 @@ class PagePool:
 
     def count_free_ids(self, page_ids: Sequence[int]) -> int:
         """How many of ``page_ids`` are free (ref 0); the null page never counts."""
-        n, ref = self.num_pages, self._ref
-        count = 0
-        for pid in page_ids:
-            if type(pid) is not int or not 0 <= pid < n:
-                self._check_in_range(page_ids)  # raises the precise error
-            if pid and not ref[pid]:
-                count += 1
-        return count
+        ids = page_ids if type(page_ids) is list else list(page_ids)
+        if not self._all_in_range(ids):
+            self._check_in_range(ids)  # raises the precise error
+        return countOf(map(self._ref.__getitem__, ids), 0) - countOf(ids, NULL_PAGE_ID)
 
     def get_num_free_pages(self, *, dp_shard_hint: int | None = None,
                            data_parallel_size: int | None = None) -> int:
         """How many pages are free (O(1)); with an active DP hint, in that shard only."""
+        if data_parallel_size is None:  # no DP: the whole pool (the hint alone activates nothing)
+            return self._free.lengths[0]
         shard = self._shard_index(dp_shard_hint, data_parallel_size)
         if shard is None:
             return self._free.lengths[0]
@@ -171,12 +169,11 @@ class PagePool:
         raises: ForeignPageError, InvalidArgumentError
         post: abstract_pool(self) == spec_pool.touch(abstract_pool(__old__.self), tuple(page_ids))
         """
-        n = self.num_pages
-        for pid in page_ids:  # one pass for the common all-valid case
-            if type(pid) is not int or not 0 <= pid < n:
-                self._check_in_range(page_ids)  # raises the precise error
+        ids = page_ids if type(page_ids) is list else list(page_ids)
+        if not self._all_in_range(ids):
+            self._check_in_range(ids)  # raises the precise error
         ref, free, shards, pps = self._ref, self._free, self._shards, self._pps
-        for pid in page_ids:
+        for pid in ids:
             if pid == NULL_PAGE_ID:
                 continue
             if ref[pid] == 0:
@@ -197,10 +194,9 @@ class PagePool:
         post: abstract_pool(self) == spec_pool.free(abstract_pool(__old__.self), tuple(__old__.page_ids))
         """
         ids = page_ids if isinstance(page_ids, list) else list(page_ids)
-        n, ref = self.num_pages, self._ref
-        for pid in ids:  # one pass for the common all-valid case
-            if type(pid) is not int or not 0 < pid < n or ref[pid] < 1:
-                self._check_free_ids(ids)  # raises the precise error, in the documented order
+        ref = self._ref
+        if not (self._all_in_range(ids) and NULL_PAGE_ID not in ids and min(map(ref.__getitem__, ids), default=1) > 0):
+            self._check_free_ids(ids)  # raises the precise error, in the documented order
         if len(set(ids)) != len(ids):
             for pid, times in Counter(ids).items():
                 if times > ref[pid]:
@@ -405,6 +401,10 @@ class PagePool:
             if ref[pid] < 1:
                 raise DoubleFreeError(f"page {pid} is not held (ref 0): double free")
 
+    def _all_in_range(self, ids: list[int]) -> bool:
+        """True if every id is a plain int page id of this pool (C-speed passes; the common case)."""
+        return countOf(map(type, ids), int) == len(ids) and (not ids or (min(ids) >= 0 and max(ids) < self.num_pages))
+
     def _check_in_range(self, ids: Iterable[int]) -> None:
         self._check_ints(ids)
         n = self.num_pages
@@ -450,13 +450,10 @@ class PagePool:
     def _evict(self, pid: int) -> None:
         """Remove ``pid`` from the cached map and forget its key."""
         key = self._key[pid]
-        entry = self._cached[key]
-        if isinstance(entry, int):
-            del self._cached[key]
-        else:
+        entry = self._cached.pop(key)
+        if type(entry) is not int:  # equal pages: put the others back
             del entry[pid]
-            if len(entry) == 1:
-                self._cached[key] = next(iter(entry))
+            self._cached[key] = next(iter(entry)) if len(entry) == 1 else entry
         self._key[pid] = None
         if self._events is not None:
             self._events.removed(pid, key)

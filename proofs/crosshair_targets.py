@@ -329,7 +329,7 @@ class _HitPool:
 
     def lookup_id(self, key: Any, *, dp_shard_hint: int | None = None,
                   data_parallel_size: int | None = None) -> int | None:
-        j, rest = divmod(key.page_hash.hash_value + 1, self.stride)
+        j, rest = divmod(key[0].hash_value + 1, self.stride)  # (PageHash, group id), maybe a plain tuple
         return j if rest == 0 and 1 <= j <= len(self.hit) and self.hit[j - 1] else None
 
     def lookup_run_ids(self, keys: Any, *, dp_shard_hint: int | None = None,
@@ -555,9 +555,12 @@ class SlidingNeedsOneMore(SlidingWindowManager):
 class HasherWithoutExtraKeys(PageHasher):
     """Page keys ignore the extra keys (salt, LoRA, multimodal): tenants share cached pages."""
 
-    def _make_digest(self) -> Callable[[int, bytes, Any, Any], int]:
-        digest = super()._make_digest()
-        return lambda parent, tokens, ids, extra: digest(parent, tokens, ids, None)
+    def __init__(self, scheme: Any = "sha256", seed: Any = None) -> None:
+        super().__init__(scheme, seed)
+        digest, tuple_hash = self._digest, self._tuple_hash
+        self._digest = lambda parent, tokens, ids, extra: digest(parent, tokens, ids, None)
+        if tuple_hash is not None:  # the builtin/callable schemes hash (parent, tokens, extra) directly
+            self._tuple_hash = lambda item: tuple_hash((item[0], item[1], None))
 
 
 _ACTIVE: dict[str, Any] = {
