@@ -189,6 +189,8 @@ class CacheManager:
         self._key_owner: dict[str, Request] = {}  # whose tokens each key list describes
         self._shards: dict[str, int | None] = {}  # request with pages -> its DP shard (None: whole pool)
         self._cached_upto: dict[str, int] = {}  # request -> key pages its last caching covered
+        #: request -> its last lookup: (result, pool key_version, hit tokens, shard, copy of the ids)
+        self._last_hits: dict[str, tuple[CachePages, int, int, int | None, PageIds]] = {}
         #: DP size the shards are cut for (1: no DP); calls may only ask for this size
         self.data_parallel_size: int = dp_size
         self.prefix_cache_stats = PrefixCacheStats()
@@ -264,6 +266,7 @@ class CacheManager:
     def _drop_keys(self, request_id: str) -> None:
         self._keys.pop(request_id, None)
         self._key_owner.pop(request_id, None)
+        self._last_hits.pop(request_id, None)
 
     # ---- lookups ----------------------------------------------------------------------------
 
@@ -301,7 +304,10 @@ class CacheManager:
         hits, length = self.coordinator.find_longest_cache_hit(keys, req.num_tokens - 1, shard, dp)
         self._share_keys(keys, hits)
         self.prefix_cache_stats.record(req.num_tokens, length)
-        return CachePages._of(hits, self.page_pool), length
+        result = CachePages._of(hits, self.page_pool)
+        self._last_hits[req.request_id] = (result, self.page_pool.key_version, length, shard,
+                                           tuple([list(ids) for ids in hits]))
+        return result, length
 
     def _share_keys(self, keys: list[PageHash], hits: PageIds) -> None:
         """Replace each hit key in the request's list by the equal `PageHash` object the pool
@@ -313,6 +319,9 @@ class CacheManager:
             stride = self._page_sizes[gid] // self._key_page_size
             m = len(group_hits)
             if stride == 1 and m <= num_keys and NULL_PAGE not in group_hits:  # key j <-> page j
+                last = stored[group_hits[-1]] if m else None
+                if last is not None and last[0] is keys[m - 1]:
+                    continue  # shared by an earlier lookup (a retry): nothing to gain
                 held = [key and key[0] for key in map(stored.__getitem__, group_hits)]
                 if held == keys[:m]:
                     keys[:m] = held
@@ -415,6 +424,7 @@ class CacheManager:
             self._drop_keys(request_id)
         if request_id not in self._shards and self.kv_cache_groups:
             self._shards[request_id] = shard
+            self._last_hits.pop(request_id, None)  # hits are only taken first
         return new
 
     def _checked_hits(
@@ -440,6 +450,10 @@ class CacheManager:
             raise InvalidArgumentError("prefix caching is off: there can be no computed pages")
         if request_id in self._shards:
             raise InvalidArgumentError(f"request {request_id!r} already holds pages; hits are only taken first")
+        last = self._last_hits.get(request_id)
+        if (last is not None and last[0] is pages and last[1] == self.page_pool.key_version
+                and last[2] == num_new_computed_tokens and last[3] == shard and last[4] == ids):
+            return ids  # this request's own lookup result, unchanged, and no key changed since
         keys = self._keys.get(request_id, ())
         num_keys = len(keys)
         page_keys = self.page_pool._key  # the pool's per-page key table, read only (ids checked below)

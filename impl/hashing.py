@@ -5,7 +5,7 @@ extra keys, and (through ``parent``) everything before it. `PageHasher` computes
 chosen scheme:
 
 - ``"sha256"`` (default): SHA-256 over a canonical byte encoding (no pickle, no ``repr``):
-  ints as fixed-width little-endian int64 arrays, extra keys through a tagged, length-prefixed
+  token ids as fixed-width little-endian uint64 arrays, extra keys through a tagged, length-prefixed
   encoding. Collisions are not a practical concern (eSurge §3 Q14).
 - ``"xxh3_128"``: the same bytes through xxHash3-128, much cheaper, not adversary-proof.
 - ``"builtin"``: eSurge's ``hash((parent, tokens, extra_keys))``, for compatibility only.
@@ -40,6 +40,8 @@ _PAGE_TAG = b"verikv-page\x00"
 _ROOT_TAG = b"verikv-root\x00"
 _BIG_ENDIAN = sys.byteorder == "big"
 _pack_u32 = struct.Struct("<I").pack
+#: token ids are ints in ``[0, TOKEN_ID_LIMIT)``: they are encoded as unsigned 64-bit integers
+TOKEN_ID_LIMIT = 1 << 64
 
 
 class PageHash(NamedTuple):
@@ -110,11 +112,12 @@ def encode_canonical(obj: Any, out: bytearray) -> None:
 
 
 def _token_array(token_ids: Sequence[int]) -> array:
-    """Tokens as a little-endian int64 array (`InvalidArgumentError` for non-ints or overflow)."""
+    """Tokens as a little-endian uint64 array (`InvalidArgumentError` for a non-int or an id
+    outside ``[0, 2**64)``)."""
     try:
-        packed = array("q", token_ids)
+        packed = array("Q", token_ids)
     except (TypeError, OverflowError) as exc:
-        raise InvalidArgumentError(f"token ids must be integers within int64: {exc}") from None
+        raise InvalidArgumentError(f"token ids must be integers in [0, 2**64): {exc}") from None
     if _BIG_ENDIAN:
         packed.byteswap()
     return packed
@@ -236,7 +239,7 @@ class PageHasher:
         if first == last:
             return []
         ids = tokens[first * ps:last * ps]
-        packed = _token_array(ids)  # also validates the tokens (ints within int64) for every scheme
+        packed = _token_array(ids)  # also validates the tokens (ints in [0, 2**64)) for every scheme
         tuple_hash = self._tuple_hash
         data = packed.tobytes() if tuple_hash is None else b""
         extra = None if _plain(request) else _ExtraKeys(request)

@@ -76,6 +76,9 @@ class PagePool:
         self._pps = 0
         self._shards: IdLinks | None = None
         self.prefix_cache_stats = PrefixCacheStats()
+        #: bumped whenever the cached map changes (a key registered or evicted, a reset), so a
+        #: lookup result computed at one value is still the result while the value is unchanged
+        self.key_version = 0
         self._events: EventLog | None = EventLog() if enable_kv_events else None
 
     # --- introspection (read-only; the abstraction protocol of verikv.spec.abstraction) ----
@@ -284,6 +287,7 @@ class PagePool:
             for pid in _ids_of(entry):
                 key[pid] = None
         self._cached.clear()
+        self.key_version += 1
         self.prefix_cache_stats.reset = True
         if self._events is not None:
             self._events.cleared()
@@ -438,6 +442,7 @@ class PagePool:
     def _insert(self, pid: int, key: Hashable, entry: int | dict[int, None] | None) -> None:
         """Give ``pid`` the key ``key``, whose current cached-map entry is ``entry``."""
         self._key[pid] = key
+        self.key_version += 1
         if entry is None:
             self._cached[key] = pid
         elif type(entry) is int:
@@ -450,6 +455,7 @@ class PagePool:
     def _evict(self, pid: int) -> None:
         """Remove ``pid`` from the cached map and forget its key."""
         key = self._key[pid]
+        self.key_version += 1
         entry = self._cached.pop(key)
         if type(entry) is not int:  # equal pages: put the others back
             del entry[pid]

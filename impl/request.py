@@ -21,7 +21,7 @@ from typing import overload
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import InvalidArgumentError
-from verikv.hashing import MMFeature
+from verikv.hashing import TOKEN_ID_LIMIT, MMFeature
 
 
 class RequestStatus(enum.IntEnum):
@@ -80,21 +80,21 @@ class TokenView(Sequence[int]):
 
 
 def _checked_tokens(tokens: Iterable[int], what: str) -> list[int]:
-    """The token ids as a list of Python ints >= 0, or InvalidArgumentError."""
+    """The token ids as a list of Python ints in ``[0, 2**64)``, or InvalidArgumentError."""
     if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
         raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(tokens).__name__}")
     out = list(tokens)
-    if countOf(map(type, out), int) == len(out):  # plain ints: checked at C speed
+    if countOf(map(type, out), int) == len(out):  # plain ints: the range is checked at C speed
         try:
-            array("Q", out)  # raises OverflowError for a negative id (or one of 2**64 or more)
+            array("Q", out)  # OverflowError for an id outside [0, 2**64)
             return out
         except OverflowError:
-            pass  # the loop below rejects the negative id (and accepts huge ones)
+            pass  # the loop below names the id
     for i, t in enumerate(out):
         if type(t) is not int:
             out[i] = t = checked_int(t, f"{what}[{i}]")
-        if t < 0:
-            raise InvalidArgumentError(f"{what}[{i}] must be >= 0, got {t}")
+        if not 0 <= t < TOKEN_ID_LIMIT:
+            raise InvalidArgumentError(f"{what}[{i}] must be in [0, 2**64), got {t}")
     return out
 
 
@@ -236,13 +236,13 @@ class Request:
         """Append one sampled token or several; all are validated before any is added."""
         if type(token_ids) is list and len(token_ids) == 1:  # the decode step: one plain int
             token = token_ids[0]
-            if type(token) is int and token >= 0:
+            if type(token) is int and 0 <= token < TOKEN_ID_LIMIT:
                 self._tokens.append(token)
                 return
         if isinstance(token_ids, numbers.Integral) and not isinstance(token_ids, bool):
             token = int(token_ids)
-            if token < 0:
-                raise InvalidArgumentError(f"token id must be >= 0, got {token}")
+            if not 0 <= token < TOKEN_ID_LIMIT:
+                raise InvalidArgumentError(f"token id must be in [0, 2**64), got {token}")
             self._tokens.append(token)
             return
         self._tokens.extend(_checked_tokens(token_ids, "token_ids"))

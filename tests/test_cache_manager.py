@@ -322,3 +322,33 @@ def test_a_reused_request_id_never_reuses_stale_keys():
         m.get_computed_pages(twin)
     other = Request("y", list(range(12)))
     assert m.get_computed_pages(other)[1] == 8  # old's pages are still cached under old's (correct) keys
+
+
+def test_a_lookup_result_is_rechecked_once_it_may_be_stale():
+    # allocate_slots trusts a request's own lookup result only while no key changed since the
+    # lookup and the caller did not edit it; otherwise every hit page is checked again.
+    m = manager(8)
+    first = Request("a", list(range(12)))
+    admit(m, first)
+    m.free(first)  # pages 1-3 free, still cached
+    r = Request("b", list(range(12)))
+    hits, n = m.get_computed_pages(r)
+    assert n == 8 and hits.get_page_ids() == ([1, 2],)
+    edited = CachePages([[2, 1]], m.page_pool)
+    with pytest.raises(InvalidArgumentError):  # right pages, wrong positions
+        m.allocate_slots(r, 4, n, edited)
+    hits.page_ids[0].reverse()  # an in-place edit of the lookup result itself
+    with pytest.raises(InvalidArgumentError):
+        m.allocate_slots(r, 4, n, hits)
+    hits.page_ids[0].reverse()
+    with pytest.raises(InvalidArgumentError):  # another request's lookup result
+        m.allocate_slots(Request("c", list(range(12))), 4, n, hits)
+    hog = Request("hog", list(range(100, 128)))  # takes every free page: the cached keys are evicted
+    assert m.allocate_slots(hog, 28) is not None
+    m.free(hog)
+    before = m.page_pool.free_list_ids()
+    with pytest.raises(InvalidArgumentError):  # pages 1 and 2 no longer hold r's content
+        m.allocate_slots(r, 4, n, hits)
+    assert m.page_pool.free_list_ids() == before and m.request_ids() == []
+    hits, n = m.get_computed_pages(r)
+    assert n == 0

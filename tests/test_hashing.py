@@ -61,6 +61,18 @@ def test_sha256_is_sha256_of_a_canonical_encoding() -> None:
     assert page.hash_value == int.from_bytes(hashlib.sha256(message).digest(), "little")
 
 
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_token_ids_are_unsigned_64_bit(scheme: str) -> None:
+    hasher = PageHasher(scheme, seed=0)
+    top = hasher.hash_request(request([2**64 - 1, 0]), 2)  # the largest id is a valid token
+    assert top[0].token_ids == (2**64 - 1, 0)
+    for bad in ([-1, 0], [2**64, 0], [1.0, 0], ["a", 0]):
+        with pytest.raises(InvalidArgumentError):
+            hasher.hash_request(request(bad), 2)
+        with pytest.raises(InvalidArgumentError):
+            hasher.hash_page(None, bad)
+
+
 def _int(value: int) -> bytes:
     size = (value.bit_length() + 8) // 8
     return size.to_bytes(4, "little") + value.to_bytes(size, "little", signed=True)

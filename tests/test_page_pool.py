@@ -341,3 +341,22 @@ def test_count_free_ids_and_shard_free_counts() -> None:
     assert pool.get_num_free_pages() == 4
     pool.free_page_ids(held[:1])
     assert pool.get_num_free_pages(**dp) == 1
+
+
+def test_key_version_moves_exactly_when_the_cached_map_changes() -> None:
+    pool = PagePool(4)
+    ids = pool.get_new_page_ids(2)
+    seen = [pool.key_version]
+    pool.cache_page_id(ids[0], key(0))  # registered
+    seen.append(pool.key_version)
+    pool.free_page_ids(ids)
+    pool.touch_ids([ids[0]])
+    pool.lookup_run_ids([key(0)])
+    pool.free_page_ids([ids[0]])  # refs and free list only: the lookup result cannot change
+    seen.append(pool.key_version)
+    pool.get_new_page_ids(3)  # reuses the cached page: its key is evicted
+    seen.append(pool.key_version)
+    pool.free_page_ids([1, 2, 3])
+    assert pool.reset_prefix_cache()
+    seen.append(pool.key_version)
+    assert seen[0] < seen[1] == seen[2] < seen[3] < seen[4]

@@ -68,6 +68,8 @@ def test_num_computed_tokens_and_status():
         (("a", []), {}),
         (("a", "abc"), {}),
         (("a", [1, -2]), {}),
+        (("a", [1, 2**64]), {}),
+        (("a", [1, np.int64(-2)]), {}),
         (("a", [1, 2.0]), {}),
         (("a", [True]), {}),
         (("a", 5), {}),
@@ -97,7 +99,13 @@ def test_append_is_all_or_nothing():
         r.append_output_token_ids(-1)
     with pytest.raises(InvalidArgumentError):
         r.append_output_token_ids([2, "x"])
+    with pytest.raises(InvalidArgumentError):
+        r.append_output_token_ids([2**64])
+    with pytest.raises(InvalidArgumentError):
+        r.append_output_token_ids(2**64)
     assert list(r.all_token_ids) == [1]
+    r.append_output_token_ids([2**64 - 1])  # the largest token id (encoded as uint64)
+    assert list(r.all_token_ids) == [1, 2**64 - 1]
 
 
 def test_multimodal_features_are_validated_and_sorted():
