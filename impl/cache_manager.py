@@ -115,6 +115,7 @@ class CachePages:
 
 
 _PREEMPTED = RequestStatus.PREEMPTED
+_ZERO = 0  # `x is _ZERO`: x is the plain int 0 (a fast-path guard; anything else takes the checked path)
 _new_object = object.__new__
 _INTS = {int}
 
@@ -355,6 +356,27 @@ class CacheManager:
         real tokens beyond it raise. Unless caching is off or ``delay_cache_pages``, full pages
         up to the computed tokens are then registered in the prefix cache.
         """
+        if (new_computed_pages is None and num_new_computed_tokens is _ZERO and num_lookahead_tokens is _ZERO
+                and delay_cache_pages is False and dp_shard_hint is None and data_parallel_size is None
+                and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
+            # The decode fast path: every argument is in its plain form and the request's pages
+            # already cover the slots (one group that never drops pages, keys owned by this
+            # object), so the general path below would plan nothing and allocate no page.
+            request_id = request.request_id
+            held = self._solo_pages.get(request_id)
+            num_tokens = request._num_computed_tokens + num_new_tokens
+            if (held is not None and num_tokens <= len(held) * self._solo_page_size
+                    and num_tokens <= self.max_model_len and request._status <= _PREEMPTED
+                    and self._key_owner.get(request_id, request) is request):
+                if self.enable_caching:
+                    if num_tokens > len(request._tokens):
+                        num_tokens = len(request._tokens)
+                    if num_tokens // self._key_page_size != self._cached_upto.get(request_id):
+                        self._cache(request, num_tokens)
+                out = _new_object(CachePages)  # CachePages._of, inlined on the hot path
+                out.page_ids = ([],)
+                out.page_pool = self.page_pool
+                return out
         req = request if type(request) is Request else _request(request)
         if type(num_new_tokens) is not int or num_new_tokens < 1:
             num_new_tokens = _int(num_new_tokens, "num_new_tokens", 1)
@@ -377,33 +399,19 @@ class CacheManager:
         num_slots = num_tokens + num_lookahead_tokens
         if num_slots > max_model_len:
             num_slots = max_model_len
-        # The decode fast path: the request's pages already cover every slot (one group that
-        # never drops pages, no hits, no DP arguments, keys owned by this object), so the
-        # coordinator has nothing to plan; `_allocate` would return no new page either.
-        held = self._solo_pages.get(request_id)
-        if (held is not None and num_slots <= len(held) * self._solo_page_size
-                and new_computed_pages is None and not num_new_computed_tokens
-                and dp_shard_hint is None and data_parallel_size is None
-                and self._key_owner.get(request_id, req) is req):
-            new: PageIds = ([],)
-        else:
-            planned = self._allocate(req, computed, num_slots, num_new_computed_tokens, new_computed_pages,
-                                     dp_shard_hint, data_parallel_size)
-            if planned is None:
-                return None
-            new = planned
+        new = self._allocate(req, num_slots, num_new_computed_tokens, new_computed_pages,
+                             dp_shard_hint, data_parallel_size)
+        if new is None:
+            return None
         if self.enable_caching and not delay_cache_pages:
             if num_tokens > len(req._tokens):
                 num_tokens = len(req._tokens)
             if num_tokens // self._key_page_size != self._cached_upto.get(request_id):
                 self._cache(req, num_tokens)
-        out = _new_object(CachePages)  # CachePages._of, inlined on the hot path
-        out.page_ids = new
-        out.page_pool = self.page_pool
-        return out
+        return CachePages._of(new, self.page_pool)
 
     def _allocate(
-        self, req: Request, computed: int, num_slots: int, num_new_computed_tokens: int,
+        self, req: Request, num_slots: int, num_new_computed_tokens: int,
         new_computed_pages: object, dp_shard_hint: object, data_parallel_size: object,
     ) -> PageIds | None:
         """The general allocation: resolve the shard, check the hits, let the coordinator plan
