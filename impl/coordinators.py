@@ -93,10 +93,13 @@ class CacheCoordinator:
         started from ``max_cache_hit_length`` rounded down to the lcm of the page sizes).
         """
         managers = self.single_type_managers
+        start = max_cache_hit_length // self._lcm_page_size * self._lcm_page_size
+        if len(managers) == 1 and managers[0].hit_is_stable and not self.use_eagle:
+            hits = managers[0].find_longest_cache_hit(keys, start, (0,), shard, dp)[0]  # its own fixed point
+            return (hits,), len(hits) * managers[0].page_size
         results: list[list[int]] = [[] for _ in managers]
         at = [-1] * len(managers)  # the max_length each group's result was computed with
-        length = self._fixed_point(keys, max_cache_hit_length // self._lcm_page_size * self._lcm_page_size,
-                                   shard, dp, results, at)
+        length = self._fixed_point(keys, start, shard, dp, results, at)
         if self.use_eagle and length > 0:
             length = self._fixed_point(keys, length - self._max_page_size, shard, dp, results, at)
         return tuple(results), length

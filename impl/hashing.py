@@ -151,6 +151,13 @@ def _mm_items(features: Any) -> list[MMFeature]:
     return items
 
 
+class CheckedTokens:
+    """Marker base of request types whose ``all_token_ids`` are always ints in ``[0, 2**64)``
+    (`verikv.Request` checks them on entry), so hashing need not check them again."""
+
+    __slots__ = ()
+
+
 class PageHasher:
     """Computes chained page keys with one scheme and one per-instance seed.
 
@@ -239,9 +246,12 @@ class PageHasher:
         if first == last:
             return []
         ids = tokens[first * ps:last * ps]
-        packed = _token_array(ids)  # also validates the tokens (ints in [0, 2**64)) for every scheme
         tuple_hash = self._tuple_hash
-        data = packed.tobytes() if tuple_hash is None else b""
+        data = b""
+        if tuple_hash is None:
+            data = _token_array(ids).tobytes()  # validates (ints in [0, 2**64)) and encodes
+        elif not isinstance(request, CheckedTokens):
+            _token_array(ids)  # the same validation for every scheme
         extra = None if _plain(request) else _ExtraKeys(request)
         all_ids = ids if type(ids) is tuple else tuple(ids)
         if value is None:
@@ -249,6 +259,12 @@ class PageHasher:
         out: list[PageHash] = []
         append = out.append
         make = tuple.__new__  # PageHash(...) without the NamedTuple's Python __new__
+        if tuple_hash is not None and extra is None:  # the common builtin case, specialised
+            for begin in range(0, len(all_ids), ps):
+                page_ids = all_ids[begin:begin + ps]
+                value = tuple_hash((value, page_ids, None))
+                append(make(PageHash, (value, page_ids, None)))
+            return out
         digest = self._digest
         width = 8 * ps
         for k in range(last - first):

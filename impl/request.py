@@ -21,7 +21,7 @@ from typing import overload
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import InvalidArgumentError
-from verikv.hashing import TOKEN_ID_LIMIT, MMFeature
+from verikv.hashing import TOKEN_ID_LIMIT, CheckedTokens, MMFeature
 
 
 class RequestStatus(enum.IntEnum):
@@ -119,7 +119,7 @@ def _checked_features(features: object, num_prompt_tokens: int) -> tuple[MMFeatu
     return tuple(sorted(out, key=lambda f: f.offset))
 
 
-class Request:
+class Request(CheckedTokens):
     """A generation request: prompt, generated tokens, progress, status, cache identity.
 
     ``num_computed_tokens`` is set by the scheduler (tokens whose KV is in the cache or being
