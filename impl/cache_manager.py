@@ -36,6 +36,10 @@ class CachePages:
 
     Returned by `CacheManager.get_computed_pages` (prefix hits) and
     `CacheManager.allocate_slots` (the new pages); hits go back into ``allocate_slots``.
+    ``page_ids`` holds one id sequence per group: lists, except in the manager's shared
+    "no new page" result of a decode step, whose groups are empty tuples (as vLLM's
+    ``empty_kv_cache_blocks``: it cannot be changed through one result and seen in another).
+    `get_page_ids` always returns fresh lists.
     """
 
     __slots__ = ("page_ids", "page_pool")
@@ -92,7 +96,7 @@ class CachePages:
                 f"cannot add CachePages of {len(self.page_ids)} and {len(other.page_ids)} groups")
         if self.page_pool is not None and other.page_pool is not None and self.page_pool is not other.page_pool:
             raise ForeignPageError("cannot add CachePages of two different pools")
-        return CachePages._of(tuple(a + b for a, b in zip(self.page_ids, other.page_ids)),
+        return CachePages._of(tuple([*a, *b] for a, b in zip(self.page_ids, other.page_ids)),
                               self.page_pool if self.page_pool is not None else other.page_pool)
 
     def new_empty(self) -> CachePages:
@@ -106,17 +110,16 @@ class CachePages:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CachePages):
             return NotImplemented
-        return self.page_ids == other.page_ids
+        return self.get_page_ids() == other.get_page_ids()
 
     __hash__ = None  # type: ignore[assignment]  # holds mutable lists
 
     def __repr__(self) -> str:
-        return f"CachePages({self.page_ids!r})"
+        return f"CachePages({self.get_page_ids()!r})"
 
 
 _PREEMPTED = RequestStatus.PREEMPTED
 _ZERO = 0  # `x is _ZERO`: x is the plain int 0 (a fast-path guard; anything else takes the checked path)
-_new_object = object.__new__
 _INTS = {int}
 
 
@@ -186,6 +189,8 @@ class CacheManager:
         #: fast path (a single group that never drops pages), else an empty dict (never taken)
         self._solo_pages: dict[str, list[int]] = {} if solo is None else solo.req_to_pages
         self._solo_page_size = 0 if solo is None else solo.page_size
+        #: the fast path's result: no new page, shared and immutable
+        self._no_new_page = CachePages._of(((),), self.page_pool)  # type: ignore[arg-type]  # immutable groups
         self._keys: dict[str, list[PageHash]] = {}
         self._key_owner: dict[str, Request] = {}  # whose tokens each key list describes
         self._shards: dict[str, int | None] = {}  # request with pages -> its DP shard (None: whole pool)
@@ -373,10 +378,7 @@ class CacheManager:
                         num_tokens = len(request._tokens)
                     if num_tokens // self._key_page_size != self._cached_upto.get(request_id):
                         self._cache(request, num_tokens)
-                out = _new_object(CachePages)  # CachePages._of, inlined on the hot path
-                out.page_ids = ([],)
-                out.page_pool = self.page_pool
-                return out
+                return self._no_new_page
         req = request if type(request) is Request else _request(request)
         if type(num_new_tokens) is not int or num_new_tokens < 1:
             num_new_tokens = _int(num_new_tokens, "num_new_tokens", 1)

@@ -352,3 +352,19 @@ def test_a_lookup_result_is_rechecked_once_it_may_be_stale():
     assert m.page_pool.free_list_ids() == before and m.request_ids() == []
     hits, n = m.get_computed_pages(r)
     assert n == 0
+
+
+def test_the_shared_no_new_page_result_cannot_be_changed():
+    m = manager()
+    r = Request("a", list(range(6)))
+    admit(m, r)
+    r.append_output_token_ids([6])
+    first = m.allocate_slots(r, 1)  # page 2 still has room: no new page
+    assert first.get_page_ids() == ([],) and first == CachePages([[]], m.page_pool)
+    with pytest.raises(AttributeError):
+        first.page_ids[0].append(5)  # type: ignore[attr-defined]
+    first.get_page_ids()[0].append(5)  # a copy
+    r.num_computed_tokens += 1
+    r.append_output_token_ids([7])
+    assert m.allocate_slots(r, 1).get_page_ids() == ([],)
+    assert first + CachePages([[3]]) == CachePages([[3]]) and repr(first) == "CachePages(([],))"
