@@ -38,8 +38,7 @@ UNLINKED = -1
 class PageRecords:
     """Per-page reference counts and content keys, indexed by page id.
 
-    ``ref`` and ``key`` are flat sequences (an ``array('i')`` and a list for a pool, dicts
-    for a lone page). ``null_id`` is the null page's id (or ``None``); ``queue`` is the free
+    ``ref`` and ``key`` are flat sequences (two lists for a pool, dicts for a lone page). ``null_id`` is the null page's id (or ``None``); ``queue`` is the free
     queue the pages are linked in, if any. ``owned`` marks a pool's table: its views are
     read-only, because the pool keeps its cached map and free lists consistent with them.
     """
@@ -61,7 +60,7 @@ class PageRecords:
 
         ``owned=True`` is for a `PagePool`'s own table (read-only views and queue).
         """
-        return cls(int_array(np.zeros(num_pages, dtype=np.intc)), [None] * num_pages, 0, owned=owned)
+        return cls([0] * num_pages, [None] * num_pages, 0, owned=owned)
 
 
 def int_array(values: np.ndarray) -> array:

@@ -6,7 +6,7 @@ allocate = `get_new_page_ids`, touch = `touch_ids`, free = `free_page_ids`, cach
 as thin wrappers. Every method validates its whole input before changing anything, so a
 raised error (from `verikv.errors`) means the pool is unchanged.
 
-Representation (docs/architecture.md): per-page ``ref`` (``array('i')``) and ``key`` (list)
+Representation (docs/architecture.md): per-page ``ref`` and ``key`` lists
 indexed by id, the free list as flat links, and the cached map ``key -> id`` (promoted to an
 insertion-ordered ``dict`` of ids when several pages hold equal content). Data-parallel
 shards get their own free sub-lists, built on the first shard-aware call and kept in the
