@@ -193,6 +193,8 @@ class CacheCoordinator:
                     pool.touch_ids(hits)
             for m, hits in zip(managers, new_computed_pages):
                 m.save_new_computed_pages(request_id, hits)
+        if len(managers) == 1:
+            return (managers[0].allocate_new_pages(request_id, num_slots, shard, dp),)
         return tuple([m.allocate_new_pages(request_id, num_slots, shard, dp) for m in managers])
 
     def remove_skipped_pages(self, request_id: str, num_computed_tokens: int) -> None:

@@ -174,7 +174,7 @@ class SingleTypeCacheManager:
         if pages is None:
             pages = self.req_to_pages[request_id] = []
             self.num_cached_page[request_id] = 0
-        need = cdiv(num_tokens, self.page_size) - len(pages)
+        need = -(-num_tokens // self.page_size) - len(pages)  # cdiv, inlined on the decode path
         if need <= 0:
             return []
         new = self.page_pool.get_new_page_ids(need, dp_shard_hint=shard, data_parallel_size=dp)
