@@ -252,7 +252,7 @@ class PagePool:
         longest run of leading hits (one call per prefix lookup instead of one per page).
         Statistics count one query per key looked up, as per-key `lookup_id` calls would.
         """
-        bounds = self._shard_bounds(dp_shard_hint, data_parallel_size)
+        bounds = None if data_parallel_size is None else self._shard_bounds(dp_shard_hint, data_parallel_size)
         keys = keys if type(keys) is list else list(keys)
         try:
             found: list[Any] = list(takewhile(_is_entry, map(self._cached.get, keys)))  # C speed
