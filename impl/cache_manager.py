@@ -195,10 +195,8 @@ class CacheManager:
         self._key_owner: dict[str, Request] = {}  # whose tokens each key list describes
         self._shards: dict[str, int | None] = {}  # request with pages -> its DP shard (None: whole pool)
         self._cached_upto: dict[str, int] = {}  # request -> key pages its last caching covered
-        #: request -> its last lookup: (result, pool key_version, hit tokens, shard, copy of the
-        #: ids, key stamps of the first group's pages when that group is the only one, full attention)
-        self._last_hits: dict[str, tuple[CachePages, int, int, int | None, PageIds, list[int] | None]] = {}
-        self._solo_full = solo is not None and solo.kind == "full" and not use_eagle
+        #: request -> its last lookup: (result, pool key_version, hit tokens, shard, copy of the ids)
+        self._last_hits: dict[str, tuple[CachePages, int, int, int | None, PageIds]] = {}
         #: DP size the shards are cut for (1: no DP); calls may only ask for this size
         self.data_parallel_size: int = dp_size
         self.prefix_cache_stats = PrefixCacheStats()
@@ -309,19 +307,12 @@ class CacheManager:
         if not self.enable_caching or req.prompt_logprobs:
             return self.create_empty_page_list(), 0
         keys = self._extend_keys(req, None) if self._caching_key_size else []
-        num_tokens = len(req._tokens)
-        pool = self.page_pool
-        known = None  # the previous hits, if every page kept the key it had then (one full group)
-        last = self._last_hits.get(req.request_id)
-        if self._solo_full and last is not None and last[3] == shard and last[4][0] and pool.key_stamps(last[4][0]) == last[5]:
-            known = last[4][0]
-        hits, length = self.coordinator.find_longest_cache_hit(keys, num_tokens - 1, shard, dp, known)
+        hits, length = self.coordinator.find_longest_cache_hit(keys, req.num_tokens - 1, shard, dp)
         self._share_keys(keys, hits)
-        self.prefix_cache_stats.record(num_tokens, length)
-        result = CachePages._of(hits, pool)
-        snapshot = tuple(map(list, hits))
-        self._last_hits[req.request_id] = (result, pool.key_version, length, shard, snapshot,
-                                           pool.key_stamps(snapshot[0]) if self._solo_full else None)
+        self.prefix_cache_stats.record(req.num_tokens, length)
+        result = CachePages._of(hits, self.page_pool)
+        self._last_hits[req.request_id] = (result, self.page_pool.key_version, length, shard,
+                                           tuple([list(ids) for ids in hits]))
         return result, length
 
     def _share_keys(self, keys: list[PageHash], hits: PageIds) -> None:

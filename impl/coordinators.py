@@ -85,25 +85,18 @@ class CacheCoordinator:
     # ---- lookups --------------------------------------------------------------------------
 
     def find_longest_cache_hit(
-        self, keys: Sequence[PageHash], max_cache_hit_length: int, shard: int | None = None, dp: int | None = None,
-        known: Sequence[int] | None = None,
+        self, keys: Sequence[PageHash], max_cache_hit_length: int, shard: int | None = None, dp: int | None = None
     ) -> tuple[PageIds, int]:
         """Hit pages per group and the hit length in tokens (a multiple of every page size).
 
         Every group accepts exactly the returned length (fixed point of the per-group rules,
         started from ``max_cache_hit_length`` rounded down to the lcm of the page sizes).
-        ``known``: for a single full-attention group only, pages still known to be the first
-        hits (see `FullAttentionManager.find_longest_cache_hit`); None otherwise.
         """
         managers = self.single_type_managers
         start = max_cache_hit_length // self._lcm_page_size * self._lcm_page_size
         if len(managers) == 1 and managers[0].hit_is_stable and not self.use_eagle:
-            manager = managers[0]
-            if known is None:
-                hits = manager.find_longest_cache_hit(keys, start, (0,), shard, dp)[0]  # its own fixed point
-            else:
-                hits = manager.find_longest_cache_hit(keys, start, (0,), shard, dp, known=known)[0]  # type: ignore[call-arg]
-            return (hits,), len(hits) * manager.page_size
+            hits = managers[0].find_longest_cache_hit(keys, start, (0,), shard, dp)[0]  # its own fixed point
+            return (hits,), len(hits) * managers[0].page_size
         results: list[list[int]] = [[] for _ in managers]
         at = [-1] * len(managers)  # the max_length each group's result was computed with
         length = self._fixed_point(keys, start, shard, dp, results, at)
@@ -247,8 +240,7 @@ class CacheCoordinatorNoPrefixCache(CacheCoordinator):
     """Prefix caching off: lookups never hit and nothing is cached; any groups are allowed."""
 
     def find_longest_cache_hit(
-        self, keys: Sequence[PageHash], max_cache_hit_length: int, shard: int | None = None, dp: int | None = None,
-        known: Sequence[int] | None = None,
+        self, keys: Sequence[PageHash], max_cache_hit_length: int, shard: int | None = None, dp: int | None = None
     ) -> tuple[PageIds, int]:
         """No hit: one empty list per group, 0 tokens."""
         return tuple([] for _ in self.single_type_managers), 0

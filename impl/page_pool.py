@@ -79,7 +79,6 @@ class PagePool:
         #: bumped whenever the cached map changes (a key registered or evicted, a reset), so a
         #: lookup result computed at one value is still the result while the value is unchanged
         self.key_version = 0
-        self._stamp = [0] * n  # per page: the key_version that registered its key (0: no key)
         self._events: EventLog | None = EventLog() if enable_kv_events else None
 
     # --- introspection (read-only; the abstraction protocol of verikv.spec.abstraction) ----
@@ -103,15 +102,6 @@ class PagePool:
     def cached_items(self) -> list[tuple[Hashable, tuple[int, ...]]]:
         """Every ``(key, page ids)`` entry of the cached map, ids oldest first. O(cached pages)."""
         return [(key, _ids_of(entry)) for key, entry in self._cached.items()]
-
-    def key_stamps(self, page_ids: Sequence[int]) -> list[int]:
-        """Per page, the `key_version` value at which its current key was registered (0: no
-        key). Each registration gets a new value, so a page whose stamp is unchanged has kept
-        its key since, and is still the oldest page holding it if it was then."""
-        ids = page_ids if type(page_ids) is list else list(page_ids)
-        if not self._all_in_range(ids):
-            self._check_in_range(ids)  # raises the precise error
-        return list(map(self._stamp.__getitem__, ids))
 
     def count_free_ids(self, page_ids: Sequence[int]) -> int:
         """How many of ``page_ids`` are free (ref 0); the null page never counts."""
@@ -292,11 +282,10 @@ class PagePool:
         if held > 0:
             _log.warning("Failed to reset the prefix cache: %d pages are still held", held)
             return False
-        key, stamp = self._key, self._stamp
+        key = self._key
         for entry in self._cached.values():
             for pid in _ids_of(entry):
                 key[pid] = None
-                stamp[pid] = 0
         self._cached.clear()
         self.key_version += 1
         self.prefix_cache_stats.reset = True
@@ -454,7 +443,6 @@ class PagePool:
         """Give ``pid`` the key ``key``, whose current cached-map entry is ``entry``."""
         self._key[pid] = key
         self.key_version += 1
-        self._stamp[pid] = self.key_version
         if entry is None:
             self._cached[key] = pid
         elif type(entry) is int:
@@ -468,7 +456,6 @@ class PagePool:
         """Remove ``pid`` from the cached map and forget its key."""
         key = self._key[pid]
         self.key_version += 1
-        self._stamp[pid] = 0
         entry = self._cached.pop(key)
         if type(entry) is not int:  # equal pages: put the others back
             del entry[pid]

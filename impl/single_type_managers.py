@@ -235,24 +235,13 @@ class FullAttentionManager(SingleTypeCacheManager):
         group_ids: Sequence[int],
         shard: int | None = None,
         dp: int | None = None,
-        *,
-        known: Sequence[int] | None = None,
     ) -> tuple[list[int], ...]:
-        """Longest run of consecutive hits from page 0 (the first-inserted page per key).
-
-        ``known`` (one group only): pages that are still the hits of the first ``len(known)``
-        positions under this shard (the caller checked that none lost its key since an
-        earlier lookup); the walk resumes after them instead of looking them up again.
-        """
+        """Longest run of consecutive hits from page 0 (the first-inserted page per key)."""
         n = self._max_hit_pages(keys, max_length)
         stride = self._stride
         if len(group_ids) == 1:  # plain (key, gid) tuples equal and hash as PageHashWithGroupId
-            head = list(known[:n]) if known else []
-            if known and len(known) >= n:
-                return (head,)  # every position within max_length is a known hit
-            probes = list(zip(keys[(len(head) + 1) * stride - 1:n * stride:stride], repeat(group_ids[0])))
-            found = self.page_pool.lookup_run_ids(probes, dp_shard_hint=shard, data_parallel_size=dp)
-            return (head + found if head else found,)
+            probes = list(zip(keys[stride - 1:n * stride:stride], repeat(group_ids[0])))
+            return (self.page_pool.lookup_run_ids(probes, dp_shard_hint=shard, data_parallel_size=dp),)
         result: tuple[list[int], ...] = tuple([] for _ in group_ids)
         for j in range(n):
             found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)

@@ -368,26 +368,3 @@ def test_the_shared_no_new_page_result_cannot_be_changed():
     r.append_output_token_ids([7])
     assert m.allocate_slots(r, 1).get_page_ids() == ([],)
     assert first + CachePages([[3]]) == CachePages([[3]]) and repr(first) == "CachePages(([],))"
-
-
-def test_a_retried_lookup_resumes_only_from_hits_that_kept_their_keys():
-    # A retry reuses its previous hits only while each page keeps the key registration it had
-    # (pool.key_stamps); an evicted or reset page sends the walk back to page 0.
-    m = manager(8)
-    first = Request("a", list(range(12)))
-    admit(m, first)
-    m.free(first)  # free list 4,5,6,7,3,2,1: pages 1-3 cached
-    r = Request("b", list(range(12)))
-    assert m.get_computed_pages(r)[0].get_page_ids() == ([1, 2],)
-    hog = Request("hog", list(range(100, 120)))
-    assert m.allocate_slots(hog, 20).get_page_ids() == ([4, 5, 6, 7, 3],)  # evicts page 3 only
-    assert m.get_computed_pages(r)[0].get_page_ids() == ([1, 2],)
-    hog.num_computed_tokens = 20
-    assert m.allocate_slots(hog, 4).get_page_ids() == ([2],)  # evicts page 2
-    hits, n = m.get_computed_pages(r)
-    assert hits.get_page_ids() == ([1],) and n == 4
-    m.free(hog)
-    assert m.get_computed_pages(r)[1] == 4
-    assert m.reset_prefix_cache()
-    assert m.get_computed_pages(r) == (CachePages([[]], m.page_pool), 0)
-    assert len(admit(m, r).get_page_ids()[0]) == 3  # no hit after the reset: three new pages

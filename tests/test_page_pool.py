@@ -360,21 +360,3 @@ def test_key_version_moves_exactly_when_the_cached_map_changes() -> None:
     assert pool.reset_prefix_cache()
     seen.append(pool.key_version)
     assert seen[0] < seen[1] == seen[2] < seen[3] < seen[4]
-
-
-def test_key_stamps_name_each_key_registration() -> None:
-    pool = PagePool(4)
-    a, b = pool.get_new_page_ids(2)
-    assert pool.key_stamps([a, b]) == [0, 0]
-    pool.cache_page_id(a, key(0))
-    pool.cache_page_id(b, key(1))
-    first = pool.key_stamps([a, b])
-    assert 0 < first[0] < first[1] == pool.key_version
-    pool.free_page_ids([a, b])
-    pool.touch_ids([b])
-    assert pool.key_stamps([a, b]) == first  # refs and free-list moves keep the registration
-    pool.get_new_page_ids(2)  # page 3, then page a (evicted)
-    assert pool.key_stamps([a, b]) == [0, first[1]]
-    pool.free_page_ids([b])
-    with pytest.raises(ForeignPageError):
-        pool.key_stamps([4])
