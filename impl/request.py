@@ -16,7 +16,7 @@ import enum
 import numbers
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from operator import countOf
+from operator import attrgetter, countOf
 from typing import overload
 
 from verikv.dp_sharding import checked_int
@@ -174,10 +174,8 @@ class Request(CheckedTokens):
         self.prompt_logprobs = prompt_logprobs
         self._view = TokenView(tokens)
 
-    @property
-    def all_token_ids(self) -> TokenView:
-        """Prompt followed by the generated tokens, as a read-only view."""
-        return self._view
+    # Hot getters are C-level attrgetters (no Python frame): schedulers read them every step.
+    all_token_ids = property(attrgetter("_view"), doc="Prompt followed by the generated tokens, as a read-only view.")
 
     @property
     def prompt_token_ids(self) -> TokenView:
@@ -204,29 +202,23 @@ class Request(CheckedTokens):
         """Number of generated tokens."""
         return len(self._tokens) - self._num_prompt_tokens
 
-    @property
-    def num_computed_tokens(self) -> int:
-        """Tokens whose KV is computed (or scheduled this step); set by the scheduler."""
-        return self._num_computed_tokens
-
-    @num_computed_tokens.setter
-    def num_computed_tokens(self, value: int) -> None:
+    def _set_num_computed_tokens(self, value: int) -> None:
         if type(value) is not int:
             value = checked_int(value, "num_computed_tokens")
         if value < 0:
             raise InvalidArgumentError(f"num_computed_tokens must be >= 0, got {value}")
         self._num_computed_tokens = value
 
-    @property
-    def status(self) -> RequestStatus:
-        """Where the request is in its lifecycle."""
-        return self._status
+    num_computed_tokens = property(
+        attrgetter("_num_computed_tokens"), _set_num_computed_tokens,
+        doc="Tokens whose KV is computed (or scheduled this step); set by the scheduler (validated).")
 
-    @status.setter
-    def status(self, value: RequestStatus) -> None:
+    def _set_status(self, value: RequestStatus) -> None:
         if not isinstance(value, RequestStatus):
             raise InvalidArgumentError(f"status must be a RequestStatus, got {value!r}")
         self._status = value
+
+    status = property(attrgetter("_status"), _set_status, doc="Where the request is in its lifecycle (validated).")
 
     def is_finished(self) -> bool:
         """True once the request reached a FINISHED_* status."""
