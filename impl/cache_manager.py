@@ -28,7 +28,7 @@ from verikv.free_queue import CachePage
 from verikv.hashing import PageHash, PageHasher
 from verikv.page_pool import PagePool
 from verikv.request import Request, RequestStatus
-from verikv.single_type_managers import NULL_PAGE
+from verikv.single_type_managers import NULL_PAGE, SingleTypeCacheManager
 
 
 class CachePages:
@@ -189,6 +189,10 @@ class CacheManager:
         #: fast path (a single group that never drops pages), else an empty dict (never taken)
         self._solo_pages: dict[str, list[int]] = {} if solo is None else solo.req_to_pages
         self._solo_page_size = 0 if solo is None else solo.page_size
+        #: what `_cache` asks for keys_needed / cache_pages: with caching on and one group, that
+        #: group's manager directly (the coordinator would only loop over it)
+        self._cacher: CacheCoordinator | SingleTypeCacheManager = (
+            managers[0] if len(managers) == 1 and self.enable_caching else coordinator)
         #: the fast path's result: no new page, shared and immutable
         self._no_new_page = CachePages._of(((),), self.page_pool)  # type: ignore[arg-type]  # immutable groups
         self._keys: dict[str, list[PageHash]] = {}
@@ -307,12 +311,12 @@ class CacheManager:
         if not self.enable_caching or req.prompt_logprobs:
             return self.create_empty_page_list(), 0
         keys = self._extend_keys(req, None) if self._caching_key_size else []
-        hits, length = self.coordinator.find_longest_cache_hit(keys, req.num_tokens - 1, shard, dp)
+        num_tokens = len(req._tokens)
+        hits, length = self.coordinator.find_longest_cache_hit(keys, num_tokens - 1, shard, dp)
         self._share_keys(keys, hits)
-        self.prefix_cache_stats.record(req.num_tokens, length)
+        self.prefix_cache_stats.record(num_tokens, length)
         result = CachePages._of(hits, self.page_pool)
-        self._last_hits[req.request_id] = (result, self.page_pool.key_version, length, shard,
-                                           tuple([list(ids) for ids in hits]))
+        self._last_hits[req.request_id] = (result, self.page_pool.key_version, length, shard, tuple(map(list, hits)))
         return result, length
 
     def _share_keys(self, keys: list[PageHash], hits: PageIds) -> None:
@@ -508,12 +512,12 @@ class CacheManager:
         group has a new full page (every page size is a multiple of the key page size), so the
         decode path skips the call entirely.
         """
-        coordinator = self.coordinator
-        needed = coordinator.keys_needed(num_tokens)
+        target = self._cacher  # the one group's manager, or the coordinator (same two methods)
+        needed = target.keys_needed(num_tokens)
         keys = self._keys.get(req.request_id)
         if keys is None or len(keys) < needed:
             keys = self._extend_keys(req, needed)
-        coordinator.cache_pages(req.request_id, keys, num_tokens)
+        target.cache_pages(req.request_id, keys, num_tokens)
         self._cached_upto[req.request_id] = num_tokens // self._key_page_size
 
     def cache_pages(self, request: Request, num_computed_tokens: int) -> None:
