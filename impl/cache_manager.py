@@ -118,6 +118,17 @@ class CachePages:
         return f"CachePages({self.get_page_ids()!r})"
 
 
+class _NoNewPages(CachePages):
+    """The decode fast path's result, shared by every call: one group, no new page. Its
+    group is an empty tuple, so it cannot be changed through one result and seen in another."""
+
+    __slots__ = ()
+
+    def get_page_ids(self) -> tuple[list[int], ...]:
+        """``([],)``: a fresh empty list."""
+        return ([],)
+
+
 _PREEMPTED = RequestStatus.PREEMPTED
 _ZERO = 0  # `x is _ZERO`: x is the plain int 0 (a fast-path guard; anything else takes the checked path)
 _INTS = {int}
@@ -136,6 +147,25 @@ def _request(request: object) -> Request:
     if not isinstance(request, Request):
         raise InvalidArgumentError(f"expected a verikv.Request, got {type(request).__name__}")
     return request
+
+
+class _Held:
+    """What the manager keeps for one request while it holds pages.
+
+    ``request`` is the `Request` object that took them (one id names one live object);
+    ``shard`` the DP shard they come from (None: the whole pool); ``cache_at`` the token count
+    at which caching is next due (the end of the first key page not yet covered by a caching
+    call; it never decreases); ``capacity`` the slots its pages cover, capped at
+    ``max_model_len``, for the one-group decode fast path (-1 on other layouts).
+    """
+
+    __slots__ = ("request", "shard", "cache_at", "capacity")
+
+    def __init__(self, request: Request, shard: int | None, cache_at: int, capacity: int) -> None:
+        self.request = request
+        self.shard = shard
+        self.cache_at = cache_at
+        self.capacity = capacity
 
 
 class CacheManager:
@@ -184,21 +214,21 @@ class CacheManager:
         self._page_sizes = tuple(g.kv_cache_spec.page_size for g in self.kv_cache_groups)
         self._windowed_groups = tuple(m.frees_skipped_pages for m in coordinator.single_type_managers)
         managers = coordinator.single_type_managers
-        solo = managers[0] if len(managers) == 1 and not managers[0].frees_skipped_pages else None
-        #: the one group's page lists and page size when `allocate_slots` may take its decode
-        #: fast path (a single group that never drops pages), else an empty dict (never taken)
-        self._solo_pages: dict[str, list[int]] = {} if solo is None else solo.req_to_pages
-        self._solo_page_size = 0 if solo is None else solo.page_size
+        #: the one group's manager when `allocate_slots` may take its decode fast path (a single
+        #: group that never drops pages), else None; its page size (0 when None)
+        self._solo = managers[0] if len(managers) == 1 and not managers[0].frees_skipped_pages else None
+        self._solo_page_size = 0 if self._solo is None else self._solo.page_size
+        #: `_Held.cache_at` that is never reached (caching off): beyond every possible token count
+        self._never = self.max_model_len + 1
         #: what `_cache` asks for keys_needed / cache_pages: with caching on and one group, that
         #: group's manager directly (the coordinator would only loop over it)
         self._cacher: CacheCoordinator | SingleTypeCacheManager = (
             managers[0] if len(managers) == 1 and self.enable_caching else coordinator)
         #: the fast path's result: no new page, shared and immutable
-        self._no_new_page = CachePages._of(((),), self.page_pool)  # type: ignore[arg-type]  # immutable groups
+        self._no_new_page = _NoNewPages._of(((),), self.page_pool)  # type: ignore[arg-type]  # immutable groups
         self._keys: dict[str, list[PageHash]] = {}
         self._key_owner: dict[str, Request] = {}  # whose tokens each key list describes
-        self._shards: dict[str, int | None] = {}  # request with pages -> its DP shard (None: whole pool)
-        self._cached_upto: dict[str, int] = {}  # request -> key pages its last caching covered
+        self._held: dict[str, _Held] = {}  # the requests that hold pages
         #: request -> its last lookup: (result, pool key_version, hit tokens, shard, copy of the ids)
         self._last_hits: dict[str, tuple[CachePages, int, int, int | None, PageIds]] = {}
         #: DP size the shards are cut for (1: no DP); calls may only ask for this size
@@ -242,8 +272,9 @@ class CacheManager:
         ``dp_shard_hint % dp`` when the call's DP is active (``data_parallel_size > 1`` divides
         ``num_pages``; it must then equal the construction value), else (None, None).
         The arguments are validated in every case, before any change."""
+        held = self._held.get(request_id)
         if dp_shard_hint is None and data_parallel_size is None:  # the common call: no DP arguments
-            shard = self._shards.get(request_id)
+            shard = None if held is None else held.shard
             return shard, (None if shard is None else self.data_parallel_size)
         hint = None if dp_shard_hint is None else checked_int(dp_shard_hint, "dp_shard_hint")
         shard = None
@@ -255,23 +286,23 @@ class CacheManager:
                         f"data_parallel_size {dp} differs from this manager's {self.data_parallel_size}")
                 if hint is not None:
                     shard = hint % dp
-        if request_id in self._shards:
-            shard = self._shards[request_id]
+        if held is not None:
+            shard = held.shard
         return shard, (None if shard is None else self.data_parallel_size)
 
     # ---- request identity -------------------------------------------------------------------
 
     def _stale_keys(self, req: Request) -> bool:
         """True if the id's key list was computed for another `Request` object (a reused id),
-        so it must be dropped before use. Raises if that other request still holds pages:
-        one id cannot name two live requests. Pure."""
-        owner = self._key_owner.get(req.request_id)
-        if owner is None or owner is req:
-            return False
-        if req.request_id in self._shards:
+        so it must be dropped before use. Raises if another object holds pages under the id:
+        one id cannot name two live requests (so while pages are held, their holder owns the
+        id's keys, if any). Pure."""
+        held = self._held.get(req.request_id)
+        if held is not None and held.request is not req:
             raise InvalidArgumentError(
                 f"request id {req.request_id!r} belongs to another Request object that holds pages")
-        return True
+        owner = self._key_owner.get(req.request_id)
+        return owner is not None and owner is not req
 
     def _drop_keys(self, request_id: str) -> None:
         self._keys.pop(request_id, None)
@@ -306,7 +337,7 @@ class CacheManager:
         if req._status > _PREEMPTED:
             raise InvalidArgumentError(f"request {req.request_id!r} is finished")
         shard, dp = self._shard_of(req.request_id, dp_shard_hint, data_parallel_size)
-        if self._key_owner.get(req.request_id, req) is not req and self._stale_keys(req):
+        if self._stale_keys(req):
             self._drop_keys(req.request_id)
         if not self.enable_caching or req.prompt_logprobs:
             return self.create_empty_page_list(), 0
@@ -368,21 +399,31 @@ class CacheManager:
         if (new_computed_pages is None and num_new_computed_tokens is _ZERO and num_lookahead_tokens is _ZERO
                 and delay_cache_pages is False and dp_shard_hint is None and data_parallel_size is None
                 and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
-            # The decode fast path: every argument is in its plain form and the request's pages
-            # already cover the slots (one group that never drops pages, keys owned by this
-            # object), so the general path below would plan nothing and allocate no page.
-            request_id = request.request_id
-            held = self._solo_pages.get(request_id)
-            num_tokens = request._num_computed_tokens + num_new_tokens
-            if (held is not None and num_tokens <= len(held) * self._solo_page_size
-                    and num_tokens <= self.max_model_len and request._status <= _PREEMPTED
-                    and self._key_owner.get(request_id, request) is request):
-                if self.enable_caching:
-                    if num_tokens > len(request._tokens):
-                        num_tokens = len(request._tokens)
-                    if num_tokens // self._key_page_size != self._cached_upto.get(request_id):
-                        self._cache(request, num_tokens)
-                return self._no_new_page
+            # The decode fast path: every argument is in its plain form, one group that never
+            # drops pages (else capacity is -1), and this object holds pages that already cover
+            # the slots, or one more page from the whole pool does. The general path would plan
+            # exactly that: no page, or that one page (it fits: one is free).
+            held = self._held.get(request.request_id)
+            if held is not None and held.request is request and request._status <= _PREEMPTED:
+                num_tokens = request._num_computed_tokens + num_new_tokens
+                if num_tokens <= held.capacity:
+                    if num_tokens >= held.cache_at and len(request._tokens) >= held.cache_at:
+                        self._cache(request, min(num_tokens, len(request._tokens)))
+                    return self._no_new_page
+                if (num_tokens <= held.capacity + self._solo_page_size and num_tokens <= self.max_model_len
+                        and held.shard is None and self.page_pool.get_num_free_pages()):
+                    result = CachePages._of((self._allocate_solo(held, num_tokens),), self.page_pool)
+                    if num_tokens >= held.cache_at and len(request._tokens) >= held.cache_at:
+                        self._cache(request, min(num_tokens, len(request._tokens)))
+                    return result
+        return self._allocate_slots(request, num_new_tokens, num_new_computed_tokens, new_computed_pages,
+                                    num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size)
+
+    def _allocate_slots(
+        self, request: object, num_new_tokens: object, num_new_computed_tokens: object, new_computed_pages: object,
+        num_lookahead_tokens: object, delay_cache_pages: object, dp_shard_hint: object, data_parallel_size: object,
+    ) -> CachePages | None:
+        """`allocate_slots` in general: validate every argument, allocate, cache."""
         req = request if type(request) is Request else _request(request)
         if type(num_new_tokens) is not int or num_new_tokens < 1:
             num_new_tokens = _int(num_new_tokens, "num_new_tokens", 1)
@@ -409,12 +450,20 @@ class CacheManager:
                              dp_shard_hint, data_parallel_size)
         if new is None:
             return None
-        if self.enable_caching and not delay_cache_pages:
-            if num_tokens > len(req._tokens):
-                num_tokens = len(req._tokens)
-            if num_tokens // self._key_page_size != self._cached_upto.get(request_id):
+        held = self._held.get(request_id)
+        if held is not None and not delay_cache_pages:  # (no record: zero groups)
+            num_tokens = min(num_tokens, len(req._tokens))
+            if num_tokens >= held.cache_at:
                 self._cache(req, num_tokens)
         return CachePages._of(new, self.page_pool)
+
+    def _allocate_solo(self, held: _Held, num_tokens: int) -> list[int]:
+        """The one group's new pages for ``num_tokens`` slots (they fit), and the new capacity."""
+        solo: SingleTypeCacheManager = self._solo  # type: ignore[assignment]
+        request_id = held.request.request_id
+        new = solo.allocate_new_pages(request_id, num_tokens)
+        held.capacity = min(len(solo.req_to_pages[request_id]) * self._solo_page_size, self.max_model_len)
+        return new
 
     def _allocate(
         self, req: Request, num_slots: int, num_new_computed_tokens: int,
@@ -424,8 +473,7 @@ class CacheManager:
         and apply it; None (nothing changed) when it does not fit."""
         request_id = req.request_id
         shard, dp = self._shard_of(request_id, dp_shard_hint, data_parallel_size)
-        owner = self._key_owner.get(request_id)
-        stale = owner is not req and owner is not None and self._stale_keys(req)
+        stale = self._stale_keys(req)
         hits = None
         if new_computed_pages is not None or num_new_computed_tokens:
             if stale:
@@ -436,9 +484,12 @@ class CacheManager:
             return None
         if stale:
             self._drop_keys(request_id)
-        if request_id not in self._shards and self.kv_cache_groups:
-            self._shards[request_id] = shard
+        held = self._held.get(request_id)
+        if held is None and self.kv_cache_groups:
+            held = self._held[request_id] = _Held(req, shard, 0 if self.enable_caching else self._never, -1)
             self._last_hits.pop(request_id, None)  # hits are only taken first
+        if held is not None and self._solo is not None:
+            held.capacity = min(len(self._solo.req_to_pages[request_id]) * self._solo_page_size, self.max_model_len)
         return new
 
     def _checked_hits(
@@ -462,7 +513,7 @@ class CacheManager:
         request_id = req.request_id
         if not self.enable_caching:
             raise InvalidArgumentError("prefix caching is off: there can be no computed pages")
-        if request_id in self._shards:
+        if request_id in self._held:
             raise InvalidArgumentError(f"request {request_id!r} already holds pages; hits are only taken first")
         last = self._last_hits.get(request_id)
         if (last is not None and last[0] is pages and last[1] == self.page_pool.key_version
@@ -506,11 +557,12 @@ class CacheManager:
     # ---- caching and freeing ------------------------------------------------------------------
 
     def _cache(self, req: Request, num_tokens: int) -> None:
-        """Cache the request's full pages up to ``num_tokens`` tokens, extending its keys first.
+        """Cache the request's full pages up to ``num_tokens`` tokens (its held pages, caching
+        on), extending its keys first.
 
-        Remembers ``num_tokens // key_page_size`` per request: while that does not change, no
-        group has a new full page (every page size is a multiple of the key page size), so the
-        decode path skips the call entirely.
+        Then caching is next due at the end of the following key page (`_Held.cache_at`):
+        before that no group has a new full page (every page size is a multiple of the key page
+        size), so allocations skip the call.
         """
         target = self._cacher  # the one group's manager, or the coordinator (same two methods)
         needed = target.keys_needed(num_tokens)
@@ -518,13 +570,14 @@ class CacheManager:
         if keys is None or len(keys) < needed:
             keys = self._extend_keys(req, needed)
         target.cache_pages(req.request_id, keys, num_tokens)
-        self._cached_upto[req.request_id] = num_tokens // self._key_page_size
+        held = self._held[req.request_id]
+        held.cache_at = max(held.cache_at, (num_tokens // self._key_page_size + 1) * self._key_page_size)
 
     def cache_pages(self, request: Request, num_computed_tokens: int) -> None:
         """Register the request's full pages up to ``num_computed_tokens`` tokens (e.g. after a
         delayed allocation). A lower count than already cached is a no-op; no-op without caching."""
         req = _request(request)
-        if req.request_id not in self._shards:
+        if req.request_id not in self._held:
             raise UnknownRequestError(f"request {req.request_id!r} holds no pages")
         self._stale_keys(req)  # raises if the pages belong to another object with this id
         n = _int(num_computed_tokens, "num_computed_tokens", 0)
@@ -542,9 +595,7 @@ class CacheManager:
         """Release all the request's pages (each group last page first). Its keys are kept for
         a resumption (`free_page_hashes` drops them). No-op for a request without pages."""
         request_id = _request(request).request_id
-        if request_id in self._shards:
-            del self._shards[request_id]
-            self._cached_upto.pop(request_id, None)
+        if self._held.pop(request_id, None) is not None:
             self.coordinator.free(request_id)
 
     def free_page_hashes(self, request: Request) -> None:
@@ -566,7 +617,7 @@ class CacheManager:
         (cascade attention; 0 for windowed and Mamba groups). The request must be RUNNING."""
         req = _request(request)
         n = _int(num_running_requests, "num_running_requests", 1)
-        if req.request_id not in self._shards:
+        if req.request_id not in self._held:
             raise UnknownRequestError(f"request {req.request_id!r} holds no pages")
         if req.status is not RequestStatus.RUNNING:
             raise InvalidArgumentError(f"request {req.request_id!r} is {req.status.name}, not RUNNING")
@@ -585,11 +636,11 @@ class CacheManager:
 
     def request_ids(self) -> list[str]:
         """Ids of the requests that hold pages."""
-        return list(self._shards)
+        return list(self._held)
 
     def num_cached_pages(self, request_id: str) -> list[int]:
         """Per group, how many leading pages of the request are registered in the cache."""
-        if not isinstance(request_id, str) or request_id not in self._shards:
+        if not isinstance(request_id, str) or request_id not in self._held:
             raise UnknownRequestError(f"request {request_id!r} holds no pages")
         return [m.num_cached_page[request_id] for m in self.coordinator.single_type_managers]
 
@@ -608,6 +659,7 @@ class CacheManager:
 
     def request_shard(self, request_id: str) -> int | None:
         """The DP shard of a request that holds pages (None: the whole pool)."""
-        if not isinstance(request_id, str) or request_id not in self._shards:
+        held = self._held.get(request_id) if isinstance(request_id, str) else None
+        if held is None:
             raise UnknownRequestError(f"request {request_id!r} holds no pages")
-        return self._shards[request_id]
+        return held.shard

@@ -152,8 +152,11 @@ def _mm_items(features: Any) -> list[MMFeature]:
 
 
 class CheckedTokens:
-    """Marker base of request types whose ``all_token_ids`` are always ints in ``[0, 2**64)``
-    (`verikv.Request` checks them on entry), so hashing need not check them again."""
+    """Marker base of request types whose token ids are always ints in ``[0, 2**64)``
+    (`verikv.Request` checks them on entry), so hashing need not check them again.
+
+    Such a request keeps ``all_token_ids`` as the list ``_tokens`` (hashing reads it without
+    the view) and has the attributes ``lora_id``, ``cache_salt`` and ``mm_features``."""
 
     __slots__ = ()
 
@@ -229,7 +232,8 @@ class PageHasher:
         This is the incremental form: a manager hashes each page once as it fills.
         """
         ps = page_size if type(page_size) is int and page_size > 0 else checked_int(page_size, "page_size", minimum=1)
-        tokens = request.all_token_ids
+        checked = isinstance(request, CheckedTokens)
+        tokens = request._tokens if checked else request.all_token_ids
         full = len(tokens) // ps
         first = start if type(start) is int and start >= 0 else checked_int(start, "start", minimum=0)
         if stop is None:
@@ -250,25 +254,31 @@ class PageHasher:
         data = b""
         if tuple_hash is None:
             data = _token_array(ids).tobytes()  # validates (ints in [0, 2**64)) and encodes
-        elif not isinstance(request, CheckedTokens):
+        elif not checked:
             _token_array(ids)  # the same validation for every scheme
-        extra = None if _plain(request) else _ExtraKeys(request)
-        all_ids = ids if type(ids) is tuple else tuple(ids)
+        if checked:
+            plain = request.lora_id is None and request.cache_salt is None and not request.mm_features
+        else:
+            plain = _plain(request)
+        extra = None if plain else _ExtraKeys(request)
         if value is None:
             value = self.root
-        out: list[PageHash] = []
-        append = out.append
         make = tuple.__new__  # PageHash(...) without the NamedTuple's Python __new__
         if tuple_hash is not None and extra is None:  # the common builtin case, specialised
-            for begin in range(0, len(all_ids), ps):
-                page_ids = all_ids[begin:begin + ps]
+            if last - first == 1:  # one page (a decode step filled it)
+                page_ids = tuple(ids)
+                return [make(PageHash, (tuple_hash((value, page_ids, None)), page_ids, None))]
+            out: list[PageHash] = []
+            append = out.append
+            for page_ids in zip(*[iter(ids)] * ps):  # the page token tuples, sliced at C speed
                 value = tuple_hash((value, page_ids, None))
                 append(make(PageHash, (value, page_ids, None)))
             return out
+        out = []
+        append = out.append
         digest = self._digest
         width = 8 * ps
-        for k in range(last - first):
-            page_ids = all_ids[k * ps:(k + 1) * ps]
+        for k, page_ids in enumerate(zip(*[iter(ids)] * ps)):
             keys = None if extra is None else extra.for_page(first + k, ps)
             if tuple_hash is not None:
                 value = tuple_hash((value, page_ids, keys))

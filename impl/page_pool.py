@@ -227,14 +227,11 @@ class PagePool:
         """
         if key is None:
             raise InvalidArgumentError("a cache key cannot be None")
-        try:
-            entry = self._cached.get(key)  # hashes the key: rejects an unhashable one, changes nothing
-        except TypeError:
-            raise InvalidArgumentError(f"unhashable cache key {key!r}") from None
         if not (type(page_id) is int and 0 < page_id < self.num_pages and self.enable_caching
                 and self._key[page_id] is None):
+            _check_hashable(key)  # a bad key is reported before a bad page, as the spec orders them
             self._check_cacheable([page_id])  # raises the precise error
-        self._insert(page_id, key, entry)
+        self._insert(page_id, key)
 
     def lookup_id(self, key: Hashable, *, dp_shard_hint: int | None = None,
                   data_parallel_size: int | None = None) -> int | None:
@@ -362,7 +359,7 @@ class PagePool:
         for offset, pid in enumerate(ids, start=first):
             if pid != NULL_PAGE_ID:
                 key = PageHashWithGroupId(page_hashes[offset], kv_cache_group_id)
-                self._insert(pid, key, self._cached.get(key))
+                self._insert(pid, key)
 
     def make_prefix_cache_stats(self) -> PrefixCacheStats:
         """The lookup statistics since the last call (the counters restart)."""
@@ -439,16 +436,20 @@ class PagePool:
         if len(set(ids)) != len(ids):
             raise PageStateError("a page occurs twice in one caching call")
 
-    def _insert(self, pid: int, key: Hashable, entry: int | dict[int, None] | None) -> None:
-        """Give ``pid`` the key ``key``, whose current cached-map entry is ``entry``."""
+    def _insert(self, pid: int, key: Hashable) -> None:
+        """Give the keyless page ``pid`` the key ``key`` (`InvalidArgumentError`, nothing
+        changed, if the key is unhashable)."""
+        try:
+            entry = self._cached.setdefault(key, pid)  # hashes the key once
+        except TypeError:
+            raise InvalidArgumentError(f"unhashable cache key {key!r}") from None
+        if entry is not pid:  # equal pages already cached: ``pid`` joins them, last
+            if type(entry) is int:
+                self._cached[key] = {entry: None, pid: None}
+            else:
+                entry[pid] = None
         self._key[pid] = key
         self.key_version += 1
-        if entry is None:
-            self._cached[key] = pid
-        elif type(entry) is int:
-            self._cached[key] = {entry: None, pid: None}
-        else:
-            entry[pid] = None
         if self._events is not None:
             self._events.stored(pid, key)
 
@@ -531,6 +532,14 @@ class PagePool:
         for shard, members in enumerate(groups):
             shards.link_back(shard, members)
         self._dp, self._pps, self._shards = dp, pps, shards
+
+
+def _check_hashable(key: Hashable) -> None:
+    """`InvalidArgumentError` unless ``key`` can be hashed."""
+    try:
+        hash(key)
+    except TypeError:
+        raise InvalidArgumentError(f"unhashable cache key {key!r}") from None
 
 
 def _ids_of(entry: int | dict[int, None]) -> tuple[int, ...]:

@@ -103,7 +103,7 @@ def build_pool(num_pages: int, unhashed_first: bool, refs: list[int], order: lis
     pool._free.link_back(0, order)
     for pid in range(1, num_pages):
         if keys[pid - 1] >= 0:
-            pool._insert(pid, keys[pid - 1], pool._cached.get(keys[pid - 1]))
+            pool._insert(pid, keys[pid - 1])
     return pool
 
 

@@ -368,3 +368,66 @@ def test_the_shared_no_new_page_result_cannot_be_changed():
     r.append_output_token_ids([7])
     assert m.allocate_slots(r, 1).get_page_ids() == ([],)
     assert first + CachePages([[3]]) == CachePages([[3]]) and repr(first) == "CachePages(([],))"
+
+
+def test_one_id_names_one_live_request_even_without_keys():
+    # While one object holds pages, any call with another object of the same id raises, with
+    # or without content keys (caching off, or keys dropped by free_page_hashes while held).
+    for m in (manager(enable_caching=False), manager()):
+        holder = Request("x", list(range(6)))
+        admit(m, holder)
+        m.free_page_hashes(holder)
+        twin = Request("x", list(range(6)))
+        before = m.get_page_ids("x"), m.page_pool.free_list_ids()
+        for call in (lambda: m.allocate_slots(twin, 1), lambda: m.get_computed_pages(twin)):
+            with pytest.raises(InvalidArgumentError):
+                call()
+        assert (m.get_page_ids("x"), m.page_pool.free_list_ids()) == before
+    # the holder decodes on; its new full pages are cached under its own keys
+    holder.append_output_token_ids([6, 7])
+    assert m.allocate_slots(holder, 2) is not None
+    holder.num_computed_tokens += 2
+    assert m.page_hashes_of("x") == tuple(PageHasher("sha256", seed=0).hash_request(holder, 4))
+    assert m.num_cached_pages("x") == [2]
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_decode_fast_path_plans_what_the_general_path_plans(caching: bool):
+    # Two managers see the same decode steps; one takes the fast path, the other is forced
+    # through the general one (the private method every non-plain call reaches). They must
+    # agree on every result and on the abstract state after every step: steps with no new
+    # page, with one, on an exhausted pool (None), past max_model_len and after finishing.
+    from verikv.spec.abstraction import abstract_manager
+
+    def general_path(m: CacheManager, r: Request, n: int) -> CachePages | None:
+        return m._allocate_slots(r, n, 0, None, 0, False, None, None)
+
+    seen = set()
+    for num_pages in (7, 16):  # a tight pool runs out of pages, a roomy one reaches max_model_len
+        pair = [manager(num_pages, max_model_len=22, enable_caching=caching) for _ in range(2)]
+        reqs = [[Request(f"r{i}", list(range(10 * i, 10 * i + 5))) for i in range(2)] for _ in pair]
+        for m, rs in zip(pair, reqs):
+            for r in rs:
+                admit(m, r)
+        for step in range(40):
+            outcomes = []
+            for m, rs, call in zip(pair, reqs, (CacheManager.allocate_slots, general_path)):
+                r = rs[step % 2]
+                if step == 37:
+                    r.status = RequestStatus.FINISHED_STOPPED
+                try:
+                    new = call(m, r, 1)
+                except InvalidArgumentError as exc:
+                    outcomes.append(str(exc))
+                    continue
+                outcomes.append(None if new is None else new.get_page_ids())
+                if new is not None:
+                    r.num_computed_tokens += 1
+                    r.append_output_token_ids([step])
+            assert outcomes[0] == outcomes[1], step
+            assert abstract_manager(pair[0]) == abstract_manager(pair[1]), step
+            assert [pair[0].page_hashes_of(f"r{i}") for i in range(2)] == [
+                pair[1].page_hashes_of(f"r{i}") for i in range(2)]
+            out = outcomes[0]
+            seen.add("error" if isinstance(out, str) else "none" if out is None else "page" if out[0] else "no-page")
+    assert seen == {"error", "none", "page", "no-page"}
