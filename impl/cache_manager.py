@@ -320,8 +320,8 @@ class CacheManager:
         if count is None:
             self.hasher.extend(request, self._key_page_size, keys)
         elif len(keys) < count:
-            keys.extend(self.hasher.hash_request(
-                request, self._key_page_size, start=len(keys), parent=keys[-1] if keys else None, stop=count))
+            keys.extend(self.hasher.hash_request(  # (request, page_size, start, parent, stop)
+                request, self._key_page_size, len(keys), keys[-1] if keys else None, count))
         return keys
 
     def get_computed_pages(

@@ -19,7 +19,7 @@ import logging
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from functools import partial
-from itertools import takewhile
+from itertools import repeat, takewhile
 from operator import countOf, is_not
 from typing import Any
 
@@ -231,7 +231,19 @@ class PagePool:
                 and self._key[page_id] is None):
             _check_hashable(key)  # a bad key is reported before a bad page, as the spec orders them
             self._check_cacheable([page_id])  # raises the precise error
-        self._insert(page_id, key)
+        try:
+            entry = self._cached.setdefault(key, page_id)  # hashes the key once
+        except TypeError:
+            raise InvalidArgumentError(f"unhashable cache key {key!r}") from None
+        if entry is not page_id:  # equal pages already cached: this one joins them, last
+            if type(entry) is int:
+                self._cached[key] = {entry: None, page_id: None}
+            else:
+                entry[page_id] = None
+        self._key[page_id] = key
+        self.key_version += 1
+        if self._events is not None:
+            self._events.stored(page_id, key)
 
     def lookup_id(self, key: Hashable, *, dp_shard_hint: int | None = None,
                   data_parallel_size: int | None = None) -> int | None:
@@ -243,22 +255,29 @@ class PagePool:
         self.prefix_cache_stats.record(1, 0 if found is None else 1)
         return found
 
-    def lookup_run_ids(self, keys: Iterable[Hashable], *, dp_shard_hint: int | None = None,
-                       data_parallel_size: int | None = None) -> list[int]:
+    def lookup_run_ids(self, keys: Iterable[Hashable], *, group_id: int | None = None,
+                       dp_shard_hint: int | None = None, data_parallel_size: int | None = None) -> list[int]:
         """`lookup_id` over ``keys`` in order, stopping at the first miss: the pages of the
         longest run of leading hits (one call per prefix lookup instead of one per page).
         Statistics count one query per key looked up, as per-key `lookup_id` calls would.
+
+        With ``group_id``, key ``k`` is looked up as ``(k, group_id)``, equal to
+        ``PageHashWithGroupId(k, group_id)``; the pairs are built lazily, up to the first miss.
         """
+        if group_id is not None and (type(group_id) is not int or group_id < 0):
+            group_id = checked_int(group_id, "group_id", minimum=0)
         bounds = None if data_parallel_size is None else self._shard_bounds(dp_shard_hint, data_parallel_size)
         keys = keys if type(keys) is list else list(keys)
-        try:
-            found: list[Any] = list(takewhile(_is_entry, map(self._cached.get, keys)))  # C speed
+        try:  # C speed; a zip reuses one pair tuple while each lookup drops it
+            found: list[Any] = list(takewhile(_is_entry, map(
+                self._cached.get, keys if group_id is None else zip(keys, repeat(group_id)))))
         except TypeError:
             raise InvalidArgumentError(f"unhashable cache key among {keys!r}") from None
         queries = len(found) + (len(found) < len(keys))  # the miss that ended the run counts
         if bounds is not None or dict in map(type, found):  # a shard, or equal pages: resolve each
             for i, entry in enumerate(found):
-                pid = entry if bounds is None and type(entry) is int else self._lookup(keys[i], bounds)
+                key = keys[i] if group_id is None else (keys[i], group_id)
+                pid = entry if bounds is None and type(entry) is int else self._lookup(key, bounds)
                 if pid is None:
                     del found[i:]
                     queries = i + 1
@@ -359,7 +378,7 @@ class PagePool:
         for offset, pid in enumerate(ids, start=first):
             if pid != NULL_PAGE_ID:
                 key = PageHashWithGroupId(page_hashes[offset], kv_cache_group_id)
-                self._insert(pid, key)
+                self.cache_page_id(pid, key)
 
     def make_prefix_cache_stats(self) -> PrefixCacheStats:
         """The lookup statistics since the last call (the counters restart)."""
@@ -435,23 +454,6 @@ class PagePool:
                 raise PageStateError(f"page {pid} already has a key ({self._key[pid]!r})")
         if len(set(ids)) != len(ids):
             raise PageStateError("a page occurs twice in one caching call")
-
-    def _insert(self, pid: int, key: Hashable) -> None:
-        """Give the keyless page ``pid`` the key ``key`` (`InvalidArgumentError`, nothing
-        changed, if the key is unhashable)."""
-        try:
-            entry = self._cached.setdefault(key, pid)  # hashes the key once
-        except TypeError:
-            raise InvalidArgumentError(f"unhashable cache key {key!r}") from None
-        if entry is not pid:  # equal pages already cached: ``pid`` joins them, last
-            if type(entry) is int:
-                self._cached[key] = {entry: None, pid: None}
-            else:
-                entry[pid] = None
-        self._key[pid] = key
-        self.key_version += 1
-        if self._events is not None:
-            self._events.stored(pid, key)
 
     def _evict(self, pid: int) -> None:
         """Remove ``pid`` from the cached map and forget its key."""

@@ -18,7 +18,6 @@ coordinator after its plan fits (`save_new_computed_pages`, `allocate_new_pages`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
 from typing import TYPE_CHECKING
 
 from verikv.cache_specs import (
@@ -239,9 +238,9 @@ class FullAttentionManager(SingleTypeCacheManager):
         """Longest run of consecutive hits from page 0 (the first-inserted page per key)."""
         n = self._max_hit_pages(keys, max_length)
         stride = self._stride
-        if len(group_ids) == 1:  # plain (key, gid) tuples equal and hash as PageHashWithGroupId
-            probes = list(zip(keys[stride - 1:n * stride:stride], repeat(group_ids[0])))
-            return (self.page_pool.lookup_run_ids(probes, dp_shard_hint=shard, data_parallel_size=dp),)
+        if len(group_ids) == 1:  # the pool pairs each key with the group id, up to the first miss
+            return (self.page_pool.lookup_run_ids(keys[stride - 1:n * stride:stride], group_id=group_ids[0],
+                                                  dp_shard_hint=shard, data_parallel_size=dp),)
         result: tuple[list[int], ...] = tuple([] for _ in group_ids)
         for j in range(n):
             found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)

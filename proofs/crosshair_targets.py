@@ -103,7 +103,7 @@ def build_pool(num_pages: int, unhashed_first: bool, refs: list[int], order: lis
     pool._free.link_back(0, order)
     for pid in range(1, num_pages):
         if keys[pid - 1] >= 0:
-            pool._insert(pid, keys[pid - 1])
+            pool.cache_page_id(pid, keys[pid - 1])
     return pool
 
 
@@ -332,12 +332,13 @@ class _HitPool:
         j, rest = divmod(key[0].hash_value + 1, self.stride)  # (PageHash, group id), maybe a plain tuple
         return j if rest == 0 and 1 <= j <= len(self.hit) and self.hit[j - 1] else None
 
-    def lookup_run_ids(self, keys: Any, *, dp_shard_hint: int | None = None,
+    def lookup_run_ids(self, keys: Any, *, group_id: int | None = None, dp_shard_hint: int | None = None,
                        data_parallel_size: int | None = None) -> list[int]:
-        """`PagePool.lookup_run_ids`: `lookup_id` over ``keys`` in order, up to the first miss."""
+        """`PagePool.lookup_run_ids`: `lookup_id` over ``keys`` (paired with ``group_id`` if
+        given) in order, up to the first miss."""
         out = []
         for key in keys:
-            page = self.lookup_id(key)
+            page = self.lookup_id(key if group_id is None else (key, group_id))
             if page is None:
                 break
             out.append(page)
