@@ -259,7 +259,7 @@ def test_hf_config_reader():
     assert g.dtype == "float16" and g.max_model_len == 2048
     assert all(layer == AttentionLayer(2, 64, sliding_window=256) for layer in g.layers)
     assert g.weights_bytes == 2 * dense_param_count(config, "mistral")
-    assert geometry_from_hf_config({**config, "num_key_value_heads": None}).layers[0].num_kv_heads == 8
+    assert geometry_from_hf_config({**config, "num_key_value_heads": None}, use_transformers=False).layers[0].num_kv_heads == 8
     nested = geometry_from_hf_config({"text_config": config})
     assert nested.layers == g.layers
     with pytest.raises(SizingError):
