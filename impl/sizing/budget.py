@@ -26,6 +26,7 @@ All functions run on ints and on Z3 integers (``verikv.sizing.arith``).
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Literal
 
@@ -103,14 +104,45 @@ def usable_pages_in_shard(shard: SymInt, pages_in_shard: SymInt) -> SymInt:
     return pages_in_shard - ite(shard == 0, 1, 0)
 
 
+_DECIMAL = re.compile(r"\s*\+?(\d+(\.\d*)?|\.\d+)([eE]([+-]?\d{1,3}))?\s*")
+_RATIO = re.compile(r"\s*\+?(\d{1,30})\s*/\s*(\d{1,30})\s*")
+MAX_UTILIZATION_CHARS = 64
+"""Longest utilisation text accepted; with at most three exponent digits, converting it to an
+exact fraction is instant (``1e999999999`` is refused, not expanded)."""
+
+
 def utilization_fraction(utilization: float | str | Fraction) -> Fraction:
-    """The utilisation as an exact fraction in (0, 1]: ``0.9`` means 9/10 (its decimal form), not a binary float."""
+    """The utilisation as an exact fraction in (0, 1]: ``0.9`` means 9/10 (its decimal form), not a binary float.
+
+    Accepted: a float or int, a ``Fraction``, or text that is a decimal (``"0.9"``, ``"9e-1"``,
+    exponent of at most three digits) or a ratio of integers (``"9/10"``), at most
+    ``MAX_UTILIZATION_CHARS`` characters.
+    """
     if isinstance(utilization, bool) or not isinstance(utilization, (int, float, str, Fraction)):
-        raise SizingError(f"utilization must be a number in (0, 1], got {utilization!r}")
-    try:
-        value = Fraction(str(utilization)) if not isinstance(utilization, Fraction) else utilization
-    except ValueError as exc:
-        raise SizingError(f"utilization must be a number in (0, 1], got {utilization!r}") from exc
+        raise SizingError(f"utilization must be a number in (0, 1], got {type(utilization).__name__}")
+    if isinstance(utilization, Fraction):
+        value = utilization
+    else:
+        text = utilization if isinstance(utilization, str) else repr(float(utilization))
+        value = _parse_utilization(text)
     if not 0 < value <= 1:
-        raise SizingError(f"utilization must be in (0, 1], got {utilization!r}")
+        raise SizingError(f"utilization must be in (0, 1], got {_shown(utilization)}")
     return value
+
+
+def _parse_utilization(text: str) -> Fraction:
+    if len(text) > MAX_UTILIZATION_CHARS:
+        raise SizingError(f"utilization text longer than {MAX_UTILIZATION_CHARS} characters")
+    ratio = _RATIO.fullmatch(text)
+    if ratio:
+        if int(ratio.group(2)) == 0:
+            raise SizingError(f"utilization {text!r} divides by zero")
+        return Fraction(int(ratio.group(1)), int(ratio.group(2)))
+    if not _DECIMAL.fullmatch(text):
+        raise SizingError(f"utilization must be a decimal in (0, 1] or a ratio such as 9/10, got {_shown(text)}")
+    return Fraction(text.strip())
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

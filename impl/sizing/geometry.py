@@ -13,6 +13,7 @@ from typing import Union
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import SizingError
+from verikv.sizing.bounds import MAX_MODEL_LAYERS
 from verikv.sizing.dtypes import get_dtype
 
 
@@ -94,8 +95,8 @@ class MambaLayer:
     ssm_dtype: str | None = None
 
     def __post_init__(self) -> None:
-        if self.version not in (1, 2) or isinstance(self.version, bool):
-            raise SizingError(f"Mamba version must be 1 or 2, got {self.version!r}")
+        version = checked_int(self.version, "Mamba version", minimum=1, maximum=2, error=SizingError)
+        object.__setattr__(self, "version", version)
         object.__setattr__(self, "intermediate_size", _positive(self.intermediate_size, "intermediate_size"))
         object.__setattr__(self, "d_state", _positive(self.d_state, "d_state"))
         object.__setattr__(self, "conv_kernel", checked_int(self.conv_kernel, "conv_kernel", minimum=2,
@@ -139,6 +140,8 @@ class ModelGeometry:
         layers = tuple(self.layers) if isinstance(self.layers, (list, tuple)) else None
         if not layers:
             raise SizingError("a model needs at least one layer")
+        if len(layers) > MAX_MODEL_LAYERS:
+            raise SizingError(f"a model may have at most {MAX_MODEL_LAYERS} layers, got {len(layers)}")
         for index, layer in enumerate(layers):
             if not isinstance(layer, (AttentionLayer, MLALayer, MambaLayer)):
                 raise SizingError(f"layer {index} is not a layer record: {layer!r}")
@@ -170,6 +173,6 @@ def uniform_model(
     max_model_len: int | None = None,
 ) -> ModelGeometry:
     """A model whose layers are all full attention with the same geometry."""
-    count = _positive(num_layers, "num_layers")
+    count = checked_int(num_layers, "num_layers", minimum=1, maximum=MAX_MODEL_LAYERS, error=SizingError)
     layer = AttentionLayer(num_kv_heads, head_dim)
     return ModelGeometry(name, (layer,) * count, dtype, weights_bytes, max_model_len)

@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from verikv.errors import SizingError
+from verikv.sizing.bounds import MAX_CONFIG_LAYERS
 
-MAX_LAYERS = 4096
-"""Largest ``num_hidden_layers`` accepted (the biggest published models have under 200)."""
+MAX_LAYERS = MAX_CONFIG_LAYERS
 
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,

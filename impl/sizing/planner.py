@@ -36,6 +36,7 @@ from verikv.cache_specs import (
 from verikv.dp_sharding import checked_int
 from verikv.errors import DoesNotFitError, KVCacheDoesNotFitError, SizingError
 from verikv.sizing.arith import INT32_MAX, align, cdiv
+from verikv.sizing.bounds import MAX_BYTES, MAX_DP, MAX_PAGE_SIZE, MAX_TP
 from verikv.sizing.budget import (
     UTILIZATION_RULES,
     device_budget,
@@ -95,6 +96,8 @@ class KVCachePlan:
     ``capacity_tokens = num_pages * page_size`` (what engines log); ``max_concurrent_requests``
     counts requests of ``max_model_len`` that fit at once, window-aware and per DP shard.
     ``shard_ranges`` are the page ids ``[start, end)`` each DP shard owns (shard 0 owns the null page).
+    ``reserved_bytes`` includes ``workspace_bytes``, the attention kernel's workspace.
+    ``utilization_rule`` is ``"total"``, ``"free"`` or ``"given"`` (the budget was given as ``kv_cache_bytes``).
     """
 
     model: str
@@ -107,11 +110,12 @@ class KVCachePlan:
     dp: int
     memory_bytes: int
     memory_source: str
-    utilization: str
+    utilization: float
     utilization_rule: str
     weights_bytes_per_device: int
     in_use_bytes: int
     reserved_bytes: int
+    workspace_bytes: int
     budget_bytes: int
     page_bytes_per_device: int
     unpadded_page_bytes_per_device: int
@@ -192,6 +196,8 @@ def plan_kv_cache(
     in_use_bytes: int = 0,
     reserved_bytes: int = 0,
     kernel: str | None = None,
+    workspace_bytes: int | None = None,
+    kv_cache_bytes: int | None = None,
 ) -> KVCachePlan:
     """Size the KV cache of ``model`` on ``tp * dp`` devices of type ``device``.
 
@@ -202,7 +208,11 @@ def plan_kv_cache(
     (default: the model's), split evenly over ``weights_shards`` devices (default ``tp``; more
     when experts or FSDP shard the weights over the DP devices too). in_use_bytes: other
     memory in use per device before sizing. reserved_bytes: per device, kept back after the
-    utilisation (plus the kernel's workspace). page_size: tokens per page (default: the kernel's
+    utilisation (plus the kernel's workspace). workspace_bytes: the attention kernel's workspace
+    per device (default: the kernel's, 256 MiB for FlashInfer, else 0; give 0 to reproduce a budget
+    that excludes it). kv_cache_bytes: the KV budget per device given directly (vLLM's
+    ``kv_cache_memory_bytes``): utilisation, weights, in-use, reserved and workspace bytes are
+    then not applied. page_size: tokens per page (default: the kernel's
     rule; see ``tpu.auto_page_size`` / ``gpu.auto_block_size``). max_num_seqs only steers the TPU
     page-size choice. Raises ``SizingError`` for invalid input and ``KVCacheDoesNotFitError``
     when not one ``max_model_len`` request fits.
@@ -210,23 +220,26 @@ def plan_kv_cache(
     if not isinstance(model, ModelGeometry):
         raise SizingError(f"model must be a ModelGeometry, got {type(model).__name__}")
     acc = device if isinstance(device, Accelerator) else get_accelerator(device)
-    tp = checked_int(tp, "tp", minimum=1, error=SizingError)
-    dp = checked_int(dp, "dp", minimum=1, error=SizingError)
+    tp = checked_int(tp, "tp", minimum=1, maximum=MAX_TP, error=SizingError)
+    dp = checked_int(dp, "dp", minimum=1, maximum=MAX_DP, error=SizingError)
     if num_devices is not None and checked_int(num_devices, "num_devices", minimum=1, error=SizingError) != tp * dp:
         raise SizingError(f"num_devices = {num_devices} but tp * dp = {tp * dp}")
     kern = _resolve_kernel(model, acc, kernel)
     dtype = _resolve_kv_dtype(model, acc, kern, kv_dtype)
     mml = _resolve_max_model_len(model, max_model_len)
     mnbt = mml if max_num_batched_tokens is None else min(
-        checked_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1, error=SizingError), mml)
+        checked_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1, maximum=INT32_MAX,
+                    error=SizingError), mml)
     seqs = checked_int(max_num_seqs, "max_num_seqs", minimum=1, maximum=2**16, error=SizingError)
     if utilization_of not in UTILIZATION_RULES:
         raise SizingError(f"utilization_of must be one of {UTILIZATION_RULES}, got {utilization_of!r}")
     util = utilization_fraction(utilization)
-    in_use = checked_int(in_use_bytes, "in_use_bytes", minimum=0, error=SizingError)
-    reserved = checked_int(reserved_bytes, "reserved_bytes", minimum=0, error=SizingError)
+    in_use = _bytes_arg(in_use_bytes, "in_use_bytes")
+    reserved = _bytes_arg(reserved_bytes, "reserved_bytes")
+    workspace = kern.workspace_bytes if workspace_bytes is None else _bytes_arg(workspace_bytes, "workspace_bytes")
+    given_budget = None if kv_cache_bytes is None else _bytes_arg(kv_cache_bytes, "kv_cache_bytes", minimum=1)
     memory, memory_source = _resolve_memory(acc, memory_bytes)
-    weights = _resolve_weights(model, weights_bytes)
+    weights = _resolve_weights(model, weights_bytes, required=given_budget is None)
     shards = tp if weights_shards is None else checked_int(
         weights_shards, "weights_shards", minimum=1, maximum=tp * dp, error=SizingError)
     notes: list[str] = []
@@ -248,11 +261,16 @@ def plan_kv_cache(
     _note_padding(model, arrays, tp, notes)
 
     weights_dev = cdiv(weights, shards)
-    reserved_total = reserved + kern.workspace_bytes
-    if kern.workspace_bytes:
-        notes.append(f"{kern.name} workspace of {kern.workspace_bytes:,} B added to the reserved bytes")
-    budget = device_budget(memory, weights_dev + in_use, reserved_total, util.numerator, util.denominator,
-                           utilization_of)
+    reserved_total = reserved + workspace
+    if workspace:
+        notes.append(f"{kern.name} workspace of {workspace:,} B added to the reserved bytes")
+    if given_budget is None:
+        budget = device_budget(memory, weights_dev + in_use, reserved_total, util.numerator, util.denominator,
+                               utilization_of)
+    else:
+        budget, utilization_of = given_budget, "given"
+        notes.append(f"KV budget of {given_budget:,} B per device given directly; utilisation, weights, in-use, "
+                     f"reserved and workspace bytes not applied")
     index_unit = ps if kern.flat_int32_slots else 1
     per_shard = pages_per_shard(budget, page_bytes, dp, index_unit)
     limited_by = "memory" if per_shard == memory_page_limit(budget, page_bytes) else "int32 index"
@@ -286,8 +304,8 @@ def plan_kv_cache(
     return KVCachePlan(
         model=model.name, device=acc.name, platform=acc.platform, kernel=kern.name, kv_dtype=dtype.name,
         page_size=ps, tp=tp, dp=dp, memory_bytes=memory, memory_source=memory_source,
-        utilization=str(float(util)), utilization_rule=utilization_of, weights_bytes_per_device=weights_dev,
-        in_use_bytes=in_use, reserved_bytes=reserved_total, budget_bytes=budget, page_bytes_per_device=page_bytes,
+        utilization=float(util), utilization_rule=utilization_of, weights_bytes_per_device=weights_dev,
+        in_use_bytes=in_use, reserved_bytes=reserved_total, workspace_bytes=workspace, budget_bytes=budget, page_bytes_per_device=page_bytes,
         unpadded_page_bytes_per_device=unpadded, pages_per_shard=per_shard, num_pages=num_pages,
         limited_by=limited_by, kv_bytes_per_device=per_shard * page_bytes, max_model_len=mml,
         max_num_batched_tokens=mnbt, pages_per_request=estimate.pages_per_request,
@@ -324,18 +342,25 @@ def _resolve_max_model_len(model: ModelGeometry, max_model_len: int | None) -> i
     return checked_int(max_model_len, "max_model_len", minimum=1, maximum=INT32_MAX, error=SizingError)
 
 
+def _bytes_arg(value: object, name: str, minimum: int = 0) -> int:
+    """A byte count argument: an int in ``[minimum, MAX_BYTES]``."""
+    return checked_int(value, name, minimum=minimum, maximum=MAX_BYTES, error=SizingError)
+
+
 def _resolve_memory(acc: Accelerator, memory_bytes: int | None) -> tuple[int, str]:
     if memory_bytes is None:
         return acc.memory_bytes, acc.memory_source
-    return checked_int(memory_bytes, "memory_bytes", minimum=1, error=SizingError), "given by the caller"
+    return _bytes_arg(memory_bytes, "memory_bytes", minimum=1), "given by the caller"
 
 
-def _resolve_weights(model: ModelGeometry, weights_bytes: int | None) -> int:
+def _resolve_weights(model: ModelGeometry, weights_bytes: int | None, required: bool) -> int:
     if weights_bytes is not None:
-        return checked_int(weights_bytes, "weights_bytes", minimum=0, error=SizingError)
-    if model.weights_bytes is None:
+        return _bytes_arg(weights_bytes, "weights_bytes")
+    if model.weights_bytes is not None:
+        return model.weights_bytes
+    if required:
         raise SizingError(f"weights_bytes is required: {model.name} does not state the size of its weights")
-    return model.weights_bytes
+    return 0
 
 
 def _resolve_page_size(model: ModelGeometry, kern: Kernel, dtype: KVDType, tp: int, mml: int, seqs: int,
@@ -349,7 +374,7 @@ def _resolve_page_size(model: ModelGeometry, kern: Kernel, dtype: KVDType, tp: i
         else:
             chosen = auto_block_size(kern.default_page_size, alignment)
     else:
-        chosen = checked_int(page_size, "page_size", minimum=1, error=SizingError)
+        chosen = checked_int(page_size, "page_size", minimum=1, maximum=MAX_PAGE_SIZE, error=SizingError)
         if not all(holds for _, holds in page_size_rule(chosen, alignment)):
             raise SizingError(f"page_size {chosen} must be a multiple of {alignment} for {kern.name} with {dtype.name}")
         if kern.allowed_page_sizes is not None and chosen not in kern.allowed_page_sizes:

@@ -71,9 +71,11 @@ def preset_names() -> tuple[str, ...]:
 
 def get_preset(name: str) -> ModelGeometry:
     """The built-in model called ``name`` (case-insensitive)."""
-    key = name.lower() if isinstance(name, str) else name
+    if not isinstance(name, str):
+        raise SizingError(f"a preset name must be a string, got {type(name).__name__}")
+    key = name.lower()
     if key not in PRESETS:
-        raise SizingError(f"unknown model preset {name!r}; known: {', '.join(PRESETS)}")
+        raise SizingError(f"unknown model preset {name[:80]!r}; known: {', '.join(PRESETS)}")
     config = PRESETS[key]
     geometry = geometry_from_hf_config(config, name=key)
     weights = config.get("_verikv_weights_bytes", geometry.weights_bytes)
