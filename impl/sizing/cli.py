@@ -1,102 +1,168 @@
 """``verikv size``: plan a KV cache from the command line and print it as a table or JSON.
 
+``configure_parser(parser)`` adds every option of ``verikv size`` to a parser (the top-level
+``verikv`` command gives it its ``size`` subparser), ``run(args)`` plans and prints from the
+parsed namespace and returns the exit status, and ``main(argv)`` does both with a parser of its
+own. vLLM's flag names are accepted as aliases (``--block-size``, ``--kv-cache-dtype``,
+``--gpu-memory-utilization``, ``-tp`` / ``--tensor-parallel-size``, ``--kv-cache-memory-bytes``),
+and counts and sizes may be written ``32k`` / ``80GiB`` (``verikv.sizing.units``).
+
 The table is plain aligned text; when ``rich`` is importable and stdout is a terminal it is
-drawn with rich instead (rich is not a dependency of ``verikv``). Exit status: 0 planned,
-1 does not fit (the message says which ``--max-model-len`` would), 2 invalid arguments.
+drawn with rich instead (rich is not a dependency of ``verikv``). ``--json`` (or ``--json -``)
+prints JSON to stdout, ``--json FILE`` writes it to FILE. A reader that stops early (``| head``)
+ends the output quietly. Exit status: 0 planned, 1 does not fit (the message says which
+``--max-model-len`` would), 2 invalid arguments or a model that cannot be read.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from verikv.errors import DoesNotFitError, SizingError
+from verikv.errors import DoesNotFitError, VeriKVError
 from verikv.sizing.budget import UTILIZATION_RULES
 from verikv.sizing.catalog import ACCELERATORS, GiB
+from verikv.sizing.checkpoint import load_model
 from verikv.sizing.geometry import ModelGeometry
-from verikv.sizing.hf_config import geometry_from_hf_config
 from verikv.sizing.kernels import KERNELS
 from verikv.sizing.planner import KVCachePlan, plan_kv_cache
 from verikv.sizing.presets import get_preset, preset_names
+from verikv.sizing.units import UnitError, parse_bytes, parse_count
+
+_CONFIG_READERS = {"auto": None, "transformers": True, "builtin": False}
 
 
-def _parser() -> argparse.ArgumentParser:
+def _argparse_type(parse: Callable[[str], int]) -> Callable[[str], int]:
+    """``parse`` with its ``UnitError`` reported by argparse (usage line, exit status 2)."""
+    def convert(text: str) -> int:
+        try:
+            return parse(text)
+        except UnitError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+    convert.__name__ = parse.__name__
+    return convert
+
+
+_COUNT = _argparse_type(parse_count)
+_BYTES = _argparse_type(parse_bytes)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Add every option of ``verikv size`` to ``parser``."""
+    add = parser.add_argument
+    add("--model", help=f"a preset ({', '.join(preset_names())}), a config.json or a checkpoint folder")
+    add("--device", help=f"an accelerator ({', '.join(a.name for a in ACCELERATORS)})")
+    add("--list", action="store_true", help="list presets, accelerators and kernels, then exit")
+    add("--tp", "-tp", "--tensor-parallel-size", dest="tp", type=int, default=1,
+        help="tensor-parallel size (KV heads split or replicated)")
+    add("--dp", "-dp", "--data-parallel-size", dest="dp", type=int, default=1,
+        help="data-parallel size (the page axis is split)")
+    add("--kv-dtype", "--kv-cache-dtype", dest="kv_dtype", default="auto",
+        help="KV cache dtype: auto, bfloat16, float16, float32, fp8, ...")
+    add("--kernel", help=f"attention kernel ({', '.join(KERNELS)}); default: the device's")
+    add("--page-size", "--block-size", dest="page_size", type=int, help="tokens per page (default: the kernel's rule)")
+    add("--max-model-len", type=_COUNT, help="tokens of the longest request, e.g. 32768 or 32k (default: the model's)")
+    add("--max-num-batched-tokens", type=_COUNT, help="tokens per step (window-aware estimate)")
+    add("--max-num-seqs", type=int, default=256, help="running requests (TPU page-size rule)")
+    add("--utilization", "--gpu-memory-utilization", dest="utilization", default="0.9",
+        help="share of memory KV may use (default 0.9)")
+    add("--utilization-of", choices=UTILIZATION_RULES, default="total",
+        help="total: share of total memory (vLLM); free: share of memory free after weights (EasyDeL)")
+    add("--memory-bytes", type=_BYTES, help="bytes per device, e.g. 80GiB (default: the catalog figure)")
+    add("--weights-bytes", type=_BYTES, help="bytes of all weights (default: the checkpoint's or the model's)")
+    add("--weights-shards", type=int, help="devices the weights are split over (default: --tp)")
+    add("--in-use-bytes", type=_BYTES, default=0, help="other bytes in use per device before sizing")
+    add("--reserved-bytes", type=_BYTES, default=0, help="bytes kept back per device after utilisation")
+    add("--workspace-bytes", type=_BYTES, help="attention kernel workspace per device (default: the kernel's, "
+                                              "256MiB for flashinfer)")
+    add("--kv-cache-bytes", "--kv-cache-memory-bytes", dest="kv_cache_bytes", type=_BYTES,
+        help="KV budget per device, given directly (utilisation, weights and reserved bytes then not applied)")
+    add("--config-reader", choices=tuple(_CONFIG_READERS), default="auto",
+        help="defaults for config.json fields: transformers if installed (auto), transformers, or builtin")
+    add("--json", nargs="?", const="-", metavar="PATH", help="print the plan as JSON (to stdout, or to PATH)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``verikv size`` with its own parser; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="verikv size",
         description="Size a paged KV cache: exact per-layer buffers and page count for a model on an accelerator.",
     )
-    parser.add_argument("--model", help=f"a preset ({', '.join(preset_names())}), a config.json or a model directory")
-    parser.add_argument("--device", help=f"an accelerator ({', '.join(a.name for a in ACCELERATORS)})")
-    parser.add_argument("--list", action="store_true", help="list presets, accelerators and kernels, then exit")
-    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (KV heads split or replicated)")
-    parser.add_argument("--dp", type=int, default=1, help="data-parallel size (the page axis is split)")
-    parser.add_argument("--kv-dtype", default="auto", help="KV cache dtype: auto, bfloat16, float16, float32, fp8, ...")
-    parser.add_argument("--kernel", help=f"attention kernel ({', '.join(KERNELS)}); default: the device's")
-    parser.add_argument("--page-size", type=int, help="tokens per page (default: the kernel's rule)")
-    parser.add_argument("--max-model-len", type=int, help="tokens of the longest request (default: the model's)")
-    parser.add_argument("--max-num-batched-tokens", type=int, help="tokens per step (window-aware estimate)")
-    parser.add_argument("--max-num-seqs", type=int, default=256, help="running requests (TPU page-size rule)")
-    parser.add_argument("--utilization", default="0.9", help="share of memory KV may use (default 0.9)")
-    parser.add_argument("--utilization-of", choices=UTILIZATION_RULES, default="total",
-                        help="total: share of total memory (vLLM); free: share of memory free after weights (EasyDeL)")
-    parser.add_argument("--memory-bytes", type=int, help="bytes per device (default: the catalog figure)")
-    parser.add_argument("--weights-bytes", type=int, help="bytes of all weights (default: the model's)")
-    parser.add_argument("--weights-shards", type=int, help="devices the weights are split over (default: --tp)")
-    parser.add_argument("--in-use-bytes", type=int, default=0, help="other bytes in use per device before sizing")
-    parser.add_argument("--reserved-bytes", type=int, default=0, help="bytes kept back per device after utilisation")
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    return parser
+    configure_parser(parser)
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed by argparse
+        return exc.code if isinstance(exc.code, int) else 2
+    return run(args)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``verikv size``; returns the exit status."""
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+def run(args: argparse.Namespace) -> int:
+    """Plan and print from arguments parsed with ``configure_parser``; returns the exit status."""
     if args.list:
-        print(_listing())
-        return 0
+        return _emit(_listing())
     if not args.model or not args.device:
         print("verikv size: --model and --device are required (or --list)", file=sys.stderr)
         return 2
     try:
         plan = plan_kv_cache(
-            _load_model(args.model), args.device, tp=args.tp, dp=args.dp, kv_dtype=args.kv_dtype,
-            page_size=args.page_size, max_model_len=args.max_model_len,
+            load(args.model, _CONFIG_READERS[args.config_reader]), args.device, tp=args.tp, dp=args.dp,
+            kv_dtype=args.kv_dtype, page_size=args.page_size, max_model_len=args.max_model_len,
             max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
             utilization=args.utilization, utilization_of=args.utilization_of, memory_bytes=args.memory_bytes,
             weights_bytes=args.weights_bytes, weights_shards=args.weights_shards,
-            in_use_bytes=args.in_use_bytes, reserved_bytes=args.reserved_bytes,
-            kernel=args.kernel,
+            in_use_bytes=args.in_use_bytes, reserved_bytes=args.reserved_bytes, kernel=args.kernel,
+            workspace_bytes=args.workspace_bytes, kv_cache_bytes=args.kv_cache_bytes,
         )
     except DoesNotFitError as exc:
         print(f"verikv size: does not fit: {exc}", file=sys.stderr)
         return 1
-    except SizingError as exc:
+    except VeriKVError as exc:
         print(f"verikv size: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        print(plan.to_json())
-    elif sys.stdout.isatty() and _rich_available():
+    if args.json is not None and args.json != "-":
+        return _write_json(Path(args.json), plan)
+    if args.json is not None:
+        return _emit(plan.to_json())
+    if sys.stdout.isatty() and _rich_available():
         print_rich(plan)
-    else:
-        print(render_plain(plan))
+        return 0
+    return _emit(render_plain(plan))
+
+
+def load(spec: str, use_transformers: bool | None = None) -> ModelGeometry:
+    """A checkpoint folder or config.json (when the path exists), else a preset name."""
+    path = Path(spec)
+    if path.exists() or path.suffix == ".json":
+        return load_model(path, use_transformers=use_transformers)
+    return get_preset(spec)
+
+
+def _write_json(path: Path, plan: KVCachePlan) -> int:
+    try:
+        path.write_text(plan.to_json() + "\n")
+    except OSError as exc:
+        print(f"verikv size: cannot write {path}: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
-def _load_model(spec: str) -> ModelGeometry:
-    """A preset name, a config.json path, or a model directory holding a config.json."""
-    path = Path(spec)
-    if path.is_dir():
-        path = path / "config.json"
-    if path.suffix == ".json" or path.is_file():
+def _emit(text: str) -> int:
+    """Print ``text``; a reader that closed the pipe early (``| head``) ends the output quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
         try:
-            config = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise SizingError(f"cannot read model config {spec}: {exc}") from exc
-        return geometry_from_hf_config(config, name=path.parent.name or path.stem)
-    return get_preset(spec)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout without a file descriptor (captured): nothing to redirect
+            pass
+        finally:
+            os.close(devnull)
+    return 0
 
 
 def _bytes(n: int) -> str:

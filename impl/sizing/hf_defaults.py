@@ -16,7 +16,7 @@ cannot make a config class build a list of ten million layer names.
 from __future__ import annotations
 
 import importlib.util
-import logging
+import os
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -148,12 +148,26 @@ def complete_config(config: Mapping[str, Any], use_transformers: bool | None) ->
     return _with_builtin_defaults(config), "built-in defaults"
 
 
-def _transformers_knows(model_type: object) -> bool:
-    if not isinstance(model_type, str):
-        return False
-    from transformers import CONFIG_MAPPING
+def _config_classes() -> Any:
+    """transformers' model-type -> config-class mapping, imported without its advisory notice
+    (that PyTorch is absent: only configuration classes are used here)."""
+    previous = os.environ.get(_NO_ADVICE)
+    os.environ[_NO_ADVICE] = "1"
+    try:
+        from transformers import CONFIG_MAPPING
+    finally:
+        if previous is None:
+            del os.environ[_NO_ADVICE]
+        else:
+            os.environ[_NO_ADVICE] = previous
+    return CONFIG_MAPPING
 
-    return model_type in CONFIG_MAPPING
+
+_NO_ADVICE = "TRANSFORMERS_NO_ADVISORY_WARNINGS"
+
+
+def _transformers_knows(model_type: object) -> bool:
+    return isinstance(model_type, str) and model_type in _config_classes()
 
 
 def _with_transformers(config: Mapping[str, Any], model_type: object) -> dict[str, Any]:
@@ -161,19 +175,20 @@ def _with_transformers(config: Mapping[str, Any], model_type: object) -> dict[st
         raise SizingError("transformers is not installed: pip install 'verikv[hf]'")
     if not _transformers_knows(model_type):
         raise SizingError(f"transformers does not know model_type {model_type!r}")
-    from transformers import CONFIG_MAPPING
+    config_classes = _config_classes()
     from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # config classes log their own validation notes
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            built = CONFIG_MAPPING[model_type].from_dict(dict(config))
+            built = config_classes[model_type].from_dict(dict(config))
             completed: dict[str, Any] = built.to_dict()
     except Exception as exc:  # a third-party class rejecting the config: report it as ours
         raise SizingError(f"transformers cannot read this {model_type} config: {exc}") from exc
     finally:
-        logging.getLogger("transformers").setLevel(logging.WARNING)
+        hf_logging.set_verbosity(verbosity)
     # Properties (Nemotron-H's layer count, Jamba's block types) are not in to_dict().
     for key in ("hybrid_override_pattern",):
         if key in config and key not in completed:

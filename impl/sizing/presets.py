@@ -77,7 +77,7 @@ def get_preset(name: str) -> ModelGeometry:
     if key not in PRESETS:
         raise SizingError(f"unknown model preset {name[:80]!r}; known: {', '.join(PRESETS)}")
     config = PRESETS[key]
-    geometry = geometry_from_hf_config(config, name=key)
+    geometry = geometry_from_hf_config(config, name=key, use_transformers=False)  # presets state every field
     weights = config.get("_verikv_weights_bytes", geometry.weights_bytes)
     max_len = config.get("_verikv_max_model_len", geometry.max_model_len)
     return ModelGeometry(geometry.name, geometry.layers, geometry.dtype, weights, max_len)
