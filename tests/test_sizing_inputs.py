@@ -1,0 +1,104 @@
+"""Issue 12 (sizing): every hostile input gets a typed error, and none is a hang.
+
+Each input is refused by a bound checked before any work scales with it (``verikv.sizing.bounds``,
+the utilisation text rule, the config layer bound), so these calls return at once; the tests
+state the bound each one hits, not a time limit.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from verikv.errors import DoesNotFitError, SizingError
+from verikv.sizing import MambaLayer, ModelGeometry, get_preset, plan_kv_cache, uniform_model
+from verikv.sizing.bounds import MAX_BYTES, MAX_DP, MAX_MODEL_LAYERS, MAX_PAGE_SIZE, MAX_TP
+from verikv.sizing.budget import utilization_fraction
+from verikv.sizing.hf_config import geometry_from_hf_config
+from verikv.sizing.units import UnitError, parse_bytes, parse_count
+
+LLAMA = get_preset("llama-3-8b")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(utilization="1/0"), "divides by zero"),
+    (dict(utilization="1e999999999"), "decimal in"),  # not expanded into a 10**(10**9) fraction
+    (dict(utilization="9" * 100), "longer than"),
+    (dict(utilization=float("nan")), "decimal in"),
+    (dict(utilization=float("inf")), "decimal in"),
+    (dict(utilization=[0.9]), "must be a number"),
+    (dict(utilization="1.5"), r"\(0, 1\]"),
+    (dict(dp=2**30), f"dp must be <= {MAX_DP}"),
+    (dict(tp=2**20), f"tp must be <= {MAX_TP}"),
+    (dict(memory_bytes=10**100), f"memory_bytes must be <= {MAX_BYTES}"),
+    (dict(weights_bytes=2**61), "weights_bytes must be <="),
+    (dict(in_use_bytes=2**61), "in_use_bytes must be <="),
+    (dict(reserved_bytes=2**61), "reserved_bytes must be <="),
+    (dict(workspace_bytes=-1), "workspace_bytes must be >= 0"),
+    (dict(kv_cache_bytes=0), "kv_cache_bytes must be >= 1"),
+    (dict(page_size=2**40), f"page_size must be <= {MAX_PAGE_SIZE}"),
+    (dict(max_num_batched_tokens=2**40), "max_num_batched_tokens must be <="),
+    (dict(max_model_len=2**40), "max_model_len must be <="),
+])
+def test_plan_inputs_are_bounded(kwargs, message):
+    with pytest.raises(SizingError, match=message):
+        plan_kv_cache(LLAMA, "h100-sxm", **kwargs)
+
+
+def test_utilisation_forms():
+    assert utilization_fraction("0.9") == utilization_fraction(0.9) == utilization_fraction("9/10") == Fraction(9, 10)
+    assert utilization_fraction("9e-1") == Fraction(9, 10)
+    assert utilization_fraction(Fraction(1, 3)) == Fraction(1, 3)
+    with pytest.raises(SizingError):
+        utilization_fraction("1e-9999")  # four exponent digits: refused, not computed
+    with pytest.raises(SizingError):
+        utilization_fraction(True)
+
+
+@pytest.mark.parametrize("name", [["x"], None, 5, b"llama-3-8b", "x" * 10_000])
+def test_get_preset_rejects_non_names(name):
+    with pytest.raises(SizingError):
+        get_preset(name)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("count", [2**63, 10**7])
+def test_huge_layer_counts(count):
+    with pytest.raises(SizingError, match="num_hidden_layers"):
+        geometry_from_hf_config({"model_type": "llama", "num_hidden_layers": count, "num_attention_heads": 8,
+                                 "hidden_size": 512})
+    with pytest.raises(SizingError, match=f"num_layers must be <= {MAX_MODEL_LAYERS}"):
+        uniform_model("m", count, 8, 128)
+    with pytest.raises(SizingError, match=f"at most {MAX_MODEL_LAYERS} layers"):
+        ModelGeometry("m", [LLAMA.layers[0]] * (MAX_MODEL_LAYERS + 1))
+
+
+def test_largest_allowed_inputs_are_answered():
+    """At the bounds the planner still answers (here: does not fit, with the numbers)."""
+    big = uniform_model("m", MAX_MODEL_LAYERS, 8, 128, weights_bytes=0, max_model_len=4096)
+    with pytest.raises(DoesNotFitError):
+        plan_kv_cache(big, "h100-sxm", dp=MAX_DP)
+
+
+def test_mamba_version_must_be_an_int():
+    with pytest.raises(SizingError, match="Mamba version must be an integer"):
+        MambaLayer(1.0, 8, 8, 4)  # type: ignore[arg-type]
+    with pytest.raises(SizingError):
+        MambaLayer(3, 8, 8, 4)
+    assert MambaLayer(1, 8, 8, 4).version == 1
+
+
+@pytest.mark.parametrize("text", ["", "k", "1.5K", "1.0001k", "1e9", "-1", "0x10", "1" * 21, "1 2", "10 GiBs"])
+def test_unit_parsing_refuses(text):
+    with pytest.raises(UnitError):
+        parse_bytes(text)
+    with pytest.raises(UnitError):
+        parse_count(text)
+
+
+def test_unit_parsing_values():
+    assert parse_count("32k") == 32_000 and parse_count("32K") == 32_768 and parse_count(" 25.6k ") == 25_600
+    assert parse_count("1t") == 10**12 and parse_count("1T") == 2**40
+    assert parse_bytes("80GiB") == 80 * 2**30 and parse_bytes("80GB") == 80 * 10**9
+    assert parse_bytes("1.5KiB") == 1536 and parse_bytes("2kB") == parse_bytes("2KB") == 2000
+    assert parse_bytes("512B") == 512 and parse_bytes("3M") == 3 * 2**20 and parse_bytes("3m") == 3 * 10**6
