@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 SymInt = int
 """Annotation of the sizing formulas' integers: an ``int`` when planning; when proving, the
@@ -52,43 +52,43 @@ def _concrete(*values: Any) -> bool:
     return all(isinstance(v, int) for v in values)
 
 
-def fdiv(a: Any, b: Any) -> Any:
+def fdiv(a: Any, b: Any) -> SymInt:
     """Floor of ``a / b`` for a positive divisor ``b``."""
     if _concrete(a, b):
-        return a // b
-    return _symbolic().floordiv(a, b)
+        return cast(SymInt, a // b)
+    return cast(SymInt, _symbolic().floordiv(a, b))
 
 
-def cdiv(a: Any, b: Any) -> Any:
+def cdiv(a: Any, b: Any) -> SymInt:
     """Ceiling of ``a / b`` for a positive divisor ``b``."""
     return -fdiv(-a, b)
 
 
-def align(a: Any, b: Any) -> Any:
+def align(a: Any, b: Any) -> SymInt:
     """Smallest multiple of ``b`` (positive) that is ``>= a``."""
-    return cdiv(a, b) * b
+    return cast(SymInt, cdiv(a, b) * b)
 
 
-def ite(cond: Any, then: Any, otherwise: Any) -> Any:
+def ite(cond: Any, then: Any, otherwise: Any) -> SymInt:
     """``then`` if ``cond`` holds else ``otherwise``; symbolic when ``cond`` is symbolic."""
     if isinstance(cond, bool):
-        return then if cond else otherwise
-    return _symbolic().ite(cond, then, otherwise)
+        return cast(SymInt, then if cond else otherwise)
+    return cast(SymInt, _symbolic().ite(cond, then, otherwise))
 
 
-def imin(a: Any, b: Any) -> Any:
+def imin(a: Any, b: Any) -> SymInt:
     """The smaller of two integers."""
     return ite(a <= b, a, b)
 
 
-def imax(a: Any, b: Any) -> Any:
+def imax(a: Any, b: Any) -> SymInt:
     """The larger of two integers."""
     return ite(a >= b, a, b)
 
 
-def prod(values: Iterable[Any]) -> Any:
+def prod(values: Iterable[Any]) -> SymInt:
     """Product of the values (1 for none)."""
     result: Any = 1
     for v in values:
         result = result * v
-    return result
+    return cast(SymInt, result)

@@ -284,11 +284,12 @@ def _nemotron_blocks(cfg: Mapping[str, Any]) -> list[str]:
     if isinstance(pattern, str) and pattern:
         if len(pattern) > MAX_LAYERS or set(pattern) - set(_NEMOTRON_BLOCKS):
             raise SizingError(f"hybrid_override_pattern must be at most {MAX_LAYERS} of M * - E, got {_short(pattern)}")
-        blocks = [_NEMOTRON_BLOCKS[c] for c in pattern]
+        blocks: list[Any] = [_NEMOTRON_BLOCKS[c] for c in pattern]
     else:
-        blocks = cfg.get("layers_block_type") or cfg.get("layer_types")
-        if not isinstance(blocks, list) or not blocks or len(blocks) > MAX_LAYERS:
+        listed = cfg.get("layers_block_type") or cfg.get("layer_types")
+        if not isinstance(listed, list) or not listed or len(listed) > MAX_LAYERS:
             raise SizingError("nemotron_h needs a hybrid_override_pattern or a layers_block_type list")
+        blocks = listed
         unknown = sorted({str(b) for b in blocks} - _MAMBA_NAMES - _ATTENTION_NAMES - {"mlp", "moe"})
         if unknown:
             raise SizingError(f"layers_block_type has block types verikv does not handle: {unknown}")

@@ -16,6 +16,7 @@ cannot make a config class build a list of ten million layer names.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import warnings
 from collections.abc import Mapping
@@ -179,7 +180,7 @@ def _with_transformers(config: Mapping[str, Any], model_type: object) -> dict[st
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # config classes log their own validation notes
+    hf_logging.set_verbosity(logging.ERROR)  # config classes log their own validation notes
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -94,6 +94,8 @@ def mla_arrays(layer: MLALayer, kernel: Kernel, kv_dtype: str, page_size: int) -
 
 def mamba_state(layer: MambaLayer, model_dtype: str, tp: int) -> tuple[PageArray, PageArray]:
     """The conv and SSM state arrays of a Mamba layer for one request slot, unpadded."""
+    conv: tuple[int, int]
+    ssm: tuple[int, ...]
     if layer.version == 2:
         if layer.num_heads % tp != 0:
             raise SizingError(f"Mamba2 num_heads = {layer.num_heads} is not divisible by tp = {tp}")

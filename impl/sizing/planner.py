@@ -407,7 +407,7 @@ def _pad_to_uniform_pages(model: ModelGeometry, arrays: list[tuple[PageArray, ..
         raise SizingError(f"GPU hybrid allocation needs one page size for all attention layers; got "
                           f"{sorted(attention_bytes)} B (layers of different KV geometry are not supported on GPU)")
     page = attention_bytes.pop()
-    result = []
+    result: list[tuple[PageArray, ...]] = []
     for layer, layer_pages in zip(model.layers, arrays):
         if isinstance(layer, MambaLayer):
             state = sum(a.page_bytes for a in layer_pages)
@@ -466,9 +466,10 @@ def _group_spec(layer: Layer, arrays: tuple[PageArray, ...], kern: Kernel, dtype
     if isinstance(layer, AttentionLayer):
         heads = kv_heads_per_rank(layer.num_kv_heads, tp)
         if layer.kind == "sliding":
-            return SlidingWindowSpec(ps, heads, layer.head_dim, dtype.name, False, layer.sliding_window)
+            return SlidingWindowSpec(ps, heads, layer.head_dim, dtype.name, False, _present(layer.sliding_window))
         if layer.kind == "chunked":
-            return ChunkedLocalAttentionSpec(ps, heads, layer.head_dim, dtype.name, False, layer.attention_chunk_size)
+            return ChunkedLocalAttentionSpec(ps, heads, layer.head_dim, dtype.name, False,
+                                             _present(layer.attention_chunk_size))
         return FullAttentionSpec(ps, heads, layer.head_dim, dtype.name, False)
     if isinstance(layer, MLALayer):
         if arrays[0].dtype == "uint8":
@@ -478,6 +479,13 @@ def _group_spec(layer: Layer, arrays: tuple[PageArray, ...], kern: Kernel, dtype
         return MambaSpec(align(max_model_len, ps), ((arrays[0].unpadded_bytes,),), "uint8",
                          page_size_padded=arrays[0].page_bytes)
     return MambaSpec(align(max_model_len, ps), tuple((a.page_bytes,) for a in arrays), "uint8")
+
+
+def _present(value: int | None) -> int:
+    """A window or chunk size the layer's kind guarantees is set."""
+    if value is None:
+        raise SizingError("a windowed layer without its window size")
+    return value
 
 
 def _estimate(num_pages: int, groups: list[CacheGroupSpec], mml: int, mnbt: int, dp: int) -> Any:
