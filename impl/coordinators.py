@@ -30,6 +30,9 @@ from verikv.single_type_managers import SingleTypeCacheManager, get_manager_for_
 
 PageIds = tuple[list[int], ...]
 
+#: page ids are int32 (device page tables): every id, and the count, must fit
+MAX_NUM_PAGES = 2**31 - 1
+
 
 class CacheCoordinator:
     """Shared machinery; use `get_kv_cache_coordinator` to pick the right subclass.
@@ -49,6 +52,7 @@ class CacheCoordinator:
         free_order: str = "esurge",
         enable_kv_events: bool = False,
     ) -> None:
+        checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_NUM_PAGES)
         groups = CacheGroupsConfig(num_pages, kv_cache_groups).kv_cache_groups
         self.max_model_len = checked_int(max_model_len, "max_model_len", minimum=1)
         if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
@@ -67,7 +71,11 @@ class CacheCoordinator:
         self.kv_cache_groups: tuple[CacheGroupSpec, ...] = groups
         self.use_eagle = use_eagle
         self.enable_caching = enable_caching
-        self.page_pool = PagePool(num_pages, enable_caching, free_order=free_order, enable_kv_events=enable_kv_events)
+        try:
+            self.page_pool = PagePool(num_pages, enable_caching, free_order=free_order, enable_kv_events=enable_kv_events)
+        except MemoryError:
+            raise InvalidArgumentError(
+                f"num_pages {num_pages}: not enough host memory for the pool's bookkeeping") from None
         sizes = [g.kv_cache_spec.page_size for g in groups]
         #: the page size request keys are computed at: the smallest of the groups that cache
         #: (all but Mamba); None when no group caches (or caching is off: any page sizes then)
