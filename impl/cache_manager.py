@@ -474,7 +474,7 @@ class CacheManager:
         if num_lookahead_tokens.__class__ is not int or num_lookahead_tokens < 0:
             num_lookahead_tokens = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
         if delay_cache_pages is not False and delay_cache_pages is not True:
-            raise InvalidArgumentError(f"delay_cache_pages must be a bool, got {delay_cache_pages!r}")
+            raise InvalidArgumentError(f"delay_cache_pages must be a bool, got {describe(delay_cache_pages)}")
         if req._status > _PREEMPTED:
             raise InvalidArgumentError(f"request {req._request_id!r} is finished")
         request_id = req._request_id
@@ -591,7 +591,7 @@ class CacheManager:
             seen_real = False
             for j, page in enumerate(group_ids):
                 if type(page) is not int or not 0 <= page < n:
-                    raise ForeignPageError(f"page id {page!r} is not a page of this pool (0..{n - 1})")
+                    raise ForeignPageError(f"page id {describe(page)} is not a page of this pool (0..{n - 1})")
                 if page == NULL_PAGE:
                     if seen_real or not self._windowed_groups[gid]:
                         raise InvalidArgumentError(f"group {gid}: null page at hit position {j}")
@@ -682,7 +682,7 @@ class CacheManager:
         """The request's page ids per group (null placeholders as 0); copies."""
         pages = self.coordinator.get_pages(request_id) if isinstance(request_id, str) else None
         if pages is None:
-            raise UnknownRequestError(f"request {request_id!r} holds no pages")
+            raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return pages
 
     def create_empty_page_list(self) -> CachePages:
@@ -696,7 +696,7 @@ class CacheManager:
     def num_cached_pages(self, request_id: str) -> list[int]:
         """Per group, how many leading pages of the request are registered in the cache."""
         if not isinstance(request_id, str) or request_id not in self._held:
-            raise UnknownRequestError(f"request {request_id!r} holds no pages")
+            raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return [m.num_cached_page[request_id] for m in self.coordinator.single_type_managers]
 
     def group_layouts(self) -> list[tuple[str, int, int]]:
@@ -718,5 +718,5 @@ class CacheManager:
         """The DP shard of a request that holds pages (None: the whole pool)."""
         held = self._held.get(request_id) if isinstance(request_id, str) else None
         if held is None:
-            raise UnknownRequestError(f"request {request_id!r} holds no pages")
+            raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return held.shard

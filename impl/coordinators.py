@@ -293,6 +293,10 @@ def get_kv_cache_coordinator(
 ) -> CacheCoordinator:
     """eSurge's dispatch: caching off (or no group) -> no-prefix-cache; one group -> unitary;
     otherwise hybrid."""
+    if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
+        raise InvalidArgumentError("use_eagle and enable_caching must be bools")
+    if not isinstance(free_order, str):  # (the pool checks the name)
+        raise InvalidArgumentError(f"free_order must be a str, got {type(free_order).__name__}")
     options = {"free_order": free_order, "enable_kv_events": enable_kv_events}
     if not enable_caching or (isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 0):
         return CacheCoordinatorNoPrefixCache(num_pages, kv_cache_groups, max_model_len, use_eagle, False, **options)

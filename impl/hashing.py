@@ -251,8 +251,8 @@ class PageHasher:
     """
 
     def __init__(self, scheme: str | Callable[[Any], int] = "sha256", seed: int | str | bytes | None = None) -> None:
-        if not callable(scheme) and scheme not in SCHEMES:
-            raise InvalidArgumentError(f"unknown hash scheme {scheme!r}; expected one of {SCHEMES} or a callable")
+        if not callable(scheme) and (not isinstance(scheme, str) or scheme not in SCHEMES):
+            raise InvalidArgumentError(f"unknown hash scheme {describe(scheme)}; expected one of {SCHEMES} or a callable")
         if seed is None:
             seed = os.urandom(32)
         else:
@@ -326,7 +326,7 @@ class PageHasher:
         else:
             last = checked_int(stop, "stop", minimum=first, maximum=full)
         if first > last:
-            raise InvalidArgumentError(f"start {first} is beyond the {full} full pages of the request")
+            raise InvalidArgumentError(f"start {describe(first)} is beyond the {full} full pages of the request")
         if first > 0 and parent is None:
             raise InvalidArgumentError("parent is required when hashing from a page other than the first")
         value: int | None = parent.hash_value if isinstance(parent, PageHash) else (
@@ -471,6 +471,8 @@ def default_hasher(scheme: str = "sha256") -> PageHasher:
     Deterministic across processes (the seed is a constant, not ``PYTHONHASHSEED``). Create a
     `PageHasher` with your own seed to keep keys private to one deployment.
     """
+    if not isinstance(scheme, str) or scheme not in SCHEMES:
+        raise InvalidArgumentError(f"unknown hash scheme {describe(scheme)}; expected one of {SCHEMES}")
     hasher = _DEFAULT_HASHERS.get(scheme)
     if hasher is None:
         hasher = _DEFAULT_HASHERS[scheme] = PageHasher(scheme, seed=DEFAULT_SEED)
@@ -482,13 +484,14 @@ def _resolve(hash_function: str | Callable[[Any], int] | PageHasher) -> PageHash
         return hash_function
     if isinstance(hash_function, str):
         if hash_function not in SCHEMES:
-            raise InvalidArgumentError(f"unknown hash scheme {hash_function!r}; expected one of {SCHEMES}")
+            raise InvalidArgumentError(f"unknown hash scheme {describe(hash_function)}; expected one of {SCHEMES}")
         return default_hasher(hash_function)
     if callable(hash_function):
         if hash_function is hash:
             return default_hasher("builtin")
         return PageHasher(hash_function, seed=DEFAULT_SEED)
-    raise InvalidArgumentError(f"hash_function must be a scheme name, a callable or a PageHasher, got {hash_function!r}")
+    raise InvalidArgumentError(
+        f"hash_function must be a scheme name, a callable or a PageHasher, got {describe(hash_function)}")
 
 
 def hash_page_tokens(hash_function: str | Callable[[Any], int] | PageHasher, parent_page_hash: int | None,

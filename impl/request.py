@@ -116,15 +116,19 @@ def _checked_features(features: object, num_prompt_tokens: int) -> tuple[MMFeatu
     the prompt."""
     if isinstance(features, (str, bytes)) or not isinstance(features, Iterable):
         raise InvalidArgumentError("mm_features must be an iterable of (mm_hash, offset, length)")
+    try:
+        items = list(features)
+    except (TypeError, ValueError) as exc:  # e.g. iterating a 0-d NumPy array
+        raise InvalidArgumentError(f"mm_features must be an iterable: {describe(exc)}") from None
     out = []
-    for item in features:
+    for item in items:
         if not isinstance(item, tuple) or len(item) != 3:
             raise InvalidArgumentError(f"mm_features items must be (mm_hash, offset, length), got {describe(item)}")
         feature = mm_feature(*item)
         if feature.offset + feature.length > num_prompt_tokens:
             raise InvalidArgumentError(
-                f"multimodal item {describe(feature.mm_hash)} spans positions {feature.offset}.."
-                f"{feature.offset + feature.length - 1}, beyond the {num_prompt_tokens}-token prompt"
+                f"multimodal item {describe(feature.mm_hash)} spans positions {describe(feature.offset)}.."
+                f"{describe(feature.offset + feature.length - 1)}, beyond the {num_prompt_tokens}-token prompt"
             )
         out.append(feature)
     return tuple(sorted(out, key=lambda f: f.offset))
@@ -292,7 +296,7 @@ class Request(CheckedTokens):
 
     def _set_status(self, value: RequestStatus) -> None:
         if not isinstance(value, RequestStatus):
-            raise InvalidArgumentError(f"status must be a RequestStatus, got {value!r}")
+            raise InvalidArgumentError(f"status must be a RequestStatus, got {describe(value)}")
         self._status = value
 
     status = property(attrgetter("_status"), _set_status, doc="Where the request is in its lifecycle (validated).")
