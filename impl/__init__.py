@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "DoubleFreeError": "errors",
     "NullPageError": "errors",
     "CorruptedStateError": "errors",
+    "HashingError": "errors",
     "SizingError": "errors",
     "DoesNotFitError": "errors",
     "KVCacheDoesNotFitError": "errors",

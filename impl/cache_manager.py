@@ -15,6 +15,7 @@ Read-only introspection used by the abstraction function and the conformance har
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 from verikv.cache_specs import CacheGroupSpec, CacheGroupsConfig
 from verikv.coordinators import CacheCoordinator, PageIds, get_kv_cache_coordinator
 from verikv.dp_sharding import checked_int, dp_shard_page_bounds
-from verikv.errors import ForeignPageError, InvalidArgumentError, UnknownRequestError
+from verikv.errors import ForeignPageError, InvalidArgumentError, UnknownRequestError, describe
 from verikv.events import KVEvent, PrefixCacheStats
 from verikv.free_queue import CachePage
 from verikv.hashing import PageHash, PageHasher
@@ -50,8 +51,8 @@ class CachePages:
         groups = []
         for ids in page_ids:
             if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
-                raise InvalidArgumentError(f"each group's page ids must be a sequence of ints, got {ids!r}")
-            groups.append([checked_int(p, "page id", minimum=0, error=ForeignPageError) for p in ids])
+                raise InvalidArgumentError(f"each group's page ids must be a sequence of ints, got {describe(ids)}")
+            groups.append([_page_id(p) for p in ids])
         if page_pool is not None and not isinstance(page_pool, PagePool):
             raise InvalidArgumentError(f"page_pool must be a PagePool, got {type(page_pool).__name__}")
         self.page_ids: PageIds = tuple(groups)
@@ -90,7 +91,7 @@ class CachePages:
     def __add__(self, other: CachePages) -> CachePages:
         """Concatenate group by group; both must have the same number of groups and pool."""
         if not isinstance(other, CachePages):
-            return NotImplemented
+            raise InvalidArgumentError(f"can only add CachePages to CachePages, not {type(other).__name__}")
         if len(self.page_ids) != len(other.page_ids):
             raise InvalidArgumentError(
                 f"cannot add CachePages of {len(self.page_ids)} and {len(other.page_ids)} groups")
@@ -138,9 +139,19 @@ def _int(value: object, name: str, minimum: int) -> int:
     """Fast path of `checked_int` for plain ints (the hot path passes plain ints)."""
     if type(value) is int:
         if value < minimum:
-            raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}")
+            raise InvalidArgumentError(f"{name} must be >= {minimum}, got {describe(value)}")
         return value
     return checked_int(value, name, minimum=minimum)
+
+
+def _page_id(page: object) -> int:
+    """A page id given by the caller as an exact int >= 0 (range against a pool is checked
+    where it is used)."""
+    if type(page) is int and page >= 0:
+        return page
+    if isinstance(page, bool) or not isinstance(page, numbers.Integral):  # (no repr: it may be deep)
+        raise ForeignPageError(f"a page id must be an integer, got {type(page).__name__}")
+    return checked_int(page, "page id", minimum=0, error=ForeignPageError)
 
 
 def _request(request: object) -> Request:
@@ -152,7 +163,9 @@ def _request(request: object) -> Request:
 class _Held:
     """What the manager keeps for one request while it holds pages.
 
-    ``request`` is the `Request` object that took them (one id names one live object);
+    ``request`` is the `Request` object that took them (one id names one live object; the
+    manager counts itself in the object's ``_holders`` while the record exists, which freezes
+    the request's identity fields);
     ``shard`` the DP shard they come from (None: the whole pool); ``cache_at`` the token count
     at which caching is next due (the end of the first key page not yet covered by a caching
     call; it never decreases); ``capacity`` the slots its pages cover, capped at
@@ -227,12 +240,16 @@ class CacheManager:
         #: the fast path's result: no new page, shared and immutable
         self._no_new_page = _NoNewPages._of(((),), self.page_pool)  # type: ignore[arg-type]  # immutable groups
         self._keys: dict[str, list[PageHash]] = {}
-        self._key_owner: dict[str, Request] = {}  # whose tokens each key list describes
+        #: whose content each key list describes: the object and its identity version then
+        self._key_owner: dict[str, tuple[Request, int]] = {}
         self._held: dict[str, _Held] = {}  # the requests that hold pages
         #: request -> its last lookup: (result, pool key_version, hit tokens, shard, copy of the ids)
         self._last_hits: dict[str, tuple[CachePages, int, int, int | None, PageIds]] = {}
         #: DP size the shards are cut for (1: no DP); calls may only ask for this size
         self.data_parallel_size: int = dp_size
+        #: constructed without a DP size: the first call whose DP is active fixes it (eSurge's
+        #: scheduler passes the size with every call)
+        self._dp_open = data_parallel_size is None
         self.prefix_cache_stats = PrefixCacheStats()
 
     @classmethod
@@ -278,17 +295,25 @@ class CacheManager:
             return shard, (None if shard is None else self.data_parallel_size)
         hint = None if dp_shard_hint is None else checked_int(dp_shard_hint, "dp_shard_hint")
         shard = None
+        dp_size = self.data_parallel_size
         if data_parallel_size is not None:
             dp = checked_int(data_parallel_size, "data_parallel_size", minimum=1)
             if dp > 1 and self.num_pages % dp == 0:
-                if dp != self.data_parallel_size:
+                if dp != dp_size and not self._dp_open:
                     raise InvalidArgumentError(
-                        f"data_parallel_size {dp} differs from this manager's {self.data_parallel_size}")
+                        f"data_parallel_size {dp} differs from this manager's {dp_size}")
+                dp_size = dp  # (adopted by `_adopt_dp` once the call succeeds)
                 if hint is not None:
                     shard = hint % dp
         if held is not None:
             shard = held.shard
-        return shard, (None if shard is None else self.data_parallel_size)
+        return shard, (None if shard is None else dp_size)
+
+    def _adopt_dp(self, dp: int | None) -> None:
+        """A manager built without a DP size takes the one its first active DP call used."""
+        if dp is not None and self._dp_open:
+            self.data_parallel_size = dp
+            self._dp_open = False
 
     # ---- request identity -------------------------------------------------------------------
 
@@ -297,12 +322,12 @@ class CacheManager:
         so it must be dropped before use. Raises if another object holds pages under the id:
         one id cannot name two live requests (so while pages are held, their holder owns the
         id's keys, if any). Pure."""
-        held = self._held.get(req.request_id)
+        held = self._held.get(req._request_id)
         if held is not None and held.request is not req:
             raise InvalidArgumentError(
-                f"request id {req.request_id!r} belongs to another Request object that holds pages")
-        owner = self._key_owner.get(req.request_id)
-        return owner is not None and owner is not req
+                f"request id {req._request_id!r} belongs to another Request object that holds pages")
+        owner = self._key_owner.get(req._request_id)
+        return owner is not None and (owner[0] is not req or owner[1] != req._identity_version)
 
     def _drop_keys(self, request_id: str) -> None:
         self._keys.pop(request_id, None)
@@ -311,17 +336,26 @@ class CacheManager:
 
     # ---- lookups ----------------------------------------------------------------------------
 
-    def _extend_keys(self, request: Request, count: int | None) -> list[PageHash]:
-        """The request's key list, extended to ``count`` keys (None: every full page)."""
-        keys = self._keys.get(request.request_id)
-        if keys is None:
-            keys = self._keys[request.request_id] = []
-            self._key_owner[request.request_id] = request
+    def _pending_keys(self, req: Request, count: int | None, stale: bool = False) -> list[PageHash]:
+        """The keys the request's list lacks to hold ``count`` keys (None: one per full key
+        page), computed but not stored, so a failing hash function changes nothing. ``stale``:
+        the kept list is not this object's, start afresh."""
+        keys = None if stale else self._keys.get(req._request_id)
+        have = 0 if keys is None else len(keys)
         if count is None:
-            self.hasher.extend(request, self._key_page_size, keys)
-        elif len(keys) < count:
-            keys.extend(self.hasher.hash_request(  # (request, page_size, start, parent, stop)
-                request, self._key_page_size, len(keys), keys[-1] if keys else None, count))
+            count = len(req._tokens) // self._key_page_size
+        if count <= have:
+            return []
+        return self.hasher.hash_request(  # (request, page_size, start, parent, stop)
+            req, self._key_page_size, have, keys[-1] if keys else None, count)
+
+    def _store_keys(self, req: Request, new: list[PageHash]) -> list[PageHash]:
+        """Append keys from `_pending_keys` to the request's list (created if it has none)."""
+        keys = self._keys.get(req._request_id)
+        if keys is None:
+            keys = self._keys[req._request_id] = []
+            self._key_owner[req._request_id] = (req, req._identity_version)
+        keys += new
         return keys
 
     def get_computed_pages(
@@ -336,12 +370,17 @@ class CacheManager:
         req = request if type(request) is Request else _request(request)
         if req._status > _PREEMPTED:
             raise InvalidArgumentError(f"request {req.request_id!r} is finished")
-        shard, dp = self._shard_of(req.request_id, dp_shard_hint, data_parallel_size)
-        if self._stale_keys(req):
-            self._drop_keys(req.request_id)
-        if not self.enable_caching or req.prompt_logprobs:
+        shard, dp = self._shard_of(req._request_id, dp_shard_hint, data_parallel_size)
+        stale = self._stale_keys(req)
+        looked_up = self.enable_caching and not req._prompt_logprobs
+        new = self._pending_keys(req, None, stale) if looked_up and self._caching_key_size else []
+        # every check and every key is done: now the state changes
+        self._adopt_dp(dp)
+        if stale:
+            self._drop_keys(req._request_id)
+        if not looked_up:
             return self.create_empty_page_list(), 0
-        keys = self._extend_keys(req, None) if self._caching_key_size else []
+        keys = self._store_keys(req, new) if self._caching_key_size else []
         num_tokens = len(req._tokens)
         hits, length = self.coordinator.find_longest_cache_hit(keys, num_tokens - 1, shard, dp)
         self._share_keys(keys, hits)
@@ -403,18 +442,21 @@ class CacheManager:
             # drops pages (else capacity is -1), and this object holds pages that already cover
             # the slots, or one more page from the whole pool does. The general path would plan
             # exactly that: no page, or that one page (it fits: one is free).
-            held = self._held.get(request.request_id)
+            held = self._held.get(request._request_id)
             if held is not None and held.request is request and request._status <= _PREEMPTED:
                 num_tokens = request._num_computed_tokens + num_new_tokens
                 if num_tokens <= held.capacity:
                     if num_tokens >= held.cache_at and len(request._tokens) >= held.cache_at:
-                        self._cache(request, min(num_tokens, len(request._tokens)))
+                        cached = min(num_tokens, len(request._tokens))
+                        self._cache(request, cached, self._caching_keys(request, cached))
                     return self._no_new_page
                 if (num_tokens <= held.capacity + self._solo_page_size and num_tokens <= self.max_model_len
                         and held.shard is None and self.page_pool.get_num_free_pages()):
+                    cached = min(num_tokens, len(request._tokens))
+                    new_keys = self._caching_keys(request, cached) if cached >= held.cache_at else None
                     result = CachePages._of((self._allocate_solo(held, num_tokens),), self.page_pool)
-                    if num_tokens >= held.cache_at and len(request._tokens) >= held.cache_at:
-                        self._cache(request, min(num_tokens, len(request._tokens)))
+                    if new_keys is not None:
+                        self._cache(request, cached, new_keys)
                     return result
         return self._allocate_slots(request, num_new_tokens, num_new_computed_tokens, new_computed_pages,
                                     num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size)
@@ -432,48 +474,56 @@ class CacheManager:
         if num_lookahead_tokens.__class__ is not int or num_lookahead_tokens < 0:
             num_lookahead_tokens = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
         if delay_cache_pages is not False and delay_cache_pages is not True:
-            raise InvalidArgumentError(f"delay_cache_pages must be a bool, got {delay_cache_pages!r}")
+            raise InvalidArgumentError(f"delay_cache_pages must be a bool, got {describe(delay_cache_pages)}")
         if req._status > _PREEMPTED:
-            raise InvalidArgumentError(f"request {req.request_id!r} is finished")
-        request_id = req.request_id
+            raise InvalidArgumentError(f"request {req._request_id!r} is finished")
+        request_id = req._request_id
         computed = req._num_computed_tokens + num_new_computed_tokens
         num_tokens = computed + num_new_tokens
         max_model_len = self.max_model_len
         if num_tokens > max_model_len:
             raise InvalidArgumentError(
-                f"request {request_id!r}: {computed} computed + {num_new_tokens} new tokens exceed "
-                f"max_model_len {max_model_len}")
+                f"request {request_id!r}: {describe(computed)} computed + {describe(num_new_tokens)} new tokens "
+                f"exceed max_model_len {max_model_len}")
         num_slots = num_tokens + num_lookahead_tokens
         if num_slots > max_model_len:
             num_slots = max_model_len
+        held = self._held.get(request_id)
+        if held is None and req._num_computed_tokens and self.kv_cache_groups:
+            raise InvalidArgumentError(
+                f"request {request_id!r} holds no pages but has num_computed_tokens="
+                f"{req._num_computed_tokens}: its KV is gone (reset num_computed_tokens to 0 on preemption)")
+        stale = self._stale_keys(req)
+        # Keys for the caching step are computed before anything changes (INV-ATOMIC).
+        cached = min(num_tokens, len(req._tokens))
+        cache_at = held.cache_at if held is not None else 0 if self.enable_caching else self._never
+        new_keys = (self._caching_keys(req, cached, stale)
+                    if not delay_cache_pages and self.kv_cache_groups and cached >= cache_at else None)
         new = self._allocate(req, num_slots, num_new_computed_tokens, new_computed_pages,
-                             dp_shard_hint, data_parallel_size)
+                             dp_shard_hint, data_parallel_size, stale)
         if new is None:
             return None
-        held = self._held.get(request_id)
-        if held is not None and not delay_cache_pages:  # (no record: zero groups)
-            num_tokens = min(num_tokens, len(req._tokens))
-            if num_tokens >= held.cache_at:
-                self._cache(req, num_tokens)
+        if new_keys is not None:
+            self._cache(req, cached, new_keys)
         return CachePages._of(new, self.page_pool)
 
     def _allocate_solo(self, held: _Held, num_tokens: int) -> list[int]:
         """The one group's new pages for ``num_tokens`` slots (they fit), and the new capacity."""
         solo: SingleTypeCacheManager = self._solo  # type: ignore[assignment]
-        request_id = held.request.request_id
+        request_id = held.request._request_id
         new = solo.allocate_new_pages(request_id, num_tokens)
         held.capacity = min(len(solo.req_to_pages[request_id]) * self._solo_page_size, self.max_model_len)
         return new
 
     def _allocate(
         self, req: Request, num_slots: int, num_new_computed_tokens: int,
-        new_computed_pages: object, dp_shard_hint: object, data_parallel_size: object,
+        new_computed_pages: object, dp_shard_hint: object, data_parallel_size: object, stale: bool,
     ) -> PageIds | None:
         """The general allocation: resolve the shard, check the hits, let the coordinator plan
-        and apply it; None (nothing changed) when it does not fit."""
-        request_id = req.request_id
+        and apply it; None (nothing changed) when it does not fit. ``stale``: the id's kept
+        keys belong to another object (`_stale_keys`), dropped once the allocation is made."""
+        request_id = req._request_id
         shard, dp = self._shard_of(request_id, dp_shard_hint, data_parallel_size)
-        stale = self._stale_keys(req)
         hits = None
         if new_computed_pages is not None or num_new_computed_tokens:
             if stale:
@@ -482,11 +532,13 @@ class CacheManager:
         new = self.coordinator.allocate_slots(request_id, req._num_computed_tokens, num_slots, hits, shard, dp)
         if new is None:
             return None
+        self._adopt_dp(dp)
         if stale:
             self._drop_keys(request_id)
         held = self._held.get(request_id)
         if held is None and self.kv_cache_groups:
             held = self._held[request_id] = _Held(req, shard, 0 if self.enable_caching else self._never, -1)
+            req._holders += 1
             self._last_hits.pop(request_id, None)  # hits are only taken first
         if held is not None and self._solo is not None:
             held.capacity = min(len(self._solo.req_to_pages[request_id]) * self._solo_page_size, self.max_model_len)
@@ -539,7 +591,7 @@ class CacheManager:
             seen_real = False
             for j, page in enumerate(group_ids):
                 if type(page) is not int or not 0 <= page < n:
-                    raise ForeignPageError(f"page id {page!r} is not a page of this pool (0..{n - 1})")
+                    raise ForeignPageError(f"page id {describe(page)} is not a page of this pool (0..{n - 1})")
                 if page == NULL_PAGE:
                     if seen_real or not self._windowed_groups[gid]:
                         raise InvalidArgumentError(f"group {gid}: null page at hit position {j}")
@@ -556,21 +608,21 @@ class CacheManager:
 
     # ---- caching and freeing ------------------------------------------------------------------
 
-    def _cache(self, req: Request, num_tokens: int) -> None:
+    def _caching_keys(self, req: Request, num_tokens: int, stale: bool = False) -> list[PageHash]:
+        """The keys caching up to ``num_tokens`` tokens still needs (computed, not stored)."""
+        return self._pending_keys(req, self._cacher.keys_needed(num_tokens), stale)
+
+    def _cache(self, req: Request, num_tokens: int, new_keys: list[PageHash]) -> None:
         """Cache the request's full pages up to ``num_tokens`` tokens (its held pages, caching
-        on), extending its keys first.
+        on), storing the keys `_caching_keys` computed for it first.
 
         Then caching is next due at the end of the following key page (`_Held.cache_at`):
         before that no group has a new full page (every page size is a multiple of the key page
         size), so allocations skip the call.
         """
-        target = self._cacher  # the one group's manager, or the coordinator (same two methods)
-        needed = target.keys_needed(num_tokens)
-        keys = self._keys.get(req.request_id)
-        if keys is None or len(keys) < needed:
-            keys = self._extend_keys(req, needed)
-        target.cache_pages(req.request_id, keys, num_tokens)
-        held = self._held[req.request_id]
+        request_id = req._request_id
+        self._cacher.cache_pages(request_id, self._store_keys(req, new_keys), num_tokens)  # the one group's manager, or the coordinator
+        held = self._held[request_id]
         held.cache_at = max(held.cache_at, (num_tokens // self._key_page_size + 1) * self._key_page_size)
 
     def cache_pages(self, request: Request, num_computed_tokens: int) -> None:
@@ -582,20 +634,23 @@ class CacheManager:
         self._stale_keys(req)  # raises if the pages belong to another object with this id
         n = _int(num_computed_tokens, "num_computed_tokens", 0)
         if n > req.num_tokens:
-            raise InvalidArgumentError(f"num_computed_tokens {n} exceeds the request's {req.num_tokens} tokens")
+            raise InvalidArgumentError(
+                f"num_computed_tokens {describe(n)} exceeds the request's {req.num_tokens} tokens")
         pages = self.coordinator.get_pages(req.request_id)
         for gid, ps in enumerate(self._page_sizes):
             if n // ps > len(pages[gid]):  # type: ignore[index]
                 raise InvalidArgumentError(
                     f"group {gid}: {n} tokens span {n // ps} pages, the request holds {len(pages[gid])}")  # type: ignore[index]
         if self.enable_caching:
-            self._cache(req, n)
+            self._cache(req, n, self._caching_keys(req, n))
 
     def free(self, request: Request) -> None:
         """Release all the request's pages (each group last page first). Its keys are kept for
         a resumption (`free_page_hashes` drops them). No-op for a request without pages."""
         request_id = _request(request).request_id
-        if self._held.pop(request_id, None) is not None:
+        held = self._held.pop(request_id, None)
+        if held is not None:
+            held.request._holders -= 1
             self.coordinator.free(request_id)
 
     def free_page_hashes(self, request: Request) -> None:
@@ -627,7 +682,7 @@ class CacheManager:
         """The request's page ids per group (null placeholders as 0); copies."""
         pages = self.coordinator.get_pages(request_id) if isinstance(request_id, str) else None
         if pages is None:
-            raise UnknownRequestError(f"request {request_id!r} holds no pages")
+            raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return pages
 
     def create_empty_page_list(self) -> CachePages:
@@ -641,7 +696,7 @@ class CacheManager:
     def num_cached_pages(self, request_id: str) -> list[int]:
         """Per group, how many leading pages of the request are registered in the cache."""
         if not isinstance(request_id, str) or request_id not in self._held:
-            raise UnknownRequestError(f"request {request_id!r} holds no pages")
+            raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return [m.num_cached_page[request_id] for m in self.coordinator.single_type_managers]
 
     def group_layouts(self) -> list[tuple[str, int, int]]:
@@ -651,6 +706,8 @@ class CacheManager:
 
     def page_hashes_of(self, request_id: str) -> tuple[PageHash, ...]:
         """The request's content keys so far (at the smallest page size); empty if none."""
+        if not isinstance(request_id, str):
+            raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")
         return tuple(self._keys.get(request_id, ()))
 
     def hashed_request_ids(self) -> list[str]:
@@ -661,5 +718,5 @@ class CacheManager:
         """The DP shard of a request that holds pages (None: the whole pool)."""
         held = self._held.get(request_id) if isinstance(request_id, str) else None
         if held is None:
-            raise UnknownRequestError(f"request {request_id!r} holds no pages")
+            raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return held.shard

@@ -30,6 +30,9 @@ from verikv.single_type_managers import SingleTypeCacheManager, get_manager_for_
 
 PageIds = tuple[list[int], ...]
 
+#: page ids are int32 (device page tables): every id, and the count, must fit
+MAX_NUM_PAGES = 2**31 - 1
+
 
 class CacheCoordinator:
     """Shared machinery; use `get_kv_cache_coordinator` to pick the right subclass.
@@ -49,6 +52,7 @@ class CacheCoordinator:
         free_order: str = "esurge",
         enable_kv_events: bool = False,
     ) -> None:
+        checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_NUM_PAGES)
         groups = CacheGroupsConfig(num_pages, kv_cache_groups).kv_cache_groups
         self.max_model_len = checked_int(max_model_len, "max_model_len", minimum=1)
         if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
@@ -67,7 +71,11 @@ class CacheCoordinator:
         self.kv_cache_groups: tuple[CacheGroupSpec, ...] = groups
         self.use_eagle = use_eagle
         self.enable_caching = enable_caching
-        self.page_pool = PagePool(num_pages, enable_caching, free_order=free_order, enable_kv_events=enable_kv_events)
+        try:
+            self.page_pool = PagePool(num_pages, enable_caching, free_order=free_order, enable_kv_events=enable_kv_events)
+        except MemoryError:
+            raise InvalidArgumentError(
+                f"num_pages {num_pages}: not enough host memory for the pool's bookkeeping") from None
         sizes = [g.kv_cache_spec.page_size for g in groups]
         #: the page size request keys are computed at: the smallest of the groups that cache
         #: (all but Mamba); None when no group caches (or caching is off: any page sizes then)
@@ -285,6 +293,10 @@ def get_kv_cache_coordinator(
 ) -> CacheCoordinator:
     """eSurge's dispatch: caching off (or no group) -> no-prefix-cache; one group -> unitary;
     otherwise hybrid."""
+    if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
+        raise InvalidArgumentError("use_eagle and enable_caching must be bools")
+    if not isinstance(free_order, str):  # (the pool checks the name)
+        raise InvalidArgumentError(f"free_order must be a str, got {type(free_order).__name__}")
     options = {"free_order": free_order, "enable_kv_events": enable_kv_events}
     if not enable_caching or (isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 0):
         return CacheCoordinatorNoPrefixCache(num_pages, kv_cache_groups, max_model_len, use_eagle, False, **options)

@@ -7,6 +7,22 @@ A raised error always means the call changed nothing.
 
 from __future__ import annotations
 
+import reprlib
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 3
+_REPR.maxstring = _REPR.maxother = 60
+
+
+def describe(value: object) -> str:
+    """A short repr of ``value`` for an error message that never raises: deep nesting, huge
+    ints (beyond the int-to-str digit limit) and a failing ``__repr__`` all print something."""
+    try:
+        return _REPR.repr(value)
+    except Exception:  # noqa: BLE001 - a message must not fail: fall back to the type
+        bits = value.bit_length() if isinstance(value, int) else None
+        return f"<{type(value).__name__}{'' if bits is None else f' of {bits} bits'}>"
+
 
 class VeriKVError(Exception):
     """Root of every error verikv raises deliberately."""
@@ -47,6 +63,11 @@ class NullPageError(PageStateError):
 
 class CorruptedStateError(VeriKVError, RuntimeError):
     """An internal invariant was found broken; the structure must not be used further."""
+
+
+class HashingError(VeriKVError, ValueError):
+    """A page key could not be computed: a user-supplied hash function raised or returned a
+    non-integer. Raised before any state changes."""
 
 
 class SizingError(InvalidArgumentError):

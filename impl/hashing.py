@@ -23,6 +23,8 @@ tenants; the chain carries it to later pages).
 from __future__ import annotations
 
 import hashlib
+import numbers
+import operator
 import os
 import struct
 import sys
@@ -33,7 +35,7 @@ from typing import Any, NamedTuple
 import xxhash
 
 from verikv.dp_sharding import checked_int
-from verikv.errors import InvalidArgumentError
+from verikv.errors import HashingError, InvalidArgumentError, describe
 
 SCHEMES: tuple[str, ...] = ("sha256", "xxh3_128", "builtin")
 _PAGE_TAG = b"verikv-page\x00"
@@ -42,6 +44,8 @@ _BIG_ENDIAN = sys.byteorder == "big"
 _pack_u32 = struct.Struct("<I").pack
 #: token ids are ints in ``[0, TOKEN_ID_LIMIT)``: they are encoded as unsigned 64-bit integers
 TOKEN_ID_LIMIT = 1 << 64
+#: nesting allowed inside an extra key (tuples in tuples); deeper values are rejected, not recursed
+MAX_KEY_DEPTH = 8
 
 
 class PageHash(NamedTuple):
@@ -75,19 +79,71 @@ class MMFeature(NamedTuple):
     length: int
 
 
+# ---- key values: exact builtins, fixed at the boundary ----------------------------------------
+#
+# Everything reachable from a cache key is an exact builtin immutable value (int, str, bytes,
+# float, bool, None, tuples of those), so a key's hash and equality cannot change after it is
+# inserted: a str or int subclass with its own __hash__ / __eq__ never enters a key.
+
+
+def key_text(value: str, what: str) -> str:
+    """``value`` as an exact ``str`` that UTF-8 can encode; a lone surrogate (what
+    ``json.loads('"\\ud800"')`` returns) is rejected, since no canonical encoding exists."""
+    text = value if type(value) is str else str.__str__(value)  # a subclass becomes its plain copy
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgumentError(f"{what} is not encodable Unicode (lone surrogate): {describe(text)}") from None
+    return text
+
+
+def key_atom(value: object, what: str) -> str | bytes | int:
+    """A str, bytes or integer identity (salt, multimodal hash, seed) as an exact builtin value."""
+    if isinstance(value, str):
+        return key_text(value, what)
+    if isinstance(value, bytes):
+        return value if type(value) is bytes else bytes.__add__(b"", value)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return operator.index(value)  # always an exact int
+    raise InvalidArgumentError(f"{what} must be str, bytes or an int, got {type(value).__name__} {describe(value)}")
+
+
+def key_value(value: object, what: str = "extra key", depth: int = 0) -> Any:
+    """An extra key as exact builtins: None, bool, int, float (not NaN), str, bytes, and
+    tuples of those (lists become tuples), nested at most `MAX_KEY_DEPTH` deep."""
+    kind = type(value)
+    if value is None or kind is bool or kind is int or kind is bytes:
+        return value
+    if kind is str:
+        return key_text(value, what)  # type: ignore[arg-type]
+    if isinstance(value, (tuple, list)):
+        if depth >= MAX_KEY_DEPTH:
+            raise InvalidArgumentError(f"{what} is nested deeper than {MAX_KEY_DEPTH} levels")
+        return tuple([key_value(item, what, depth + 1) for item in value])
+    if isinstance(value, float):
+        if value != value:
+            raise InvalidArgumentError(f"{what} contains NaN, which is not equal to itself")
+        return float.__float__(value)
+    return key_atom(value, what)
+
+
 def _int_bytes(value: int) -> bytes:
     """A signed int as a little-endian u32 byte count followed by its minimal two's complement."""
     size = (value.bit_length() + 8) // 8
     return _pack_u32(size) + value.to_bytes(size, "little", signed=True)
 
 
-def encode_canonical(obj: Any, out: bytearray) -> None:
+def encode_canonical(obj: Any, out: bytearray, _depth: int = 0) -> None:
     """Append a canonical, unambiguous encoding of ``obj`` to ``out``.
 
-    Supported: None, bool, int, float, str, bytes, and tuples/lists of those (nested). Each
-    value is a type tag plus a length-prefixed payload, so different values never encode
-    alike. Anything else is rejected (`InvalidArgumentError`) rather than pickled.
+    Supported: None, bool, int, float, str, bytes, and tuples/lists of those (nested at most
+    `MAX_KEY_DEPTH` deep). Each value is a type tag plus a length-prefixed payload, so
+    different values never encode alike. Anything else is rejected (`InvalidArgumentError`)
+    rather than pickled.
     """
+    if _depth == 0 and not isinstance(out, bytearray):
+        raise InvalidArgumentError(f"out must be a bytearray, got {type(out).__name__}")
     if obj is None:
         out += b"N"
     elif isinstance(obj, bool):
@@ -97,18 +153,20 @@ def encode_canonical(obj: Any, out: bytearray) -> None:
     elif isinstance(obj, float):
         out += b"D" + struct.pack("<d", obj)
     elif isinstance(obj, str):
-        data = obj.encode("utf-8")
+        data = key_text(obj, "string").encode("utf-8")
         out += b"S" + struct.pack("<I", len(data)) + data
     elif isinstance(obj, (bytes, bytearray)):
         out += b"B" + struct.pack("<I", len(obj)) + bytes(obj)
     elif isinstance(obj, (tuple, list)):
+        if _depth >= MAX_KEY_DEPTH:
+            raise InvalidArgumentError(f"cannot encode values nested deeper than {MAX_KEY_DEPTH} levels")
         out += b"L" + struct.pack("<I", len(obj))
         for item in obj:
-            encode_canonical(item, out)
-    elif hasattr(obj, "__index__"):
-        out += b"I" + _int_bytes(obj.__index__())
+            encode_canonical(item, out, _depth + 1)
+    elif isinstance(obj, numbers.Integral):
+        out += b"I" + _int_bytes(operator.index(obj))
     else:
-        raise InvalidArgumentError(f"cannot encode {type(obj).__name__} {obj!r} canonically")
+        raise InvalidArgumentError(f"cannot encode {type(obj).__name__} {describe(obj)} canonically")
 
 
 def _token_array(token_ids: Sequence[int]) -> array:
@@ -116,11 +174,22 @@ def _token_array(token_ids: Sequence[int]) -> array:
     outside ``[0, 2**64)``)."""
     try:
         packed = array("Q", token_ids)
-    except (TypeError, OverflowError) as exc:
-        raise InvalidArgumentError(f"token ids must be integers in [0, 2**64): {exc}") from None
+    except (TypeError, OverflowError, ValueError) as exc:
+        raise InvalidArgumentError(f"token ids must be integers in [0, 2**64): {describe(exc)}") from None
     if _BIG_ENDIAN:
         packed.byteswap()
     return packed
+
+
+def token_list(token_ids: object, what: str = "token ids") -> list[int]:
+    """Token ids (any iterable of integers, NumPy arrays included) as a list of exact ints in
+    ``[0, 2**64)``; `InvalidArgumentError` otherwise (nested lists, floats, strings, ...)."""
+    if isinstance(token_ids, (str, bytes)) or not hasattr(token_ids, "__iter__"):
+        raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(token_ids).__name__}")
+    try:
+        return array("Q", token_ids).tolist()  # type: ignore[arg-type]
+    except (TypeError, OverflowError, ValueError) as exc:  # a non-int, an id out of range, a 0-d array
+        raise InvalidArgumentError(f"{what} must be integers in [0, 2**64): {describe(exc)}") from None
 
 
 def _seed_bytes(seed: int | str | bytes) -> bytes:
@@ -132,23 +201,34 @@ def _seed_bytes(seed: int | str | bytes) -> bytes:
 
 def _mm_items(features: Any) -> list[MMFeature]:
     """A request's ``mm_features`` as validated `MMFeature` tuples (tuples or attribute objects)."""
+    if not features:
+        return []
+    if isinstance(features, (str, bytes)) or not hasattr(features, "__iter__"):
+        raise InvalidArgumentError(f"mm_features must be an iterable of (mm_hash, offset, length), "
+                                   f"got {describe(features)}")
     items: list[MMFeature] = []
-    for feature in features or ():
+    for feature in features:
         if isinstance(feature, (tuple, list)):
             if len(feature) != 3:
-                raise InvalidArgumentError(f"mm_features item must be (mm_hash, offset, length), got {feature!r}")
+                raise InvalidArgumentError(f"mm_features item must be (mm_hash, offset, length), got {describe(feature)}")
             mm_hash, offset, length = feature
         else:
             try:
                 mm_hash, offset, length = feature.mm_hash, feature.offset, feature.length
             except AttributeError:
                 raise InvalidArgumentError(
-                    f"mm_features item needs mm_hash, offset and length: {feature!r}") from None
-        if not isinstance(mm_hash, (str, bytes, int)) or isinstance(mm_hash, bool):
-            raise InvalidArgumentError(f"mm_hash must be str, bytes or int, got {mm_hash!r}")
-        items.append(MMFeature(mm_hash, checked_int(offset, "mm offset", minimum=0),
-                               checked_int(length, "mm length", minimum=1)))
+                    f"mm_features item needs mm_hash, offset and length: {describe(feature)}") from None
+        items.append(mm_feature(mm_hash, offset, length))
     return items
+
+
+def mm_feature(mm_hash: object, offset: object, length: object) -> MMFeature:
+    """A validated `MMFeature` of exact builtins: a non-empty str / bytes or an int hash, an
+    offset >= 0 and a length >= 1."""
+    identity = key_atom(mm_hash, "mm_hash")
+    if identity == "" or identity == b"":
+        raise InvalidArgumentError("mm_hash must not be empty")
+    return MMFeature(identity, checked_int(offset, "mm offset", minimum=0), checked_int(length, "mm length", minimum=1))
 
 
 class CheckedTokens:
@@ -171,12 +251,12 @@ class PageHasher:
     """
 
     def __init__(self, scheme: str | Callable[[Any], int] = "sha256", seed: int | str | bytes | None = None) -> None:
-        if not callable(scheme) and scheme not in SCHEMES:
-            raise InvalidArgumentError(f"unknown hash scheme {scheme!r}; expected one of {SCHEMES} or a callable")
+        if not callable(scheme) and (not isinstance(scheme, str) or scheme not in SCHEMES):
+            raise InvalidArgumentError(f"unknown hash scheme {describe(scheme)}; expected one of {SCHEMES} or a callable")
         if seed is None:
             seed = os.urandom(32)
-        elif isinstance(seed, bool) or not isinstance(seed, (int, str, bytes)):
-            raise InvalidArgumentError(f"seed must be int, str or bytes, got {seed!r}")
+        else:
+            seed = key_atom(seed, "seed")
         self.scheme = scheme
         self.seed = seed
         digest = hashlib.sha256(_ROOT_TAG + _seed_bytes(seed)).digest()
@@ -191,7 +271,7 @@ class PageHasher:
         #: the function of ``(parent, tokens, extra)`` for the builtin/callable schemes (None:
         #: a byte-level digest), called directly by `hash_request`
         self._tuple_hash: Callable[[Any], int] | None = (
-            None if scheme in ("sha256", "xxh3_128") else hash if scheme == "builtin" else scheme)  # type: ignore[assignment]
+            None if scheme in ("sha256", "xxh3_128") else hash if scheme == "builtin" else _guarded(scheme))  # type: ignore[arg-type]
         self._digest = self._make_digest()
 
     def _make_digest(self) -> Callable[[int, bytes, Sequence[int], Any], int]:
@@ -216,12 +296,15 @@ class PageHasher:
         ``parent=None`` means the page is the first of its chain (its parent is ``root``).
         """
         parent_value = self.root if parent is None else checked_int(parent, "parent")
-        tokens = tuple(token_ids)
-        return PageHash(self._digest(parent_value, _token_array(tokens).tobytes(), tokens, extra_keys), tokens, extra_keys)
+        tokens = tuple(token_list(token_ids))
+        extra = key_value(extra_keys)
+        return PageHash(self._digest(parent_value, _token_array(tokens).tobytes(), tokens, extra), tokens, extra)
 
     def page_extra_keys(self, request: Any, page_index: int, page_size: int) -> tuple[Any, ...] | None:
         """The extra keys of page ``page_index`` of ``request`` (``None`` when it has none)."""
-        return _ExtraKeys(request).for_page(page_index, page_size)
+        index = checked_int(page_index, "page_index", minimum=0)
+        size = checked_int(page_size, "page_size", minimum=1)
+        return _ExtraKeys(request).for_page(index, size)
 
     def hash_request(self, request: Any, page_size: int, start: int = 0,
                      parent: PageHash | int | None = None, stop: int | None = None) -> list[PageHash]:
@@ -233,7 +316,7 @@ class PageHasher:
         """
         ps = page_size if type(page_size) is int and page_size > 0 else checked_int(page_size, "page_size", minimum=1)
         checked = isinstance(request, CheckedTokens)
-        tokens = request._tokens if checked else request.all_token_ids
+        tokens = request._tokens if checked else _request_tokens(request)
         full = len(tokens) // ps
         first = start if type(start) is int and start >= 0 else checked_int(start, "start", minimum=0)
         if stop is None:
@@ -243,19 +326,18 @@ class PageHasher:
         else:
             last = checked_int(stop, "stop", minimum=first, maximum=full)
         if first > last:
-            raise InvalidArgumentError(f"start {first} is beyond the {full} full pages of the request")
+            raise InvalidArgumentError(f"start {describe(first)} is beyond the {full} full pages of the request")
         if first > 0 and parent is None:
             raise InvalidArgumentError("parent is required when hashing from a page other than the first")
-        value: int | None = parent.hash_value if isinstance(parent, PageHash) else parent
+        value: int | None = parent.hash_value if isinstance(parent, PageHash) else (
+            None if parent is None else checked_int(parent, "parent"))
         if first == last:
             return []
         ids = tokens[first * ps:last * ps]
         tuple_hash = self._tuple_hash
         data = b""
         if tuple_hash is None:
-            data = _token_array(ids).tobytes()  # validates (ints in [0, 2**64)) and encodes
-        elif not checked:
-            _token_array(ids)  # the same validation for every scheme
+            data = _token_array(ids).tobytes()  # encodes (the ids are exact ints in [0, 2**64))
         if checked:
             plain = request.lora_id is None and request.cache_salt is None and not request.mm_features
         else:
@@ -293,7 +375,10 @@ class PageHasher:
         Returns the pages added (possibly none). O(new pages), so calling it after every
         decode step costs one hash per page that filled.
         """
-        if type(page_size) is int and page_size > 0 and len(request.all_token_ids) // page_size == len(hashes):
+        if not isinstance(hashes, list):
+            raise InvalidArgumentError(f"hashes must be the list of the request's keys, got {type(hashes).__name__}")
+        if (isinstance(request, CheckedTokens) and type(page_size) is int and page_size > 0
+                and len(request._tokens) // page_size == len(hashes)):
             return []  # no page filled since the last call (the common decode step)
         parent = hashes[-1] if hashes else None
         new = self.hash_request(request, page_size, start=len(hashes), parent=parent)
@@ -314,6 +399,31 @@ def _message(parent: int, tokens: bytes, extra: Any) -> bytes:
     return b"".join((_PAGE_TAG, _int_bytes(parent), _pack_u32(len(tokens) // 8), tokens, tail))
 
 
+def _request_tokens(request: Any) -> list[int]:
+    """A duck-typed request's ``all_token_ids`` as validated exact ints."""
+    try:
+        tokens = request.all_token_ids
+    except AttributeError:
+        raise InvalidArgumentError(f"{type(request).__name__} has no all_token_ids") from None
+    return token_list(tokens, "all_token_ids")
+
+
+def _guarded(fn: Callable[[Any], object]) -> Callable[[Any], int]:
+    """A user hash function whose failures are `HashingError` and whose results are exact ints
+    (a key's hash value must not be a user object: its hash could change)."""
+    def call(args: Any) -> int:
+        try:
+            value = fn(args)
+        except Exception as exc:  # noqa: BLE001 - any failure of user code becomes one typed error
+            raise HashingError(f"hash function {describe(fn)} failed: {describe(exc)}") from exc
+        if type(value) is int:
+            return value
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise HashingError(f"hash function {describe(fn)} returned {type(value).__name__}, not an int")
+        return operator.index(value)
+    return call
+
+
 def _plain(request: Any) -> bool:
     """True if the request has no per-page extra keys (no LoRA, salt or multimodal items)."""
     return (getattr(request, "lora_id", None) is None and getattr(request, "cache_salt", None) is None
@@ -327,10 +437,11 @@ class _ExtraKeys:
 
     def __init__(self, request: Any) -> None:
         lora = getattr(request, "lora_id", None)
-        self.lora = None if lora is None else checked_int(lora, "lora_id")
-        self.salt = getattr(request, "cache_salt", None)
-        if self.salt is not None and not isinstance(self.salt, (str, bytes)):
-            raise InvalidArgumentError(f"cache_salt must be str or bytes, got {self.salt!r}")
+        self.lora = None if lora is None else checked_int(lora, "lora_id", minimum=0)
+        salt = getattr(request, "cache_salt", None)
+        if salt is not None and not isinstance(salt, (str, bytes)):
+            raise InvalidArgumentError(f"cache_salt must be str or bytes, got {describe(salt)}")
+        self.salt = None if salt is None else key_atom(salt, "cache_salt")
         features = getattr(request, "mm_features", None)
         self.mm = sorted(_mm_items(features), key=lambda f: f.offset) if features else []
 
@@ -360,6 +471,8 @@ def default_hasher(scheme: str = "sha256") -> PageHasher:
     Deterministic across processes (the seed is a constant, not ``PYTHONHASHSEED``). Create a
     `PageHasher` with your own seed to keep keys private to one deployment.
     """
+    if not isinstance(scheme, str) or scheme not in SCHEMES:
+        raise InvalidArgumentError(f"unknown hash scheme {describe(scheme)}; expected one of {SCHEMES}")
     hasher = _DEFAULT_HASHERS.get(scheme)
     if hasher is None:
         hasher = _DEFAULT_HASHERS[scheme] = PageHasher(scheme, seed=DEFAULT_SEED)
@@ -371,13 +484,14 @@ def _resolve(hash_function: str | Callable[[Any], int] | PageHasher) -> PageHash
         return hash_function
     if isinstance(hash_function, str):
         if hash_function not in SCHEMES:
-            raise InvalidArgumentError(f"unknown hash scheme {hash_function!r}; expected one of {SCHEMES}")
+            raise InvalidArgumentError(f"unknown hash scheme {describe(hash_function)}; expected one of {SCHEMES}")
         return default_hasher(hash_function)
     if callable(hash_function):
         if hash_function is hash:
             return default_hasher("builtin")
         return PageHasher(hash_function, seed=DEFAULT_SEED)
-    raise InvalidArgumentError(f"hash_function must be a scheme name, a callable or a PageHasher, got {hash_function!r}")
+    raise InvalidArgumentError(
+        f"hash_function must be a scheme name, a callable or a PageHasher, got {describe(hash_function)}")
 
 
 def hash_page_tokens(hash_function: str | Callable[[Any], int] | PageHasher, parent_page_hash: int | None,

@@ -8,20 +8,28 @@ requests never read the prefix cache, but their pages are still cached).
 
 The request's content keys are kept by the `CacheManager` that hashes it (keys depend on that
 manager's hash scheme and seed); they grow one full page at a time and are never recomputed.
+
+Every field is validated on assignment as well as at construction, and what enters page keys
+(``cache_salt``, ``lora_id``, ``mm_features``) is stored as exact builtin values (a ``str``
+subclass becomes a plain ``str``; a lone surrogate is rejected), so a key never holds a user
+object whose hash could change. The identity fields (``request_id`` and those three) cannot
+change while a manager holds pages for the request; changing them otherwise makes a manager
+drop the content keys it kept for the object (they describe the old identity).
 """
 
 from __future__ import annotations
 
 import enum
 import numbers
+import operator
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter, countOf
 from typing import overload
 
 from verikv.dp_sharding import checked_int
-from verikv.errors import InvalidArgumentError
-from verikv.hashing import TOKEN_ID_LIMIT, CheckedTokens, MMFeature
+from verikv.errors import InvalidArgumentError, describe
+from verikv.hashing import TOKEN_ID_LIMIT, CheckedTokens, MMFeature, key_atom, mm_feature
 
 
 class RequestStatus(enum.IntEnum):
@@ -83,7 +91,10 @@ def _checked_tokens(tokens: Iterable[int], what: str) -> list[int]:
     """The token ids as a list of Python ints in ``[0, 2**64)``, or InvalidArgumentError."""
     if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
         raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(tokens).__name__}")
-    out = list(tokens)
+    try:
+        out = list(tokens)
+    except (TypeError, ValueError) as exc:  # e.g. iterating a 0-d NumPy array
+        raise InvalidArgumentError(f"{what} must be an iterable of ints: {describe(exc)}") from None
     if countOf(map(type, out), int) == len(out):  # plain ints: the range is checked at C speed
         try:
             array("Q", out)  # OverflowError for an id outside [0, 2**64)
@@ -92,31 +103,54 @@ def _checked_tokens(tokens: Iterable[int], what: str) -> list[int]:
             pass  # the loop below names the id
     for i, t in enumerate(out):
         if type(t) is not int:
-            out[i] = t = checked_int(t, f"{what}[{i}]")
+            if isinstance(t, bool) or not isinstance(t, numbers.Integral):  # (no repr: it may be deep)
+                raise InvalidArgumentError(f"{what}[{i}] must be an integer, got {type(t).__name__}")
+            out[i] = t = operator.index(t)
         if not 0 <= t < TOKEN_ID_LIMIT:
-            raise InvalidArgumentError(f"{what}[{i}] must be in [0, 2**64), got {t}")
+            raise InvalidArgumentError(f"{what}[{i}] must be in [0, 2**64), got {describe(t)}")
     return out
 
 
 def _checked_features(features: object, num_prompt_tokens: int) -> tuple[MMFeature, ...]:
-    """Multimodal items as `MMFeature` tuples sorted by offset, each inside the prompt."""
+    """Multimodal items as `MMFeature` tuples of exact builtins sorted by offset, each inside
+    the prompt."""
     if isinstance(features, (str, bytes)) or not isinstance(features, Iterable):
         raise InvalidArgumentError("mm_features must be an iterable of (mm_hash, offset, length)")
+    try:
+        items = list(features)
+    except (TypeError, ValueError) as exc:  # e.g. iterating a 0-d NumPy array
+        raise InvalidArgumentError(f"mm_features must be an iterable: {describe(exc)}") from None
     out = []
-    for item in features:
+    for item in items:
         if not isinstance(item, tuple) or len(item) != 3:
-            raise InvalidArgumentError(f"mm_features items must be (mm_hash, offset, length), got {item!r}")
-        mm_hash, offset, length = item
-        if isinstance(mm_hash, bool) or not isinstance(mm_hash, (str, bytes, int)) or mm_hash in ("", b""):
-            raise InvalidArgumentError(f"mm_hash must be a non-empty str, bytes or an int, got {mm_hash!r}")
-        feature = MMFeature(mm_hash, checked_int(offset, "mm offset", minimum=0), checked_int(length, "mm length", minimum=1))
+            raise InvalidArgumentError(f"mm_features items must be (mm_hash, offset, length), got {describe(item)}")
+        feature = mm_feature(*item)
         if feature.offset + feature.length > num_prompt_tokens:
             raise InvalidArgumentError(
-                f"multimodal item {mm_hash!r} spans positions {feature.offset}..{feature.offset + feature.length - 1}, "
-                f"beyond the {num_prompt_tokens}-token prompt"
+                f"multimodal item {describe(feature.mm_hash)} spans positions {describe(feature.offset)}.."
+                f"{describe(feature.offset + feature.length - 1)}, beyond the {num_prompt_tokens}-token prompt"
             )
         out.append(feature)
     return tuple(sorted(out, key=lambda f: f.offset))
+
+
+def _checked_request_id(value: object) -> str:
+    """A non-empty ``str`` (a subclass becomes a plain copy: the id is a dict key)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(f"request_id must be a non-empty str, got {describe(value)}")
+    return value if type(value) is str else str.__str__(value)
+
+
+def _checked_salt(value: object) -> str | bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, (str, bytes)):
+        raise InvalidArgumentError(f"cache_salt must be str, bytes or None, got {type(value).__name__}")
+    return key_atom(value, "cache_salt")  # type: ignore[return-value]
+
+
+def _checked_lora(value: object) -> int | None:
+    return None if value is None else checked_int(value, "lora_id", minimum=0)
 
 
 class Request(CheckedTokens):
@@ -129,16 +163,18 @@ class Request(CheckedTokens):
     """
 
     __slots__ = (
-        "request_id",
+        "_request_id",
         "_tokens",
         "_num_prompt_tokens",
         "_num_computed_tokens",
         "_status",
-        "cache_salt",
-        "lora_id",
-        "mm_features",
-        "prompt_logprobs",
+        "_cache_salt",
+        "_lora_id",
+        "_mm_features",
+        "_prompt_logprobs",
         "_view",
+        "_holders",
+        "_identity_version",
     )
 
     def __init__(
@@ -151,28 +187,73 @@ class Request(CheckedTokens):
         mm_features: Iterable[MMFeature | tuple[str | bytes | int, int, int]] = (),
         prompt_logprobs: bool = False,
     ) -> None:
-        if not isinstance(request_id, str) or not request_id:
-            raise InvalidArgumentError(f"request_id must be a non-empty str, got {request_id!r}")
+        rid = _checked_request_id(request_id)
         tokens = _checked_tokens(prompt_token_ids, "prompt_token_ids")
         if not tokens:
-            raise InvalidArgumentError(f"request {request_id!r}: the prompt must have at least one token")
-        if cache_salt is not None and not isinstance(cache_salt, (str, bytes)):
-            raise InvalidArgumentError(f"cache_salt must be str, bytes or None, got {type(cache_salt).__name__}")
-        if lora_id is not None:
-            lora_id = checked_int(lora_id, "lora_id", minimum=0)
+            raise InvalidArgumentError(f"request {rid!r}: the prompt must have at least one token")
+        salt = _checked_salt(cache_salt)
+        lora = _checked_lora(lora_id)
         features = _checked_features(mm_features, len(tokens))
         if not isinstance(prompt_logprobs, bool):
             raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(prompt_logprobs).__name__}")
-        self.request_id = request_id
+        self._request_id = rid
         self._tokens = tokens
         self._num_prompt_tokens = len(tokens)
         self._num_computed_tokens = 0
         self._status = RequestStatus.WAITING
-        self.cache_salt = cache_salt
-        self.lora_id = lora_id
-        self.mm_features = features
-        self.prompt_logprobs = prompt_logprobs
+        self._cache_salt = salt
+        self._lora_id = lora
+        self._mm_features = features
+        self._prompt_logprobs = prompt_logprobs
         self._view = TokenView(tokens)
+        #: how many managers hold pages for this object (each `CacheManager` counts itself in
+        #: while it holds pages for it); the identity fields are frozen while it is > 0
+        self._holders = 0
+        #: bumped by every change of an identity field: a manager's kept keys for this object
+        #: are valid only for the version they were computed at
+        self._identity_version = 0
+
+    # ---- identity: what names the request and what enters its page keys ----------------------
+
+    def _set_identity(self, slot: str, value: object) -> None:
+        """Store an (already validated) identity field, unless a manager holds pages for us."""
+        if self._holders:
+            raise InvalidArgumentError(
+                f"request {self._request_id!r} holds pages: its {slot.lstrip('_')} cannot change until it is freed")
+        setattr(self, slot, value)
+        self._identity_version += 1
+
+    def _set_request_id(self, value: str) -> None:
+        self._set_identity("_request_id", _checked_request_id(value))
+
+    request_id = property(attrgetter("_request_id"), _set_request_id,
+                          doc="The request's id (a non-empty str); fixed while it holds pages.")
+
+    def _set_cache_salt(self, value: str | bytes | None) -> None:
+        self._set_identity("_cache_salt", _checked_salt(value))
+
+    cache_salt = property(attrgetter("_cache_salt"), _set_cache_salt,
+                          doc="Per-tenant isolation salt (str, bytes or None), mixed into the first page's key.")
+
+    def _set_lora_id(self, value: int | None) -> None:
+        self._set_identity("_lora_id", _checked_lora(value))
+
+    lora_id = property(attrgetter("_lora_id"), _set_lora_id,
+                       doc="The LoRA adapter id (an int >= 0, or None), part of every page's key.")
+
+    def _set_mm_features(self, value: Iterable[MMFeature | tuple[str | bytes | int, int, int]]) -> None:
+        self._set_identity("_mm_features", _checked_features(value, self._num_prompt_tokens))
+
+    mm_features = property(attrgetter("_mm_features"), _set_mm_features,
+                           doc="Multimodal items as `MMFeature` tuples sorted by offset, inside the prompt.")
+
+    def _set_prompt_logprobs(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(value).__name__}")
+        self._prompt_logprobs = value
+
+    prompt_logprobs = property(attrgetter("_prompt_logprobs"), _set_prompt_logprobs,
+                               doc="Whether prompt logprobs are wanted (such requests skip the prefix lookup).")
 
     # Hot getters are C-level attrgetters (no Python frame): schedulers read them every step.
     all_token_ids = property(attrgetter("_view"), doc="Prompt followed by the generated tokens, as a read-only view.")
@@ -205,8 +286,8 @@ class Request(CheckedTokens):
     def _set_num_computed_tokens(self, value: int) -> None:
         if type(value) is not int:
             value = checked_int(value, "num_computed_tokens")
-        if value < 0:
-            raise InvalidArgumentError(f"num_computed_tokens must be >= 0, got {value}")
+        if not 0 <= value < TOKEN_ID_LIMIT:  # a count beyond 2**64 is no token count
+            raise InvalidArgumentError(f"num_computed_tokens must be in [0, 2**64), got {describe(value)}")
         self._num_computed_tokens = value
 
     num_computed_tokens = property(
@@ -215,7 +296,7 @@ class Request(CheckedTokens):
 
     def _set_status(self, value: RequestStatus) -> None:
         if not isinstance(value, RequestStatus):
-            raise InvalidArgumentError(f"status must be a RequestStatus, got {value!r}")
+            raise InvalidArgumentError(f"status must be a RequestStatus, got {describe(value)}")
         self._status = value
 
     status = property(attrgetter("_status"), _set_status, doc="Where the request is in its lifecycle (validated).")
@@ -232,9 +313,9 @@ class Request(CheckedTokens):
                 self._tokens.append(token)
                 return
         if isinstance(token_ids, numbers.Integral) and not isinstance(token_ids, bool):
-            token = int(token_ids)
+            token = operator.index(token_ids)
             if not 0 <= token < TOKEN_ID_LIMIT:
-                raise InvalidArgumentError(f"token id must be in [0, 2**64), got {token}")
+                raise InvalidArgumentError(f"token id must be in [0, 2**64), got {describe(token)}")
             self._tokens.append(token)
             return
         self._tokens.extend(_checked_tokens(token_ids, "token_ids"))
