@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numbers
 
-from verikv.errors import ForeignPageError, InvalidArgumentError
+from verikv.errors import ForeignPageError, InvalidArgumentError, describe
 
 
 def checked_int(
@@ -34,7 +34,7 @@ def checked_int(
     if type(value) is int:  # fast path: plain ints skip the ABC dispatch of numbers.Integral
         result = value
     elif isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise error(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+        raise error(f"{name} must be an integer, got {type(value).__name__} {describe(value)}")
     else:
         result = int(value)
     if minimum is not None and result < minimum:

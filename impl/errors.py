@@ -7,6 +7,8 @@ A raised error always means the call changed nothing.
 
 from __future__ import annotations
 
+import reprlib
+
 
 class VeriKVError(Exception):
     """Root of every error verikv raises deliberately."""
@@ -82,3 +84,19 @@ class KVCacheDoesNotFitError(DoesNotFitError):
         self.num_pages = num_pages
         self.budget_bytes = budget_bytes
         self.page_bytes = page_bytes
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist = 3, 60, 60, 8
+
+
+def describe(value: object) -> str:
+    """A short repr of a (possibly hostile) value for an error message.
+
+    Depth and length are bounded, so a deeply nested list cannot turn a typed error into a
+    RecursionError, and a ``__repr__`` that raises is replaced by the type name.
+    """
+    try:
+        return _SHORT.repr(value)
+    except Exception:  # noqa: BLE001  (any failure of a user __repr__ must not mask the real error)
+        return f"<{type(value).__name__} object>"
