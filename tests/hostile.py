@@ -203,11 +203,15 @@ class Case:
 def substitution_cases(name: str, build: Callable[[], World],
                        call: Callable[..., Any], params: dict[str, Param], *,
                        isolate: bool = False) -> list[Case]:
-    """One case per (parameter, hostile value): that parameter hostile, the others valid.
+    """One case with every parameter valid (it must succeed, so rejections are not vacuous), then
+    one case per (parameter, hostile value): that parameter hostile, the others valid.
 
     ``call(world, **kwargs)`` performs the call.
     """
-    cases = []
+    def valid_call(world: World) -> Any:
+        return call(world, **{k: p.valid() for k, p in params.items()})
+
+    cases = [Case(f"{name}[valid]", build, valid_call, "accept", isolate)]  # the baseline must work
     for pname, param in params.items():
         for vname, factory in HOSTILE.items():
             def act(world: World, pname: str = pname, factory: Callable[[], Any] = factory) -> Any:
@@ -445,6 +449,16 @@ print(repr((result.raised, result.problems)))
 """
 
 
+CHILD_MEMORY_BYTES = 4 * 2**30
+"""Address-space limit of a child (a runaway allocation fails there instead of swapping the host)."""
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY_BYTES, CHILD_MEMORY_BYTES))
+
+
 def _run_isolated(case: Case) -> Result:
     """Run ``case`` in a child interpreter (same flags, e.g. ``-O``); kill it after the bound."""
     from pathlib import Path
@@ -453,7 +467,7 @@ def _run_isolated(case: Case) -> Result:
     flags = ["-O"] if sys.flags.optimize else []
     try:
         proc = subprocess.run([sys.executable, *flags, "-c", _CHILD, case.id], cwd=here,
-                              capture_output=True, text=True, timeout=HANG_SECONDS)
+                              capture_output=True, text=True, timeout=HANG_SECONDS, preexec_fn=_limit_memory)
     except subprocess.TimeoutExpired:
         return Result("Hang", [("hang", f"no answer within {HANG_SECONDS} s (child killed)")])
     lines = proc.stdout.strip().splitlines()
@@ -467,7 +481,8 @@ def main() -> int:
     """Print the outcome counts over every case (``python tests/hostile.py``)."""
     from collections import Counter
 
-    from test_hostile_inputs import CASES, KNOWN_OPEN
+    from hostile_known_open import KNOWN_OPEN
+    from test_hostile_inputs import CASES
 
     counts: Counter[str] = Counter()
     failing: list[str] = []
