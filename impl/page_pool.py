@@ -533,7 +533,7 @@ class PagePool:
         if self._shards is not None and self._dp != size:
             raise InvalidArgumentError(
                 f"data_parallel_size {size} differs from {self._dp}, which this pool's shards use")
-        return hint % size, size, pps  # type: ignore[operator]  # an int by now
+        return hint % size, size, pps
 
     def _shard_bounds(self, hint: object, dp: object) -> tuple[int, int] | None:
         active = self._active_shard(hint, dp)
