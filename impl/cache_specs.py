@@ -31,7 +31,7 @@ import numpy as np
 
 from verikv.dp_sharding import checked_int, dp_shard_page_bounds, pages_per_dp_shard, usable_pages_count
 from verikv.dtypes import ELEMENT_TYPES, element_type
-from verikv.errors import CacheSpecError, DoesNotFitError, InvalidArgumentError
+from verikv.errors import CacheSpecError, DoesNotFitError, InvalidArgumentError, describe
 
 _NUMPY_NATIVE = frozenset(
     {"float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8"}
@@ -41,8 +41,8 @@ _NUMPY_NATIVE = frozenset(
 
 def _dtype_name(dtype: object) -> str:
     """Canonical lowercase name of a KV dtype given as a dtype, a scalar type or a string."""
-    if dtype is None or isinstance(dtype, bool):
-        raise CacheSpecError(f"dtype must be a dtype, a scalar type or a dtype name, got {dtype!r}")
+    if not isinstance(dtype, (str, type, np.dtype)):  # a value (e.g. np.int64(3)) is not a type
+        raise CacheSpecError(f"dtype must be a dtype, a scalar type or a dtype name, got {describe(dtype)}")
     if isinstance(dtype, str):
         known = element_type(dtype.strip())
         if known is not None:
@@ -54,7 +54,7 @@ def _dtype_name(dtype: object) -> str:
     if isinstance(dtype, type) and name in (None, "object"):
         name = dtype.__name__  # a scalar type NumPy does not know, e.g. ml_dtypes without its registration
     if name is None:
-        raise CacheSpecError(f"unknown KV cache dtype {dtype!r}")
+        raise CacheSpecError(f"unknown KV cache dtype {describe(dtype)}")
     return name.lower()
 
 
@@ -70,7 +70,7 @@ def dtype_size_bytes(dtype: object) -> int:
         raise CacheSpecError(f"sub-byte dtype {name} cannot be sized per element; use a packed byte type")
     if known is None or known.bits == 0:
         supported = ", ".join(sorted(t.name for t in ELEMENT_TYPES.values() if t.bits >= 8))
-        raise CacheSpecError(f"unsupported KV cache dtype {name!r}; supported: {supported}")
+        raise CacheSpecError(f"unsupported KV cache dtype {describe(name)}; supported: {supported}")
     return known.bits // 8
 
 
@@ -96,7 +96,7 @@ def _set_spec_ints(spec: object, *fields: str, optional: bool = False) -> None:
 
 def _spec_bool(value: object, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
-        raise CacheSpecError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+        raise CacheSpecError(f"{name} must be a bool, got {type(value).__name__} {describe(value)}")
     return bool(value)
 
 
@@ -286,11 +286,11 @@ class MambaSpec(CacheSpec):
     def __post_init__(self) -> None:
         super().__post_init__()
         if isinstance(self.shapes, (str, bytes)) or not isinstance(self.shapes, Sequence) or not self.shapes:
-            raise CacheSpecError(f"shapes must be a non-empty sequence of shapes, got {self.shapes!r}")
+            raise CacheSpecError(f"shapes must be a non-empty sequence of shapes, got {describe(self.shapes)}")
         shapes = []
         for shape in self.shapes:
             if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence):
-                raise CacheSpecError(f"each shape must be a sequence of dimensions, got {shape!r}")
+                raise CacheSpecError(f"each shape must be a sequence of dimensions, got {describe(shape)}")
             shapes.append(tuple(_spec_int(dim, "shape dimension") for dim in shape))
         object.__setattr__(self, "shapes", tuple(shapes))
         object.__setattr__(self, "dtype", _canonical_dtype(self.dtype))
@@ -345,15 +345,15 @@ class CacheGroupSpec:
         if self.layer_names is not None:
             names = self.layer_names
             if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
-                raise CacheSpecError(f"layer_names must be a sequence of strings, got {names!r}")
+                raise CacheSpecError(f"layer_names must be a sequence of strings, got {describe(names)}")
             if not all(isinstance(name, str) for name in names):
-                raise CacheSpecError(f"layer_names must be strings, got {names!r}")
+                raise CacheSpecError(f"layer_names must be strings, got {describe(names)}")
             object.__setattr__(self, "layer_names", tuple(names))
 
 
 def _check_groups(kv_cache_groups: object) -> tuple[CacheGroupSpec, ...]:
     if isinstance(kv_cache_groups, (str, bytes)) or not isinstance(kv_cache_groups, Sequence):
-        raise CacheSpecError(f"kv_cache_groups must be a sequence of CacheGroupSpec, got {kv_cache_groups!r}")
+        raise CacheSpecError(f"kv_cache_groups must be a sequence of CacheGroupSpec, got {describe(kv_cache_groups)}")
     for group in kv_cache_groups:
         if not isinstance(group, CacheGroupSpec):
             raise CacheSpecError(f"kv_cache_groups must hold CacheGroupSpec, got {type(group).__name__}")
@@ -489,7 +489,7 @@ _FULL_NAMES = frozenset({"attention", "global", "global_attention", "hybrid", "p
 def _layer_kind(layer_type: object) -> str | None:
     """``"full"``, ``"sliding"``, ``"chunked"``, or ``None`` for a layer without paged KV."""
     if not isinstance(layer_type, str):
-        raise CacheSpecError(f"layer_types entries must be strings, got {layer_type!r}")
+        raise CacheSpecError(f"layer_types entries must be strings, got {describe(layer_type)}")
     name = layer_type.lower()
     if "sliding" in name:
         return "sliding"
@@ -500,7 +500,7 @@ def _layer_kind(layer_type: object) -> str | None:
     if any(marker in name for marker in _NO_KV_MARKERS):
         return None
     raise CacheSpecError(
-        f"unknown layer type {layer_type!r}: expected a full, sliding or chunked attention type "
+        f"unknown layer type {describe(layer_type)}: expected a full, sliding or chunked attention type "
         f"or a recurrent/linear layer"
     )
 
@@ -508,7 +508,10 @@ def _layer_kind(layer_type: object) -> str | None:
 def _config_get(config: object, key: str) -> Any:
     if isinstance(config, Mapping):
         return config.get(key)
-    return getattr(config, key, None)
+    try:
+        return getattr(config, key, None)
+    except Exception as exc:  # noqa: BLE001  (a config object's property that raises is a bad config)
+        raise CacheSpecError(f"config.{key} cannot be read: {type(exc).__name__}") from None
 
 
 def _is_list(value: object) -> bool:
@@ -546,7 +549,7 @@ def _layer_kinds(config: object, num_layers: int | None) -> list[str | None]:
     layer_types = _config_get(config, "layer_types")
     if layer_types is not None:
         if not _is_list(layer_types):
-            raise CacheSpecError(f"layer_types must be a list, got {layer_types!r}")
+            raise CacheSpecError(f"layer_types must be a list, got {describe(layer_types)}")
         return [_layer_kind(t) for t in layer_types]
     window = _config_get(config, "sliding_window")
     chunk = _config_get(config, "attention_chunk_size")
@@ -621,8 +624,8 @@ def create_kv_cache_specs_from_config(
     head_size = _spec_int(head_size, "head_size")
     use_mla = _spec_bool(use_mla, "use_mla")
     dtype = _canonical_dtype(dtype)
-    if config is None or isinstance(config, (str, bytes, numbers.Number)):
-        raise CacheSpecError(f"config must be a mapping or an object with attributes, got {config!r}")
+    if config is None or isinstance(config, (str, bytes, numbers.Number, np.bool_, np.ndarray, Sequence)):
+        raise CacheSpecError(f"config must be a mapping or an object with attributes, got {describe(config)}")
     text_config = _config_get(config, "text_config")
     if text_config is not None:
         config = text_config

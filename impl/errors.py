@@ -103,3 +103,4 @@ class KVCacheDoesNotFitError(DoesNotFitError):
         self.num_pages = num_pages
         self.budget_bytes = budget_bytes
         self.page_bytes = page_bytes
+

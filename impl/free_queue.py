@@ -16,7 +16,7 @@ error from `verikv.errors` and changes nothing (eSurge asserted or silently corr
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, MutableMapping, MutableSequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, MutableSequence
 from typing import Any
 
 import numpy as np
@@ -30,9 +30,13 @@ from verikv.errors import (
     NullPageError,
     OutOfPagesError,
     PageStateError,
+    describe,
 )
 
 UNLINKED = -1
+MAX_PAGE_ID = 2**29 - 1
+"""Largest page id: ids and the free-list links (ids plus two sentinels per list, one list per
+data-parallel shard, so up to three times the pool size) are stored as int32."""
 
 
 class PageRecords:
@@ -63,6 +67,22 @@ class PageRecords:
         return cls([0] * num_pages, [None] * num_pages, 0, owned=owned)
 
 
+def check_key(key: Any) -> None:
+    """`InvalidArgumentError` unless ``key`` is ``None`` or hashable (a content key must be)."""
+    try:
+        hash(key)
+    except TypeError:
+        raise InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
+
+
+def page_list(pages: object, what: str) -> list[Any]:
+    """``pages`` (any iterable but a str/bytes/mapping) as a new list; `InvalidArgumentError`
+    otherwise, so a wrong container is reported instead of failing halfway."""
+    if isinstance(pages, (str, bytes, Mapping)) or not isinstance(pages, Iterable):
+        raise InvalidArgumentError(f"{what} must be a list, got {type(pages).__name__}")
+    return list(pages)
+
+
 def int_array(values: np.ndarray) -> array:
     """``values`` as an ``array('i')`` (a bulk copy: milliseconds for millions of ids)."""
     out = array("i")
@@ -81,8 +101,11 @@ class CachePage:
 
     def __init__(self, page_id: int, ref_cnt: int = 0, page_hash: Any = None, *,
                  is_null: bool = False) -> None:
-        pid = checked_int(page_id, "page_id", minimum=0)
+        pid = checked_int(page_id, "page_id", minimum=0, maximum=MAX_PAGE_ID)
         ref = checked_int(ref_cnt, "ref_cnt", minimum=0)
+        if not isinstance(is_null, bool):
+            raise InvalidArgumentError(f"is_null must be a bool, got {type(is_null).__name__}")
+        check_key(page_hash)
         self.page_id = pid
         self._records = PageRecords({pid: ref}, {pid: page_hash}, pid if is_null else None, owned=False)
 
@@ -110,6 +133,7 @@ class CachePage:
     @page_hash.setter
     def page_hash(self, value: Any) -> None:
         self._check_mutable()
+        check_key(value)
         if self.is_null:
             raise NullPageError("the null page is never hashed")
         if self._records.key[self.page_id] is not None:
@@ -163,7 +187,7 @@ class CachePage:
 
     def __repr__(self) -> str:
         return (f"CachePage(page_id={self.page_id}, ref_cnt={self.ref_cnt}, "
-                f"page_hash={self.page_hash!r}, is_null={self.is_null})")
+                f"page_hash={describe(self.page_hash)}, is_null={self.is_null})")
 
 
 class IdLinks:
@@ -301,7 +325,10 @@ class FreeCachePageQueue:
     """
 
     def __init__(self, pages: list[CachePage]) -> None:
-        pages = list(pages)
+        pages = page_list(pages, "pages")
+        for page in pages:
+            if not isinstance(page, CachePage):
+                raise InvalidArgumentError(f"FreeCachePageQueue holds CachePage objects, got {type(page).__name__}")
         ids = [p.page_id for p in pages]
         if len(set(ids)) != len(ids):
             raise InvalidArgumentError("FreeCachePageQueue: a page id occurs twice")
@@ -351,6 +378,8 @@ class FreeCachePageQueue:
 
     def is_linked(self, page_id: int) -> bool:
         """Whether ``page_id`` is currently in the queue."""
+        if type(page_id) is not int:
+            page_id = checked_int(page_id, "page_id")
         return 0 <= page_id < self.links.capacity and self.links.is_linked(page_id)
 
     def popleft_ids(self, n: int) -> list[int]:
@@ -372,7 +401,7 @@ class FreeCachePageQueue:
         post: self.ids() == [p for p in __old__.self.ids() if p != page_id]
         """
         self._check_unowned()
-        self._check_ids((page_id,), want_linked=True)
+        self._checked_ids([page_id], want_linked=True)
         self.links.unlink(0, page_id)
 
     def append_ids(self, ids: list[int]) -> None:
@@ -382,7 +411,7 @@ class FreeCachePageQueue:
         post: self.ids() == __old__.self.ids() + ids
         """
         self._check_unowned()
-        self._check_ids(ids, want_linked=False)
+        ids = self._checked_ids(ids, want_linked=False)
         self.links.link_back(0, ids)
 
     def prepend_ids(self, ids: list[int]) -> None:
@@ -392,7 +421,7 @@ class FreeCachePageQueue:
         post: self.ids() == ids + __old__.self.ids()
         """
         self._check_unowned()
-        self._check_ids(ids, want_linked=False)
+        ids = self._checked_ids(ids, want_linked=False)
         self.links.link_front(0, ids)
 
     def ids(self) -> list[int]:
@@ -401,6 +430,8 @@ class FreeCachePageQueue:
 
     def neighbour(self, page_id: int, *, forward: bool) -> CachePage | None:
         """The page after (``forward``) or before ``page_id``; ``None`` at an end or if unlinked."""
+        if not isinstance(forward, bool):
+            raise InvalidArgumentError(f"forward must be a bool, got {type(forward).__name__}")
         if not self.is_linked(page_id):
             return None
         other = (self.links.next if forward else self.links.prev)[page_id]
@@ -411,13 +442,17 @@ class FreeCachePageQueue:
         if self._records.owned:
             raise PageStateError("this free queue belongs to a PagePool; change it through the pool's methods")
 
-    def _check_ids(self, ids: Iterable[int], *, want_linked: bool) -> None:
-        """Raise before any change if an id is foreign, null, duplicated, or in the wrong state."""
-        cap, nxt = self.links.capacity, self.links.next
+    def _checked_ids(self, ids: Iterable[int], *, want_linked: bool) -> list[int]:
+        """``ids`` as a list; raise before any change if an id is foreign (out of range, or not
+        one of the pages a queue built from a page list holds), null, duplicated, or in the
+        wrong state."""
+        ids = page_list(ids, "ids")
+        cap, nxt, ref = self.links.capacity, self.links.next, self._records.ref
+        sparse = isinstance(ref, Mapping)  # a queue built from pages holds only those ids
         seen: set[int] = set()
         for pid in ids:
-            if isinstance(pid, bool) or not isinstance(pid, int) or not 0 <= pid < cap:
-                raise ForeignPageError(f"page id {pid!r} is not a page of this queue (0..{cap - 1})")
+            if (type(pid) is not int or not 0 <= pid < cap) or (sparse and pid not in ref):
+                raise ForeignPageError(f"page id {describe(pid)} is not a page of this queue")
             if pid == self._null:
                 raise NullPageError("the null page is never linked in the free queue")
             if (nxt[pid] != UNLINKED) != want_linked:
@@ -426,6 +461,7 @@ class FreeCachePageQueue:
             if pid in seen:
                 raise PageStateError(f"page {pid} occurs twice in one call")
             seen.add(pid)
+        return ids
 
     # --- eSurge API ----------------------------------------------------------------------
 
@@ -455,7 +491,7 @@ class FreeCachePageQueue:
 
     def append_n(self, pages: list[CachePage]) -> None:
         """Link ``pages`` at the tail in the given order."""
-        self.append_ids([self._own_id(p) for p in pages])
+        self.append_ids([self._own_id(p) for p in page_list(pages, "pages")])
 
     def get_all_free_pages(self) -> list[CachePage]:
         """Every free page, head to tail (O(free pages); for tests and introspection)."""
@@ -464,6 +500,6 @@ class FreeCachePageQueue:
 
     def _own_id(self, page: CachePage) -> int:
         if not isinstance(page, CachePage) or page._records is not self._records:
-            raise ForeignPageError(f"{page!r} is not a page of this queue")
+            raise ForeignPageError(f"{describe(page)} is not a page of this queue")
         return page.page_id
 

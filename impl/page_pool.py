@@ -31,9 +31,10 @@ from verikv.errors import (
     NullPageError,
     OutOfPagesError,
     PageStateError,
+    describe,
 )
 from verikv.events import EventLog, KVEvent, PrefixCacheStats
-from verikv.free_queue import CachePage, FreeCachePageQueue, IdLinks, PageRecords
+from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLinks, PageRecords, check_key, page_list
 from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, default_hasher
 from verikv.spec import pool as spec_pool  # noqa: F401  (named by the PEP 316 contracts below)
 from verikv.spec.abstraction import abstract_pool  # noqa: F401  (named by the PEP 316 contracts below)
@@ -56,11 +57,11 @@ class PagePool:
 
     def __init__(self, num_pages: int, enable_caching: bool = True, *, free_order: str = "esurge",
                  enable_kv_events: bool = False) -> None:
-        n = checked_int(num_pages, "num_pages", minimum=1)
+        n = checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_PAGE_ID + 1)
         if not isinstance(enable_caching, bool) or not isinstance(enable_kv_events, bool):
             raise InvalidArgumentError("enable_caching and enable_kv_events must be bools")
-        if free_order not in FREE_ORDERS:
-            raise InvalidArgumentError(f"free_order must be one of {FREE_ORDERS}, got {free_order!r}")
+        if not isinstance(free_order, str) or free_order not in FREE_ORDERS:
+            raise InvalidArgumentError(f"free_order must be one of {FREE_ORDERS}, got {describe(free_order)}")
         self.num_pages = n
         self.enable_caching = enable_caching
         self.free_order = free_order
@@ -105,7 +106,7 @@ class PagePool:
 
     def count_free_ids(self, page_ids: Sequence[int]) -> int:
         """How many of ``page_ids`` are free (ref 0); the null page never counts."""
-        ids = page_ids if type(page_ids) is list else list(page_ids)
+        ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
         if not self._all_in_range(ids):
             self._check_in_range(ids)  # raises the precise error
         return countOf(map(self._ref.__getitem__, ids), 0) - countOf(ids, NULL_PAGE_ID)
@@ -113,12 +114,11 @@ class PagePool:
     def get_num_free_pages(self, *, dp_shard_hint: int | None = None,
                            data_parallel_size: int | None = None) -> int:
         """How many pages are free (O(1)); with an active DP hint, in that shard only."""
-        if data_parallel_size is None:  # no DP: the whole pool (the hint alone activates nothing)
+        active = self._active_shard(dp_shard_hint, data_parallel_size)
+        if active is None:  # no DP: the whole pool
             return self._free.lengths[0]
-        shard = self._shard_index(dp_shard_hint, data_parallel_size)
-        if shard is None:
-            return self._free.lengths[0]
-        return self._shards.lengths[shard]  # type: ignore[union-attr]  # built by _shard_index
+        shard, size, pps = active
+        return self._shard_lists(size, pps).lengths[shard]
 
     def get_usage(self) -> float:
         """Fraction of usable pages (the null page excluded) that are not free; idle pool: 0.0."""
@@ -138,22 +138,26 @@ class PagePool:
         post: dp_shard_hint is not None or (abstract_pool(self), tuple(__return__)) == spec_pool.allocate(abstract_pool(__old__.self), num_pages)
         """
         count = num_pages if type(num_pages) is int and num_pages >= 0 else checked_int(num_pages, "num_pages", minimum=0)
-        shard = None if data_parallel_size is None else self._shard_index(dp_shard_hint, data_parallel_size)
+        active = (None if data_parallel_size is None and dp_shard_hint is None
+                  else self._active_shard(dp_shard_hint, data_parallel_size))
         free, shards = self._free, self._shards
         if count > free.lengths[0]:
             raise OutOfPagesError(f"Cannot get {count} free pages from the pool ({free.lengths[0]} free)")
-        if shard is None:
+        if active is None:
             ids = free.pop_front(0, count)
             if shards is not None:
                 pps = self._pps
                 for pid in ids:
                     shards.unlink(pid // pps, pid)
         else:
-            shard_lists: IdLinks = shards  # type: ignore[assignment]  # built by _shard_index
+            shard, size, pps = active
+            shard_lists = shards if shards is not None else self._new_shards(size, pps)
             if count > shard_lists.lengths[shard]:
                 raise OutOfPagesError(
                     f"Insufficient free pages in DP shard {shard}: requested {count}, "
                     f"available {shard_lists.lengths[shard]}")
+            if shards is None:  # built for this call: kept only now that it succeeds
+                self._dp, self._pps, self._shards = size, pps, shard_lists
             ids = shard_lists.pop_front(shard, count)
             for pid in ids:
                 free.unlink(0, pid)
@@ -172,7 +176,7 @@ class PagePool:
         raises: ForeignPageError, InvalidArgumentError
         post: abstract_pool(self) == spec_pool.touch(abstract_pool(__old__.self), tuple(page_ids))
         """
-        ids = page_ids if type(page_ids) is list else list(page_ids)
+        ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
         if not self._all_in_range(ids):
             self._check_in_range(ids)  # raises the precise error
         ref, free, shards, pps = self._ref, self._free, self._shards, self._pps
@@ -196,7 +200,7 @@ class PagePool:
         raises: NullPageError, ForeignPageError, DoubleFreeError, InvalidArgumentError
         post: abstract_pool(self) == spec_pool.free(abstract_pool(__old__.self), tuple(__old__.page_ids))
         """
-        ids = page_ids if isinstance(page_ids, list) else list(page_ids)
+        ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
         ref = self._ref
         if not (self._all_in_range(ids) and NULL_PAGE_ID not in ids and min(map(ref.__getitem__, ids), default=1) > 0):
             self._check_free_ids(ids)  # raises the precise error, in the documented order
@@ -229,12 +233,15 @@ class PagePool:
             raise InvalidArgumentError("a cache key cannot be None")
         if not (type(page_id) is int and 0 < page_id < self.num_pages and self.enable_caching
                 and self._key[page_id] is None):
-            _check_hashable(key)  # a bad key is reported before a bad page, as the spec orders them
+            check_key(key)  # a bad key is reported before a bad page, as the spec orders them
             self._check_cacheable([page_id])  # raises the precise error
         try:
             entry = self._cached.setdefault(key, page_id)  # hashes the key once
         except TypeError:
-            raise InvalidArgumentError(f"unhashable cache key {key!r}") from None
+            raise InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
+        if entry is page_id and not key == key:  # e.g. NaN: no lookup could ever find it again
+            del self._cached[key]  # found by identity
+            raise InvalidArgumentError(f"cache key {describe(key)} is not equal to itself")
         if entry is not page_id:  # equal pages already cached: this one joins them, last
             if type(entry) is int:
                 self._cached[key] = {entry: None, page_id: None}
@@ -266,13 +273,14 @@ class PagePool:
         """
         if group_id is not None and (type(group_id) is not int or group_id < 0):
             group_id = checked_int(group_id, "group_id", minimum=0)
-        bounds = None if data_parallel_size is None else self._shard_bounds(dp_shard_hint, data_parallel_size)
-        keys = keys if type(keys) is list else list(keys)
+        bounds = (None if data_parallel_size is None and dp_shard_hint is None
+                  else self._shard_bounds(dp_shard_hint, data_parallel_size))
+        keys = keys if type(keys) is list else page_list(keys, "keys")
         try:  # C speed; a zip reuses one pair tuple while each lookup drops it
             found: list[Any] = list(takewhile(_is_entry, map(
                 self._cached.get, keys if group_id is None else zip(keys, repeat(group_id)))))
         except TypeError:
-            raise InvalidArgumentError(f"unhashable cache key among {keys!r}") from None
+            raise InvalidArgumentError(f"unhashable cache key among {describe(keys)}") from None
         queries = len(found) + (len(found) < len(keys))  # the miss that ended the run counts
         if bounds is not None or dict in map(type, found):  # a shard, or equal pages: resolve each
             for i, entry in enumerate(found):
@@ -320,8 +328,10 @@ class PagePool:
 
     def touch(self, pages: Sequence[Sequence[CachePage]] | Sequence[CachePage]) -> None:
         """eSurge's touch: ``pages`` is one list of pages per cache group (or one flat list)."""
-        flat = [p for group in pages for p in group] if pages and not isinstance(pages[0], CachePage) else pages
-        self.touch_ids(self._own_ids(flat))  # type: ignore[arg-type]
+        groups = page_list(pages, "pages")
+        flat = ([p for group in groups for p in page_list(group, "pages of a group")]
+                if groups and not isinstance(groups[0], CachePage) else groups)
+        self.touch_ids(self._own_ids(flat))
 
     def free_pages(self, ordered_pages: Iterable[CachePage]) -> None:
         """eSurge's free: `free_page_ids` on page views, in the given (eviction) order."""
@@ -336,8 +346,10 @@ class PagePool:
         Counted in `prefix_cache_stats` as one query.
         """
         bounds = self._shard_bounds(dp_shard_hint, data_parallel_size)
+        group_ids = [checked_int(g, "kv_cache_group_id", minimum=0)
+                     for g in page_list(kv_cache_group_ids, "kv_cache_group_ids")]
         found: list[CachePage] = []
-        for gid in kv_cache_group_ids:
+        for gid in group_ids:
             pid = self._lookup(PageHashWithGroupId(page_hash, gid), bounds)
             if pid is None:
                 self.prefix_cache_stats.record(1, 0)
@@ -398,14 +410,14 @@ class PagePool:
 
     def _checked_id(self, page_id: int) -> int:
         if type(page_id) is not int or not 0 <= page_id < self.num_pages:
-            raise ForeignPageError(f"page id {page_id!r} is not a page of this pool (0..{self.num_pages - 1})")
+            raise ForeignPageError(f"page id {describe(page_id)} is not a page of this pool (0..{self.num_pages - 1})")
         return page_id
 
     @staticmethod
     def _check_ints(ids: Iterable[int]) -> None:
         for pid in ids:
             if type(pid) is not int:
-                raise InvalidArgumentError(f"page ids must be ints, got {type(pid).__name__} {pid!r}")
+                raise InvalidArgumentError(f"page ids must be ints, got {type(pid).__name__} {describe(pid)}")
 
     def _check_free_ids(self, ids: list[int]) -> None:
         """Raise the error for the first problem of a free: a non-int, the null page, an id out
@@ -435,9 +447,9 @@ class PagePool:
     def _own_ids(self, pages: Iterable[CachePage]) -> list[int]:
         records = self._records
         ids = []
-        for page in pages:
+        for page in page_list(pages, "pages"):
             if not isinstance(page, CachePage) or page._records is not records:
-                raise ForeignPageError(f"{page!r} is not a page of this pool")
+                raise ForeignPageError(f"{describe(page)} is not a page of this pool")
             ids.append(page.page_id)
         return ids
 
@@ -451,7 +463,7 @@ class PagePool:
         self._check_in_range(ids)
         for pid in ids:
             if self._key[pid] is not None:
-                raise PageStateError(f"page {pid} already has a key ({self._key[pid]!r})")
+                raise PageStateError(f"page {pid} already has a key ({describe(self._key[pid])})")
         if len(set(ids)) != len(ids):
             raise PageStateError("a page occurs twice in one caching call")
 
@@ -471,7 +483,7 @@ class PagePool:
         try:
             entry = self._cached.get(key)
         except TypeError:
-            raise InvalidArgumentError(f"unhashable cache key {key!r}") from None
+            raise InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
         if entry is None:
             return None
         if isinstance(entry, int):
@@ -500,48 +512,48 @@ class PagePool:
         for pid in back:
             shards.link_back(pid // pps, (pid,))
 
-    def _shard_index(self, hint: int | None, dp: int | None) -> int | None:
-        """The active shard for a hint (eSurge's rule), building the shard sub-lists if needed.
+    def _active_shard(self, hint: object, dp: object) -> tuple[int, int, int] | None:
+        """``(shard, dp, pages per shard)`` for an active hint (eSurge's rule), or ``None``.
 
-        Active only when both are given, dp > 1 and num_pages % dp == 0; shard = hint % dp.
-        A dp different from the one the sub-lists were built for is an `InvalidArgumentError`.
+        Both arguments are validated whenever given, and nothing is built (a call that fails
+        later must not leave shard lists behind). Active only when both are given, dp > 1 and
+        num_pages % dp == 0; shard = hint % dp. A dp different from the one the shard lists
+        were built for is an `InvalidArgumentError`.
         """
+        if hint is not None and type(hint) is not int:
+            hint = checked_int(hint, "dp_shard_hint")
         if dp is None:
             return None
-        size = checked_int(dp, "data_parallel_size", minimum=1)  # validated even without a hint
+        size = checked_int(dp, "data_parallel_size", minimum=1)
         if hint is None:
             return None
         pps = pages_per_dp_shard(self.num_pages, size)
         if pps is None:
             return None
-        shard = checked_int(hint, "dp_shard_hint") % size
-        if self._shards is None:
-            self._build_shards(size, pps)
-        elif self._dp != size:
+        if self._shards is not None and self._dp != size:
             raise InvalidArgumentError(
                 f"data_parallel_size {size} differs from {self._dp}, which this pool's shards use")
-        return shard
+        return hint % size, size, pps
 
-    def _shard_bounds(self, hint: int | None, dp: int | None) -> tuple[int, int] | None:
-        shard = self._shard_index(hint, dp)
-        return None if shard is None else dp_shard_page_bounds(shard, self._pps)
+    def _shard_bounds(self, hint: object, dp: object) -> tuple[int, int] | None:
+        active = self._active_shard(hint, dp)
+        return None if active is None else dp_shard_page_bounds(active[0], active[2])
 
-    def _build_shards(self, dp: int, pps: int) -> None:
+    def _shard_lists(self, dp: int, pps: int) -> IdLinks:
+        """The shard free sub-lists, built on first use from the free list's order."""
+        if self._shards is None:
+            self._dp, self._pps, self._shards = dp, pps, self._new_shards(dp, pps)
+        return self._shards
+
+    def _new_shards(self, dp: int, pps: int) -> IdLinks:
+        """Shard sub-lists mirroring the current free list (not installed: the caller keeps them)."""
         shards = IdLinks(self.num_pages, dp)
         groups: list[list[int]] = [[] for _ in range(dp)]
         for pid in self._free.ids(0):
             groups[pid // pps].append(pid)
         for shard, members in enumerate(groups):
             shards.link_back(shard, members)
-        self._dp, self._pps, self._shards = dp, pps, shards
-
-
-def _check_hashable(key: Hashable) -> None:
-    """`InvalidArgumentError` unless ``key`` can be hashed."""
-    try:
-        hash(key)
-    except TypeError:
-        raise InvalidArgumentError(f"unhashable cache key {key!r}") from None
+        return shards
 
 
 def _ids_of(entry: int | dict[int, None]) -> tuple[int, ...]:

@@ -19,22 +19,31 @@ from collections.abc import Sequence
 import numpy as np
 
 from verikv.dp_sharding import checked_int
-from verikv.errors import ForeignPageError, InvalidArgumentError
+from verikv.errors import ForeignPageError, InvalidArgumentError, describe
 
 PAGE_TABLE_PADDING_VAL = 0
 """Value of unused page-table entries: the null page."""
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _INT64_MAX = int(np.iinfo(np.int64).max)
+_MAX_CELLS = _INT32_MAX
+"""Most entries a table may have: every entry is addressable with an int32 index."""
 
 
 def _int_vector(values: object, name: str) -> np.ndarray:
-    """A 1-D int64 array from a sequence of integers or an integer NumPy array (no bools, floats)."""
-    array = np.asarray(values)
+    """A 1-D int64 array from a sequence of integers or an integer NumPy array (no bools, floats).
+
+    Anything NumPy cannot turn into one array (ragged or deeply nested lists, objects whose
+    conversion raises) is an `InvalidArgumentError` too.
+    """
+    try:
+        array = np.asarray(values)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise InvalidArgumentError(f"{name} must be a 1-D sequence of integers: {exc}") from None
     if array.size == 0 and array.ndim == 1:
         return np.zeros(0, dtype=np.int64)
     if array.ndim != 1 or array.dtype.kind not in "iu":
-        raise InvalidArgumentError(f"{name} must be a 1-D sequence of integers, got {values!r}")
+        raise InvalidArgumentError(f"{name} must be a 1-D sequence of integers, got {describe(values)}")
     if array.dtype.kind == "u" and array.size and int(array.max()) > _INT64_MAX:
         raise InvalidArgumentError(f"{name} has values beyond int64")
     return array.astype(np.int64, copy=False)
@@ -56,6 +65,10 @@ class PageTable:
         self.max_num_reqs = checked_int(max_num_reqs, "max_num_reqs", minimum=1)
         self.max_num_pages_per_req = checked_int(max_num_pages_per_req, "max_num_pages_per_req", minimum=1)
         self.max_num_batched_tokens = checked_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1)
+        if self.max_num_reqs * self.max_num_pages_per_req > _MAX_CELLS:
+            raise InvalidArgumentError(
+                f"a {self.max_num_reqs} x {self.max_num_pages_per_req} page table exceeds {_MAX_CELLS} entries "
+                f"(int32 indexing)")
         self._table = np.full((self.max_num_reqs, self.max_num_pages_per_req), PAGE_TABLE_PADDING_VAL, np.int32)
         self._num_pages = np.zeros(self.max_num_reqs, dtype=np.int32)
         self._version = 0
@@ -236,8 +249,10 @@ class MultiGroupPageTable:
         page_sizes: Sequence[int],
     ) -> None:
         model_len = checked_int(max_model_len, "max_model_len", minimum=1)
+        if isinstance(page_sizes, np.ndarray):
+            page_sizes = page_sizes.tolist()
         if isinstance(page_sizes, (str, bytes)) or not isinstance(page_sizes, Sequence) or not page_sizes:
-            raise InvalidArgumentError(f"page_sizes must be a non-empty sequence of integers, got {page_sizes!r}")
+            raise InvalidArgumentError(f"page_sizes must be a non-empty sequence of integers, got {describe(page_sizes)}")
         self.max_model_len = model_len
         self.page_sizes = tuple(checked_int(ps, "page size", minimum=1) for ps in page_sizes)
         self.page_tables = tuple(
@@ -251,8 +266,10 @@ class MultiGroupPageTable:
         return len(self.page_tables)
 
     def _per_group(self, page_ids: object) -> Sequence[object]:
+        if isinstance(page_ids, np.ndarray) and page_ids.ndim == 2:  # one row of ids per group
+            return list(page_ids)
         if isinstance(page_ids, (str, bytes)) or not isinstance(page_ids, Sequence):
-            raise InvalidArgumentError(f"page_ids must hold one id list per group, got {page_ids!r}")
+            raise InvalidArgumentError(f"page_ids must hold one id list per group, got {describe(page_ids)}")
         if len(page_ids) != len(self.page_tables):
             raise InvalidArgumentError(f"page_ids has {len(page_ids)} lists for {len(self.page_tables)} groups")
         return page_ids
@@ -280,7 +297,7 @@ class MultiGroupPageTable:
         """``append_row(page_ids_per_req[k], req_indices[k])`` for every k, validated as a whole."""
         for name, value in (("page_ids_per_req", page_ids_per_req), ("req_indices", req_indices)):
             if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
-                raise InvalidArgumentError(f"{name} must be a sequence, got {value!r}")
+                raise InvalidArgumentError(f"{name} must be a sequence, got {describe(value)}")
         if len(page_ids_per_req) != len(req_indices):
             raise InvalidArgumentError(
                 f"{len(page_ids_per_req)} page-id entries for {len(req_indices)} request rows"

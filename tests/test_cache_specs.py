@@ -414,3 +414,35 @@ def test_bad_merge_leaves_inputs_unchanged() -> None:
     with pytest.raises(CacheSpecError):
         FullAttentionSpec.merge(specs)
     assert specs == before
+
+
+# --- issue 12: hostile spec arguments ----------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.int64(3), np.float64(2.0), 2, [np.float16], None, True])
+def test_dtype_values_that_are_not_types_are_rejected(dtype: object) -> None:
+    with pytest.raises(CacheSpecError):
+        FullAttentionSpec(page_size=4, num_kv_heads=1, head_size=8, dtype=dtype, use_mla=False)
+
+
+@pytest.mark.parametrize("config", [[1, 2], np.array([1]), (), 3, np.bool_(True)])
+def test_configs_that_are_not_mappings_or_objects_are_rejected(config: object) -> None:
+    with pytest.raises(CacheSpecError):
+        create_kv_cache_specs_from_config(config, 4, 1, 8, "float16")
+
+
+def test_config_attribute_that_raises_is_a_spec_error() -> None:
+    class Exploding:
+        @property
+        def num_hidden_layers(self) -> int:
+            raise RuntimeError("boom")
+
+    with pytest.raises(CacheSpecError):
+        create_kv_cache_specs_from_config(Exploding(), 4, 1, 8, "float16")
+
+
+def test_deeply_nested_argument_gets_a_typed_error() -> None:
+    value: list = [1]
+    for _ in range(5000):
+        value = [value]
+    with pytest.raises(CacheSpecError):
+        FullAttentionSpec(page_size=value, num_kv_heads=1, head_size=8, dtype="float16", use_mla=False)  # type: ignore[arg-type]

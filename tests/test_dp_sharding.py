@@ -101,3 +101,20 @@ def test_checked_int_reports_name_and_bounds() -> None:
     with pytest.raises(InvalidArgumentError, match="row must be <= 3, got 4"):
         checked_int(4, "row", maximum=3)
     assert checked_int(np.int8(-2), "x") == -2
+
+
+def test_error_messages_survive_hostile_values() -> None:
+    """Issue 12: a deeply nested list or a raising __repr__ still yields the typed error."""
+    from verikv.dp_sharding import checked_int
+
+    value: list = [1]
+    for _ in range(5000):
+        value = [value]
+
+    class BadRepr:
+        def __repr__(self) -> str:
+            raise RuntimeError("repr exploded")
+
+    for bad in (value, BadRepr()):
+        with pytest.raises(InvalidArgumentError):
+            checked_int(bad, "n")

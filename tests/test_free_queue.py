@@ -231,3 +231,69 @@ def test_queue_matches_a_list_model(ops: list[tuple[str, int]]) -> None:
                 link([pid])
                 model.insert(len(model) if op == "append" else 0, pid)
         assert queue.ids() == model and queue.num_free_pages == len(model)
+
+
+# --- issue 12: hostile input on the queue (typed errors, nothing changed) ----------------------
+
+def _deep(depth: int = 5000) -> list:
+    value: list = [1]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _queue_state(q: FreeCachePageQueue) -> tuple:
+    return q.ids(), list(q.links.prev), list(q.links.next), list(q.links.lengths)
+
+
+def test_append_of_an_id_the_queue_does_not_hold_is_foreign() -> None:
+    """Issue 12 item 7: page 0 is in range but not one of the queue's pages."""
+    q = FreeCachePageQueue([CachePage(1), CachePage(2), CachePage(5)])
+    q.popleft()
+    before = _queue_state(q)
+    for ids in ([0], [3], [4]):
+        with pytest.raises(ForeignPageError):
+            q.append_ids(ids)
+        with pytest.raises(ForeignPageError):
+            q.prepend_ids(ids)
+    assert _queue_state(q) == before
+    q.append_ids([1])  # a page it holds is fine
+    assert q.ids() == [2, 5, 1]
+
+
+@pytest.mark.parametrize("bad", [5, None, "12", _deep()])
+def test_id_lists_that_are_not_lists_of_ints_are_rejected(bad: object) -> None:
+    q = FreeCachePageQueue([CachePage(1), CachePage(2)])
+    q.popleft()
+    before = _queue_state(q)
+    with pytest.raises(InvalidArgumentError):
+        q.append_ids(bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        q.append_n(bad)  # type: ignore[arg-type]
+    assert _queue_state(q) == before
+
+
+def test_constructor_and_lookups_reject_non_pages() -> None:
+    with pytest.raises(InvalidArgumentError):
+        FreeCachePageQueue([1, 2])  # type: ignore[list-item]
+    with pytest.raises(InvalidArgumentError):
+        FreeCachePageQueue(None)  # type: ignore[arg-type]
+    q = FreeCachePageQueue([CachePage(1)])
+    with pytest.raises(InvalidArgumentError):
+        q.is_linked("1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        q.neighbour(1, forward="yes")  # type: ignore[arg-type]
+    assert q.is_linked(-1) is False and q.is_linked(10**100) is False
+
+
+def test_lone_page_bounds_and_hashable_key() -> None:
+    with pytest.raises(InvalidArgumentError):
+        CachePage(2**29)  # ids are int32 (with room for the links' sentinels)
+    with pytest.raises(InvalidArgumentError):
+        CachePage(1, page_hash=[1, 2])
+    with pytest.raises(InvalidArgumentError):
+        CachePage(1, is_null=1)  # type: ignore[arg-type]
+    page = CachePage(3)
+    with pytest.raises(InvalidArgumentError):
+        page.page_hash = {"a": 1}
+    assert page.page_hash is None

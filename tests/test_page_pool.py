@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -370,3 +371,74 @@ def test_key_version_moves_exactly_when_the_cached_map_changes() -> None:
     assert pool.reset_prefix_cache()
     seen.append(pool.key_version)
     assert seen[0] < seen[1] == seen[2] < seen[3] < seen[4]
+
+
+# --- issue 12: hostile input on the pool (typed errors, nothing changed) -----------------------
+
+def _deep(depth: int = 5000) -> list:
+    value: list = [1]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _full_state(pool: PagePool) -> tuple:
+    return (abstract_pool(pool), pool.free_list_ids(), pool._shards is None, pool._dp, pool.key_version,
+            dataclasses.astuple(pool.prefix_cache_stats))
+
+
+@pytest.mark.parametrize("bad", [5, None, 2.5, _deep()])
+def test_page_id_arguments_that_are_not_lists_are_typed_errors(bad: object) -> None:
+    pool = PagePool(8)
+    pool.get_new_page_ids(3)
+    before = _full_state(pool)
+    for call in (pool.touch_ids, pool.free_page_ids, pool.count_free_ids, pool.touch, pool.free_pages):
+        with pytest.raises(InvalidArgumentError):
+            call(bad)  # type: ignore[operator]
+    with pytest.raises(InvalidArgumentError):
+        pool.get_cached_page(PageHash(1, (1,), None), bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        pool.lookup_run_ids(bad)  # type: ignore[arg-type]
+    assert _full_state(pool) == before
+
+
+def test_pool_size_is_bounded_and_free_order_checked() -> None:
+    with pytest.raises(InvalidArgumentError):
+        PagePool(2**31)
+    with pytest.raises(InvalidArgumentError):
+        PagePool(8, free_order=np.array([1, 2]))  # type: ignore[arg-type]
+
+
+def test_failed_dp_calls_build_no_shard_lists() -> None:
+    """Issue 12 item 7: a DP allocation or lookup that fails leaves the pool as it was."""
+    pool = PagePool(16)
+    before = _full_state(pool)
+    with pytest.raises(OutOfPagesError):  # enough pages in the pool, not in shard 0 (7 usable)
+        pool.get_new_page_ids(8, dp_shard_hint=0, data_parallel_size=2)
+    with pytest.raises(OutOfPagesError):
+        pool.get_new_page_ids(99, dp_shard_hint=0, data_parallel_size=2)
+    with pytest.raises(InvalidArgumentError):
+        pool.lookup_id(["unhashable"], dp_shard_hint=0, data_parallel_size=2)
+    with pytest.raises(InvalidArgumentError):
+        pool.get_new_page_ids(1, dp_shard_hint="0")  # a hint is checked even without a DP size
+    assert _full_state(pool) == before
+    assert pool.get_new_page_ids(7, dp_shard_hint=0, data_parallel_size=2) == list(range(1, 8))
+    assert pool._shards is not None
+
+
+def test_keys_not_equal_to_themselves_are_refused() -> None:
+    pool = PagePool(8, enable_kv_events=True)
+    pid = pool.get_new_page_ids(1)[0]
+    before = _full_state(pool)
+    with pytest.raises(InvalidArgumentError):
+        pool.cache_page_id(pid, float("nan"))
+    assert _full_state(pool) == before and pool.take_events() == []
+
+
+def test_bool_and_int_subclass_keys_are_described_as_plain_ints() -> None:
+    """An event never fails after the pool changed: a bool key is reported by its hash."""
+    pool = PagePool(8, enable_kv_events=True)
+    a, b = pool.get_new_page_ids(2)
+    pool.cache_page_id(a, True)
+    pool.cache_page_id(b, 7)
+    assert pool.take_events() == [PageStored(a, 1, None, ()), PageStored(b, 7, None, ())]

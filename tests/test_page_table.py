@@ -385,3 +385,38 @@ class PageTableMachine(RuleBasedStateMachine):
 
 TestPageTableMachine = PageTableMachine.TestCase
 TestPageTableMachine.settings = settings(max_examples=100, stateful_step_count=30)
+
+
+# --- issue 12: hostile rows (typed errors, table unchanged) ---------------------------------------
+
+def _deep(depth: int = 5000) -> list:
+    value: list = [1]
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("bad", [[[1], [1, 2]], _deep(), [1.5], ["1"], [10**100], None])
+def test_rows_numpy_cannot_read_as_ints_are_rejected(bad: object) -> None:
+    table = PageTable(4, 4, 16)
+    table.append_row([1, 2], 0)
+    before = (table.get_numpy_array().copy(), table.num_pages_per_row.copy(), table.cpu_version)
+    for call in (table.append_row, table.add_row):
+        with pytest.raises(InvalidArgumentError):
+            call(bad, 1)  # type: ignore[arg-type]
+    after = (table.get_numpy_array(), table.num_pages_per_row, table.cpu_version)
+    assert (before[0] == after[0]).all() and (before[1] == after[1]).all() and before[2] == after[2]
+
+
+def test_table_size_is_bounded_by_int32_indexing() -> None:
+    with pytest.raises(InvalidArgumentError):
+        PageTable(2**31, 4, 16)
+    with pytest.raises(InvalidArgumentError):
+        MultiGroupPageTable(4, 2**33, 16, [4])
+
+
+def test_multi_group_table_takes_numpy_arrays() -> None:
+    table = MultiGroupPageTable(4, 16, 16, np.array([4, 8]))
+    assert table.page_sizes == (4, 8)
+    table.append_row(np.array([[1, 2], [3, 4]]), 0)
+    assert table[0].get_row(0).tolist() == [1, 2] and table[1].get_row(0).tolist() == [3, 4]
