@@ -12,6 +12,7 @@ import reprlib
 _REPR = reprlib.Repr()
 _REPR.maxlevel = 3
 _REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlist = 8
 
 
 def describe(value: object) -> str:
