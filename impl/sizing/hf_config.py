@@ -10,13 +10,13 @@ Two steps, whatever the source of the defaults:
 
 Families (``model_type``) and what decides each layer's kind:
 
-* decoder attention: ``llama``, ``llama4_text`` (chunked local attention on the RoPE layers,
-  full on every ``no_rope_layer_interval``-th), ``mistral``, ``mixtral``, ``phi3`` (all layers
-  sliding when ``sliding_window`` is set), ``qwen2`` / ``qwen3`` (sliding from
-  ``max_window_layers`` on, only when ``use_sliding_window``), ``qwen2_moe`` / ``qwen3_moe``,
-  ``gemma`` / ``gemma2`` (alternating sliding / full), ``gemma3_text`` / ``cohere2`` (every
-  ``sliding_window_pattern``-th layer full), ``gpt_oss`` (alternating; its sinks are weights,
-  not cached tokens); an explicit ``layer_types`` list always wins;
+* decoder attention: ``llama``, ``gemma``, ``mistral``, ``mixtral``, ``phi3`` (all layers
+  sliding when ``sliding_window`` is set), ``llama4_text`` (chunked local attention on the RoPE
+  layers, full on every ``no_rope_layer_interval``-th), ``qwen2`` / ``qwen3`` (sliding from
+  ``max_window_layers`` on, only when ``use_sliding_window``), ``qwen2_moe`` / ``qwen3_moe``
+  (full), ``gemma2`` and ``gpt_oss`` (alternating sliding / full; gpt-oss's sinks are weights,
+  not cached tokens), ``gemma3_text`` / ``cohere2`` (every ``sliding_window_pattern``-th layer
+  full); an explicit ``layer_types`` list always wins;
 * MLA: ``deepseek_v2``, ``deepseek_v3``, ``kimi_k2`` (``kv_lora_rank`` + ``qk_rope_head_dim``);
 * attention + Mamba: ``jamba`` (Mamba1; attention where ``i % attn_layer_period ==
   attn_layer_offset``), ``bamba`` (``attn_layer_indices``), ``granitemoehybrid``
@@ -381,7 +381,7 @@ def geometry_from_hf_config(
         raise SizingError(f"config must be a dict, got {type(config).__name__}")
     if use_transformers not in (None, True, False):
         raise SizingError(f"use_transformers must be None, True or False, got {use_transformers!r}")
-    completed, _ = complete_config(config, use_transformers)
+    completed = complete_config(config, use_transformers)
     text = completed.get("text_config")
     cfg: Mapping[str, Any] = text if isinstance(text, Mapping) else completed
     model_type = str(cfg.get("model_type") or completed.get("model_type") or "")

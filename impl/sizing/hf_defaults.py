@@ -130,8 +130,8 @@ def _check_layer_count(cfg: Mapping[str, Any], where: str) -> None:
         raise SizingError(f"{where}num_hidden_layers must be an integer in [1, {MAX_LAYERS}], got {count!r}")
 
 
-def complete_config(config: Mapping[str, Any], use_transformers: bool | None) -> tuple[dict[str, Any], str]:
-    """``config`` with its model class's defaults applied, and which path applied them.
+def complete_config(config: Mapping[str, Any], use_transformers: bool | None) -> dict[str, Any]:
+    """``config`` with its model class's defaults applied.
 
     ``use_transformers``: ``None`` uses transformers when it is installed and knows the model
     type, ``True`` requires it, ``False`` uses the built-in defaults.
@@ -145,8 +145,8 @@ def complete_config(config: Mapping[str, Any], use_transformers: bool | None) ->
     if use_transformers is None:
         use_transformers = transformers_available() and _transformers_knows(model_type)
     if use_transformers:
-        return _with_transformers(config, model_type), "transformers"
-    return _with_builtin_defaults(config), "built-in defaults"
+        return _with_transformers(config, model_type)
+    return _with_builtin_defaults(config)
 
 
 def _config_classes() -> Any:
@@ -190,10 +190,6 @@ def _with_transformers(config: Mapping[str, Any], model_type: object) -> dict[st
         raise SizingError(f"transformers cannot read this {model_type} config: {exc}") from exc
     finally:
         hf_logging.set_verbosity(verbosity)
-    # Properties (Nemotron-H's layer count, Jamba's block types) are not in to_dict().
-    for key in ("hybrid_override_pattern",):
-        if key in config and key not in completed:
-            completed[key] = config[key]
     return completed
 
 
