@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from verikv.errors import DoesNotFitError, SizingError
@@ -102,3 +103,18 @@ def test_unit_parsing_values():
     assert parse_bytes("80GiB") == 80 * 2**30 and parse_bytes("80GB") == 80 * 10**9
     assert parse_bytes("1.5KiB") == 1536 and parse_bytes("2kB") == parse_bytes("2KB") == 2000
     assert parse_bytes("512B") == 512 and parse_bytes("3M") == 3 * 2**20 and parse_bytes("3m") == 3 * 10**6
+
+
+@pytest.mark.parametrize("config", [
+    {"model_type": "qwen2", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64,
+     "use_sliding_window": np.array([1, 2])},  # truth value would raise
+    {"model_type": "llama", "num_hidden_layers": np.int64(2), "num_attention_heads": 2, "hidden_size": 64},
+    {1: 2},
+    {"model_type": "llama", "layer_types": [[1], "full_attention"], "num_hidden_layers": 2,
+     "num_attention_heads": 2, "hidden_size": 64},
+    ["model_type", "llama"],
+])
+def test_non_json_configs_get_typed_errors(config):
+    for reader in (False, None):
+        with pytest.raises(SizingError):
+            geometry_from_hf_config(config, use_transformers=reader)  # type: ignore[arg-type]

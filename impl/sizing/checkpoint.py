@@ -23,7 +23,7 @@ from typing import Any
 from verikv.errors import SizingError
 from verikv.sizing.geometry import ModelGeometry
 from verikv.sizing.hf_config import geometry_from_hf_config
-from verikv.sizing.hf_defaults import check_depth
+from verikv.sizing.hf_defaults import check_json_value
 
 MAX_CONFIG_BYTES = 4 * 2**20
 """Largest ``config.json`` / index file read (published configs are a few KiB)."""
@@ -70,7 +70,7 @@ def _parse_json(data: bytes, what: str) -> Any:
         value = json.loads(data)
     except (ValueError, RecursionError) as exc:  # RecursionError: nesting beyond the parser's stack
         raise SizingError(f"cannot read {what}: {type(exc).__name__}: {str(exc)[:200]}") from exc
-    check_depth(value, what)
+    check_json_value(value, what)
     return value
 
 

@@ -114,7 +114,7 @@ def _kinds_from_layer_types(cfg: Mapping[str, Any], count: int) -> list[str]:
     types = cfg["layer_types"]
     if not isinstance(types, list) or len(types) != count:
         raise SizingError(f"layer_types must list one type per layer ({count}), got {_short(types)}")
-    unknown = sorted({str(t) for t in types if t not in _KIND_NAMES})
+    unknown = sorted({str(t) for t in types if not (isinstance(t, str) and t in _KIND_NAMES)})
     if unknown:
         raise SizingError(f"layer_types has layer types verikv does not handle for this model: {unknown}")
     return [_KIND_NAMES[t] for t in types]

@@ -108,17 +108,26 @@ def transformers_available() -> bool:
     return importlib.util.find_spec("transformers") is not None
 
 
-def check_depth(value: object, what: str = "config") -> None:
-    """Refuse containers nested deeper than ``MAX_DEPTH`` (checked without recursion)."""
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def check_json_value(value: object, what: str = "config") -> None:
+    """Refuse anything but plain JSON data (dicts with string keys, lists, strings, numbers,
+    booleans, null) nested at most ``MAX_DEPTH`` deep; checked without recursion, so the
+    readers never meet an object whose comparisons or truth value could raise."""
     stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise SizingError(f"{what} is nested deeper than {MAX_DEPTH} levels")
         if isinstance(item, Mapping):
+            if not all(isinstance(key, str) for key in item):
+                raise SizingError(f"{what} has a non-string key")
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
+        elif not isinstance(item, _JSON_SCALARS):
+            raise SizingError(f"{what} holds a {type(item).__name__}; only JSON values are read")
 
 
 def _check_layer_count(cfg: Mapping[str, Any], where: str) -> None:
@@ -136,7 +145,7 @@ def complete_config(config: Mapping[str, Any], use_transformers: bool | None) ->
     ``use_transformers``: ``None`` uses transformers when it is installed and knows the model
     type, ``True`` requires it, ``False`` uses the built-in defaults.
     """
-    check_depth(config)
+    check_json_value(config)
     text = config.get("text_config")
     _check_layer_count(config, "")
     if isinstance(text, Mapping):
