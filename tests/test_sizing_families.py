@@ -215,6 +215,20 @@ def test_unhandled_layout_fields_are_refused_by_name(extra, named):
     geometry_from_hf_config(base)  # the same config without the field is plain decoder attention
 
 
+@pytest.mark.parametrize("model, extra, named", [
+    ("nemotron-h-8b", {"sliding_window": 4096}, "sliding_window"),
+    ("deepseek-v3", {"sliding_window": 4096}, "sliding_window"),
+    ("jamba-v0.1", {"sliding_window": 4096}, "sliding_window"),
+    ("gemma-3-12b", {"num_kv_shared_layers": 5}, "num_kv_shared_layers"),
+])
+def test_listed_families_refuse_fields_their_reader_ignores(model, extra, named):
+    config = json.loads((FIXTURES / model / "config.json").read_text())
+    target = config.get("text_config", config)
+    target.update(extra)
+    with pytest.raises(SizingError, match=named):
+        geometry_from_hf_config(config, use_transformers=False)
+
+
 def test_refusal_exits_2_from_the_cli(tmp_path, capsys):
     folder = tmp_path / "new"
     folder.mkdir()

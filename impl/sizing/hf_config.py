@@ -311,14 +311,16 @@ def _falcon_h1_layers(cfg: Mapping[str, Any], model_type: str) -> tuple[Layer, .
 # ---- the family table and the refusal of unhandled fields ----------------------------------------
 
 _DECODER = frozenset({"sliding_window", "use_sliding_window", "attention_chunk_size"})
-_MAMBA_IGNORED = frozenset({"mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias", "use_mamba_kernels",
+_MAMBA_FIELDS = frozenset({"mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias", "use_mamba_kernels",
                             "mamba_dt_rank", "use_mambapy", "mamba_ssm_cache_dtype", "mamba_rms_norm",
                             "mamba_norm_before_gate", "mamba_hidden_act", "use_conv_bias", "chunk_size",
-                            "mamba_proj_bias", "ssm_multipliers", "ssm_in_multiplier", "ssm_out_multiplier",
+                            "ssm_multipliers", "ssm_in_multiplier", "ssm_out_multiplier",
                             "time_step_limit", "time_step_min", "time_step_max", "time_step_floor",
                             "mamba_dt_min", "mamba_dt_max", "mamba_dt_init_floor", "mamba_dt_limit",
                             "mamba_use_mlp", "mamba_d_ssm", "mamba_expand", "mamba_n_heads", "mamba_d_head",
                             "mamba_n_groups", "mamba_d_state", "mamba_d_conv"})
+"""Mamba fields the hybrid readers read, or that do not change the state's size (kernel
+switches, biases, time-step ranges, multipliers)."""
 
 FAMILIES: dict[str, _Family] = {
     **{t: _Family(_decoder_layers, _DECODER) for t in ("llama", "mistral", "mixtral", "phi3", "gemma")},
@@ -332,15 +334,15 @@ FAMILIES: dict[str, _Family] = {
                                                           "linear_num_key_heads", "linear_num_value_heads"}),
     **{t: _Family(_mla_layers, frozenset({"kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
                                           "qk_head_dim"})) for t in ("deepseek_v2", "deepseek_v3", "kimi_k2")},
-    "jamba": _Family(_jamba_layers, _MAMBA_IGNORED | {"attn_layer_period", "attn_layer_offset", "sliding_window",
+    "jamba": _Family(_jamba_layers, _MAMBA_FIELDS | {"attn_layer_period", "attn_layer_offset", "sliding_window",
                                                       "expert_layer_period", "expert_layer_offset"}),
-    "bamba": _Family(_bamba_layers, _MAMBA_IGNORED | {"attn_layer_indices"}),
-    "granitemoehybrid": _Family(_granite_hybrid_layers, _MAMBA_IGNORED),
-    "nemotron_h": _Family(_nemotron_h_layers, _MAMBA_IGNORED | {
+    "bamba": _Family(_bamba_layers, _MAMBA_FIELDS | {"attn_layer_indices"}),
+    "granitemoehybrid": _Family(_granite_hybrid_layers, _MAMBA_FIELDS),
+    "nemotron_h": _Family(_nemotron_h_layers, _MAMBA_FIELDS | {
         "hybrid_override_pattern", "layers_block_type", "mtp_layers_block_type", "mtp_hybrid_override_pattern",
         "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "expand",
-        "attention_head_dim", "sliding_window"}),
-    "falcon_h1": _Family(_falcon_h1_layers, _MAMBA_IGNORED),
+        "attention_head_dim"}),
+    "falcon_h1": _Family(_falcon_h1_layers, _MAMBA_FIELDS),
 }
 """Every model type verikv reads, with the layout fields its reader handles (or knows to be
 irrelevant to the cache: kernel switches, initialisation ranges, MoE placement)."""
