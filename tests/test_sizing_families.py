@@ -220,6 +220,8 @@ def test_unhandled_layout_fields_are_refused_by_name(extra, named):
     ("deepseek-v3", {"sliding_window": 4096}, "sliding_window"),
     ("jamba-v0.1", {"sliding_window": 4096}, "sliding_window"),
     ("gemma-3-12b", {"num_kv_shared_layers": 5}, "num_kv_shared_layers"),
+    ("bamba-9b", {"layer_types": ["mamba"] * 32}, "layer_types"),
+    ("falcon-h1-7b", {"layer_types": ["attention"] * 44}, "layer_types"),
 ])
 def test_listed_families_refuse_fields_their_reader_ignores(model, extra, named):
     config = json.loads((FIXTURES / model / "config.json").read_text())

@@ -63,7 +63,7 @@ _LAYOUT_KEY = re.compile(
 """Field names that, in some model family, change which layers keep a KV cache or its shape."""
 
 _NOT_LAYOUT = frozenset({"chunk_size_feed_forward", "output_hidden_states", "num_key_value_heads",
-                         "head_dim", "layer_types", "use_cache", "_sliding_window_pattern"})
+                         "head_dim", "use_cache", "_sliding_window_pattern"})
 """Fields matching the pattern that every reader handles or that never change the layout."""
 
 
@@ -310,7 +310,7 @@ def _falcon_h1_layers(cfg: Mapping[str, Any], model_type: str) -> tuple[Layer, .
 
 # ---- the family table and the refusal of unhandled fields ----------------------------------------
 
-_DECODER = frozenset({"sliding_window", "use_sliding_window", "attention_chunk_size"})
+_DECODER = frozenset({"layer_types", "sliding_window", "use_sliding_window", "attention_chunk_size"})
 _MAMBA_FIELDS = frozenset({"mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias", "use_mamba_kernels",
                             "mamba_dt_rank", "use_mambapy", "mamba_ssm_cache_dtype", "mamba_rms_norm",
                             "mamba_norm_before_gate", "mamba_hidden_act", "use_conv_bias", "chunk_size",
@@ -337,9 +337,9 @@ FAMILIES: dict[str, _Family] = {
     "jamba": _Family(_jamba_layers, _MAMBA_FIELDS | {"attn_layer_period", "attn_layer_offset", "sliding_window",
                                                       "expert_layer_period", "expert_layer_offset"}),
     "bamba": _Family(_bamba_layers, _MAMBA_FIELDS | {"attn_layer_indices"}),
-    "granitemoehybrid": _Family(_granite_hybrid_layers, _MAMBA_FIELDS),
+    "granitemoehybrid": _Family(_granite_hybrid_layers, _MAMBA_FIELDS | {"layer_types"}),
     "nemotron_h": _Family(_nemotron_h_layers, _MAMBA_FIELDS | {
-        "hybrid_override_pattern", "layers_block_type", "mtp_layers_block_type", "mtp_hybrid_override_pattern",
+        "hybrid_override_pattern", "layers_block_type", "layer_types", "mtp_layers_block_type", "mtp_hybrid_override_pattern",
         "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "expand",
         "attention_head_dim"}),
     "falcon_h1": _Family(_falcon_h1_layers, _MAMBA_FIELDS),
