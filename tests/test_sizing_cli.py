@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from verikv.cli import main as verikv_main
 from verikv.sizing.cli import configure_parser, main, print_rich, render_plain
 from verikv.sizing.cli import run as size_run

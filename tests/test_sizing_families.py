@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from verikv.errors import SizingError, VeriKVError
 from verikv.sizing import plan_kv_cache
 from verikv.sizing.checkpoint import (
@@ -40,8 +39,8 @@ from verikv.sizing.cli import main
 from verikv.sizing.geometry import AttentionLayer, MambaLayer, MLALayer
 from verikv.sizing.hf_config import geometry_from_hf_config
 from verikv.sizing.hf_defaults import FAMILY_DEFAULTS, MAX_DEPTH, transformers_available
-from verikv.sizing.layers import layer_arrays
 from verikv.sizing.kernels import get_kernel
+from verikv.sizing.layers import layer_arrays
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 GiB = 2**30

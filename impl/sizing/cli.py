@@ -212,7 +212,8 @@ def summary_rows(plan: KVCachePlan) -> list[tuple[str, str]]:
         ("memory per device", f"{_bytes(plan.memory_bytes)}: {plan.memory_source}"),
         ("kernel / KV dtype", f"{plan.kernel} / {plan.kv_dtype}"),
         ("page size", f"{plan.page_size} tokens"),
-        ("utilisation", f"{plan.utilization} of {plan.utilization_rule} memory"),
+        ("utilisation", "not applied: KV budget given directly" if plan.utilization_rule == "given"
+                        else f"{plan.utilization} of {plan.utilization_rule} memory"),
         ("weights per device", _bytes(plan.weights_bytes_per_device)),
         ("other in use / reserved", f"{_bytes(plan.in_use_bytes)} / {_bytes(plan.reserved_bytes)}"),
         ("KV budget per device", _bytes(plan.budget_bytes)),
