@@ -15,6 +15,7 @@ from verikv.errors import DoesNotFitError, SizingError
 from verikv.sizing import MambaLayer, ModelGeometry, get_preset, plan_kv_cache, uniform_model
 from verikv.sizing.bounds import MAX_BYTES, MAX_DP, MAX_MODEL_LAYERS, MAX_PAGE_SIZE, MAX_TP
 from verikv.sizing.budget import utilization_fraction
+from verikv.sizing.checkpoint import load_model
 from verikv.sizing.hf_config import geometry_from_hf_config
 from verikv.sizing.units import UnitError, parse_bytes, parse_count
 
@@ -117,3 +118,16 @@ def test_non_json_configs_get_typed_errors(config):
     for reader in (False, None):
         with pytest.raises(SizingError):
             geometry_from_hf_config(config, use_transformers=reader)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path", [None, 5, ["x"], "\ud800", "a\x00b", "/nonexistent/config.json"])
+def test_load_model_paths_get_typed_errors(path):
+    with pytest.raises(SizingError):
+        load_model(path)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kwargs", [dict(kv_dtype=np.array([1, 2])), dict(utilization_of=np.array([1, 2])),
+                                    dict(kv_dtype=None), dict(utilization_of=["total"])])
+def test_non_string_names_get_typed_errors(kwargs):
+    with pytest.raises(SizingError):
+        plan_kv_cache(LLAMA, "h100-sxm", **kwargs)
