@@ -131,3 +131,11 @@ def test_load_model_paths_get_typed_errors(path):
 def test_non_string_names_get_typed_errors(kwargs):
     with pytest.raises(SizingError):
         plan_kv_cache(LLAMA, "h100-sxm", **kwargs)
+
+
+@pytest.mark.parametrize("key, value", [("hybrid_override_pattern", "M" * 100_000),
+                                        ("layer_types", ["full_attention"] * 100_000)])
+def test_per_layer_lists_are_bounded(key, value):
+    for reader in (False, None):
+        with pytest.raises(SizingError, match=f"{key} lists 100,000 layers"):
+            geometry_from_hf_config({"model_type": "nemotron_h", key: value}, use_transformers=reader)

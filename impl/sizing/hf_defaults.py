@@ -130,13 +130,20 @@ def check_json_value(value: object, what: str = "config") -> None:
             raise SizingError(f"{what} holds a {type(item).__name__}; only JSON values are read")
 
 
+_PER_LAYER_FIELDS = ("layer_types", "layers_block_type", "hybrid_override_pattern", "no_rope_layers",
+                     "attn_layer_indices", "moe_layers", "mlp_only_layers")
+"""Fields holding one entry per layer; no longer than ``MAX_LAYERS``."""
+
+
 def _check_layer_count(cfg: Mapping[str, Any], where: str) -> None:
-    """Bound ``num_hidden_layers`` before any config class builds per-layer lists from it."""
+    """Bound the layer count and the per-layer lists before any config class builds lists from them."""
     count = cfg.get("num_hidden_layers")
-    if count is None:
-        return
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_LAYERS:
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_LAYERS):
         raise SizingError(f"{where}num_hidden_layers must be an integer in [1, {MAX_LAYERS}], got {count!r}")
+    for key in _PER_LAYER_FIELDS:
+        value = cfg.get(key)
+        if isinstance(value, (list, str)) and len(value) > MAX_LAYERS:
+            raise SizingError(f"{where}{key} lists {len(value):,} layers; at most {MAX_LAYERS} are read")
 
 
 def complete_config(config: Mapping[str, Any], use_transformers: bool | None) -> dict[str, Any]:
