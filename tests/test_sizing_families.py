@@ -354,3 +354,25 @@ def test_errors_are_typed_for_odd_configs():
     for config in odd:
         with pytest.raises(VeriKVError):
             geometry_from_hf_config(config, use_transformers=False)
+
+
+def test_without_transformers_the_builtin_defaults_apply(monkeypatch):
+    """With transformers absent, ``None`` uses the built-in table and ``True`` is a typed error."""
+    from verikv.sizing import hf_defaults
+
+    monkeypatch.setattr(hf_defaults, "transformers_available", lambda: False)
+    config = json.loads((FIXTURES / "gemma-3-12b" / "config.json").read_text())
+    model = geometry_from_hf_config(config)
+    assert Counter(layer.kind for layer in model.layers) == {"sliding": 40, "full": 8}
+    with pytest.raises(SizingError, match="pip install 'verikv\\[hf\\]'"):
+        geometry_from_hf_config(config, use_transformers=True)
+
+
+def test_config_reader_option(capsys):
+    kimi = str(FIXTURES / "kimi-k2")
+    args = ["--model", kimi, "--device", "h100-sxm", "--weights-bytes", "1GB", "--max-model-len", "8k"]
+    assert main([*args, "--config-reader", "builtin"]) == 0
+    capsys.readouterr()
+    if transformers_available():  # transformers has no kimi_k2 config class: requiring it is refused
+        assert main([*args, "--config-reader", "transformers"]) == 2
+        assert "kimi_k2" in capsys.readouterr().err
