@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from verikv.cli import main as verikv_main
 from verikv.sizing.cli import configure_parser, main, print_rich, render_plain
 from verikv.sizing.cli import run as size_run
@@ -223,3 +222,14 @@ def test_workspace_option(capsys):
     assert none["budget_bytes"] - default["budget_bytes"] == 256 * 2**20
     assert none["num_pages"] == none["budget_bytes"] // (32 * 16 * 4096)
     assert default["num_pages"] == default["budget_bytes"] // (32 * 16 * 4096)
+
+
+@pytest.mark.parametrize("model, line", [
+    ("gemma-3-12b", "layers                   40 sliding (window 1,024), 8 full; head dim 256"),
+    ("jamba-v0.1", "layers                   28 mamba, 4 full; head dim 128"),
+    ("deepseek-v3", "layers                   61 mla; latent width 576"),
+])
+def test_table_states_the_layer_kinds(capsys, model, line):
+    folder = os.path.join(os.path.dirname(__file__), "fixtures", "configs", model)
+    assert main(["--model", folder, "--device", "h100-sxm", "--weights-bytes", "1GB", "--max-model-len", "8k"]) == 0
+    assert line in capsys.readouterr().out.splitlines()

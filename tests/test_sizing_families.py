@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from verikv.errors import SizingError, VeriKVError
 from verikv.sizing import plan_kv_cache
 from verikv.sizing.checkpoint import (
@@ -40,8 +39,8 @@ from verikv.sizing.cli import main
 from verikv.sizing.geometry import AttentionLayer, MambaLayer, MLALayer
 from verikv.sizing.hf_config import geometry_from_hf_config
 from verikv.sizing.hf_defaults import FAMILY_DEFAULTS, MAX_DEPTH, transformers_available
-from verikv.sizing.layers import layer_arrays
 from verikv.sizing.kernels import get_kernel
+from verikv.sizing.layers import layer_arrays
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 GiB = 2**30
@@ -215,6 +214,22 @@ def test_unhandled_layout_fields_are_refused_by_name(extra, named):
     geometry_from_hf_config(base)  # the same config without the field is plain decoder attention
 
 
+@pytest.mark.parametrize("model, extra, named", [
+    ("nemotron-h-8b", {"sliding_window": 4096}, "sliding_window"),
+    ("deepseek-v3", {"sliding_window": 4096}, "sliding_window"),
+    ("jamba-v0.1", {"sliding_window": 4096}, "sliding_window"),
+    ("gemma-3-12b", {"num_kv_shared_layers": 5}, "num_kv_shared_layers"),
+    ("bamba-9b", {"layer_types": ["mamba"] * 32}, "layer_types"),
+    ("falcon-h1-7b", {"layer_types": ["attention"] * 44}, "layer_types"),
+])
+def test_listed_families_refuse_fields_their_reader_ignores(model, extra, named):
+    config = json.loads((FIXTURES / model / "config.json").read_text())
+    target = config.get("text_config", config)
+    target.update(extra)
+    with pytest.raises(SizingError, match=named):
+        geometry_from_hf_config(config, use_transformers=False)
+
+
 def test_refusal_exits_2_from_the_cli(tmp_path, capsys):
     folder = tmp_path / "new"
     folder.mkdir()
@@ -339,3 +354,25 @@ def test_errors_are_typed_for_odd_configs():
     for config in odd:
         with pytest.raises(VeriKVError):
             geometry_from_hf_config(config, use_transformers=False)
+
+
+def test_without_transformers_the_builtin_defaults_apply(monkeypatch):
+    """With transformers absent, ``None`` uses the built-in table and ``True`` is a typed error."""
+    from verikv.sizing import hf_defaults
+
+    monkeypatch.setattr(hf_defaults, "transformers_available", lambda: False)
+    config = json.loads((FIXTURES / "gemma-3-12b" / "config.json").read_text())
+    model = geometry_from_hf_config(config)
+    assert Counter(layer.kind for layer in model.layers) == {"sliding": 40, "full": 8}
+    with pytest.raises(SizingError, match="pip install 'verikv\\[hf\\]'"):
+        geometry_from_hf_config(config, use_transformers=True)
+
+
+def test_config_reader_option(capsys):
+    kimi = str(FIXTURES / "kimi-k2")
+    args = ["--model", kimi, "--device", "h100-sxm", "--weights-bytes", "1GB", "--max-model-len", "8k"]
+    assert main([*args, "--config-reader", "builtin"]) == 0
+    capsys.readouterr()
+    if transformers_available():  # transformers has no kimi_k2 config class: requiring it is refused
+        assert main([*args, "--config-reader", "transformers"]) == 2
+        assert "kimi_k2" in capsys.readouterr().err

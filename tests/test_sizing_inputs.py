@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import numpy as np
 import pytest
-
 from verikv.errors import DoesNotFitError, SizingError
 from verikv.sizing import MambaLayer, ModelGeometry, get_preset, plan_kv_cache, uniform_model
 from verikv.sizing.bounds import MAX_BYTES, MAX_DP, MAX_MODEL_LAYERS, MAX_PAGE_SIZE, MAX_TP
 from verikv.sizing.budget import utilization_fraction
+from verikv.sizing.checkpoint import load_model
 from verikv.sizing.hf_config import geometry_from_hf_config
 from verikv.sizing.units import UnitError, parse_bytes, parse_count
 
@@ -102,3 +103,39 @@ def test_unit_parsing_values():
     assert parse_bytes("80GiB") == 80 * 2**30 and parse_bytes("80GB") == 80 * 10**9
     assert parse_bytes("1.5KiB") == 1536 and parse_bytes("2kB") == parse_bytes("2KB") == 2000
     assert parse_bytes("512B") == 512 and parse_bytes("3M") == 3 * 2**20 and parse_bytes("3m") == 3 * 10**6
+
+
+@pytest.mark.parametrize("config", [
+    {"model_type": "qwen2", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64,
+     "use_sliding_window": np.array([1, 2])},  # truth value would raise
+    {"model_type": "llama", "num_hidden_layers": np.int64(2), "num_attention_heads": 2, "hidden_size": 64},
+    {1: 2},
+    {"model_type": "llama", "layer_types": [[1], "full_attention"], "num_hidden_layers": 2,
+     "num_attention_heads": 2, "hidden_size": 64},
+    ["model_type", "llama"],
+])
+def test_non_json_configs_get_typed_errors(config):
+    for reader in (False, None):
+        with pytest.raises(SizingError):
+            geometry_from_hf_config(config, use_transformers=reader)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("path", [None, 5, ["x"], "\ud800", "a\x00b", "/nonexistent/config.json"])
+def test_load_model_paths_get_typed_errors(path):
+    with pytest.raises(SizingError):
+        load_model(path)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kwargs", [dict(kv_dtype=np.array([1, 2])), dict(utilization_of=np.array([1, 2])),
+                                    dict(kv_dtype=None), dict(utilization_of=["total"])])
+def test_non_string_names_get_typed_errors(kwargs):
+    with pytest.raises(SizingError):
+        plan_kv_cache(LLAMA, "h100-sxm", **kwargs)
+
+
+@pytest.mark.parametrize("key, value", [("hybrid_override_pattern", "M" * 100_000),
+                                        ("layer_types", ["full_attention"] * 100_000)])
+def test_per_layer_lists_are_bounded(key, value):
+    for reader in (False, None):
+        with pytest.raises(SizingError, match=f"{key} lists 100,000 layers"):
+            geometry_from_hf_config({"model_type": "nemotron_h", key: value}, use_transformers=reader)

@@ -337,3 +337,18 @@ def test_any_plan_fits_is_maximal_and_even(platform, layers, kv_heads, head_dim,
         assert plan.num_pages * plan.page_size <= 2**31 - 1 < (plan.num_pages + dp) * plan.page_size
     assert plan.num_pages == plan.pages_per_shard * dp and plan.shard_ranges[-1][1] == plan.num_pages
     assert plan.max_concurrent_requests >= 1
+
+
+def test_workspace_option_reproduces_the_vllm_side_budget():
+    """Issue 16: Llama-3-70B on H200, TP 4, FlashInfer: 75,953 pages with the 256 MiB workspace
+    subtracted, 76,158 without it (the vLLM-side figure)."""
+    memory = get_accelerator("h200").memory_bytes
+    weights = 2 * 70_553_706_496 // 4               # bf16 weights split over 4 ranks
+    page_id = 80 * 2 * 16 * (8 // 4) * 128 * 2      # 80 layers x K,V x 16 tokens x 2 heads x 128 x bf16
+    budget = memory * 9 // 10 - weights
+    model = get_preset("llama-3-70b")
+    default = plan_kv_cache(model, "h200", tp=4, kernel="flashinfer")
+    stated = plan_kv_cache(model, "h200", tp=4, kernel="flashinfer", workspace_bytes=0)
+    assert default.num_pages == (budget - 256 * 2**20) // page_id == 75_953
+    assert stated.num_pages == budget // page_id == 76_158
+    assert stated.workspace_bytes == 0 and default.workspace_bytes == 256 * 2**20

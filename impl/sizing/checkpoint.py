@@ -23,7 +23,7 @@ from typing import Any
 from verikv.errors import SizingError
 from verikv.sizing.geometry import ModelGeometry
 from verikv.sizing.hf_config import geometry_from_hf_config
-from verikv.sizing.hf_defaults import check_depth
+from verikv.sizing.hf_defaults import check_json_value
 
 MAX_CONFIG_BYTES = 4 * 2**20
 """Largest ``config.json`` / index file read (published configs are a few KiB)."""
@@ -42,9 +42,19 @@ _DTYPE_BITS = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "F8_E4M3": 8, "F8_E5
 
 def load_model(spec: str | Path, *, use_transformers: bool | None = None) -> ModelGeometry:
     """The geometry of the checkpoint at ``spec`` (a folder or its ``config.json``), weights from its files."""
-    path = Path(spec)
-    folder = path if path.is_dir() else path.parent
-    config_path = path / "config.json" if path.is_dir() else path
+    if not isinstance(spec, (str, Path)):
+        raise SizingError(f"a checkpoint path must be a str or Path, got {type(spec).__name__}")
+    try:
+        path = Path(spec)
+        is_dir = path.is_dir()
+    except (OSError, ValueError) as exc:  # e.g. an embedded NUL or a lone surrogate
+        raise SizingError(f"invalid checkpoint path {str(spec)[:80]!r}: {exc}") from exc
+    return _load(path, is_dir, use_transformers)
+
+
+def _load(path: Path, is_dir: bool, use_transformers: bool | None) -> ModelGeometry:
+    folder = path if is_dir else path.parent
+    config_path = path / "config.json" if is_dir else path
     config = read_json(config_path, MAX_CONFIG_BYTES)
     if not isinstance(config, dict):
         raise SizingError(f"{config_path} does not hold a JSON object")
@@ -58,8 +68,8 @@ def read_json(path: Path, limit: int) -> Any:
     try:
         with path.open("rb") as handle:
             data = handle.read(limit + 1)
-    except OSError as exc:
-        raise SizingError(f"cannot read {path}: {exc}") from exc
+    except (OSError, ValueError) as exc:  # ValueError: a NUL or an unencodable character in the path
+        raise SizingError(f"cannot read {str(path)!r}: {exc!r}") from exc
     if len(data) > limit:
         raise SizingError(f"{path} is larger than {limit:,} bytes")
     return _parse_json(data, str(path))
@@ -70,7 +80,7 @@ def _parse_json(data: bytes, what: str) -> Any:
         value = json.loads(data)
     except (ValueError, RecursionError) as exc:  # RecursionError: nesting beyond the parser's stack
         raise SizingError(f"cannot read {what}: {type(exc).__name__}: {str(exc)[:200]}") from exc
-    check_depth(value, what)
+    check_json_value(value, what)
     return value
 
 
@@ -107,7 +117,7 @@ def safetensors_bytes(path: Path) -> int:
                 raise SizingError(f"{path}: safetensors header of {length:,} bytes exceeds {MAX_HEADER_BYTES:,}")
             header_bytes = handle.read(length)
     except OSError as exc:
-        raise SizingError(f"cannot read {path}: {exc}") from exc
+        raise SizingError(f"cannot read {str(path)!r}: {exc!r}") from exc
     if len(header_bytes) != length:
         raise SizingError(f"{path}: safetensors header truncated")
     header = _parse_json(header_bytes, f"{path} header")

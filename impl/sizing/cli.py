@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from verikv.cache_specs import AttentionSpec, ChunkedLocalAttentionSpec, SlidingWindowSpec
 from verikv.errors import DoesNotFitError, VeriKVError
 from verikv.sizing.budget import UTILIZATION_RULES
 from verikv.sizing.catalog import ACCELERATORS, GiB
@@ -183,15 +184,36 @@ def _layer_ranges(layers: Sequence[int]) -> str:
     return ",".join(runs)
 
 
+def layer_summary(plan: KVCachePlan) -> str:
+    """Layers per kind, with windows, chunk sizes and head dims: ``40 sliding (window 1,024), 8 full; head dim 256``."""
+    counts: dict[str, int] = {}
+    head_dims: set[int] = set()
+    for group in plan.groups:
+        spec = group.spec
+        label = group.kind
+        if isinstance(spec, SlidingWindowSpec):
+            label = f"sliding (window {spec.sliding_window:,})"
+        elif isinstance(spec, ChunkedLocalAttentionSpec):
+            label = f"chunked (chunk {spec.attention_chunk_size:,})"
+        if isinstance(spec, AttentionSpec):
+            head_dims.add(spec.head_size)
+        counts[label] = counts.get(label, 0) + len(group.layers)
+    text = ", ".join(f"{n} {label}" for label, n in counts.items())
+    dims = ", ".join(str(d) for d in sorted(head_dims))
+    return f"{text}; {'latent width' if plan.groups[0].kind == 'mla' else 'head dim'} {dims}" if dims else text
+
+
 def summary_rows(plan: KVCachePlan) -> list[tuple[str, str]]:
     """The plan's headline figures as (label, value) rows."""
     return [
         ("model", plan.model),
+        ("layers", layer_summary(plan)),
         ("device", f"{plan.device} x {plan.num_devices} (tp={plan.tp}, dp={plan.dp}), {plan.platform}"),
         ("memory per device", f"{_bytes(plan.memory_bytes)}: {plan.memory_source}"),
         ("kernel / KV dtype", f"{plan.kernel} / {plan.kv_dtype}"),
         ("page size", f"{plan.page_size} tokens"),
-        ("utilisation", f"{plan.utilization} of {plan.utilization_rule} memory"),
+        ("utilisation", "not applied: KV budget given directly" if plan.utilization_rule == "given"
+                        else f"{plan.utilization} of {plan.utilization_rule} memory"),
         ("weights per device", _bytes(plan.weights_bytes_per_device)),
         ("other in use / reserved", f"{_bytes(plan.in_use_bytes)} / {_bytes(plan.reserved_bytes)}"),
         ("KV budget per device", _bytes(plan.budget_bytes)),

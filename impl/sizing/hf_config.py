@@ -10,13 +10,13 @@ Two steps, whatever the source of the defaults:
 
 Families (``model_type``) and what decides each layer's kind:
 
-* decoder attention: ``llama``, ``llama4_text`` (chunked local attention on the RoPE layers,
-  full on every ``no_rope_layer_interval``-th), ``mistral``, ``mixtral``, ``phi3`` (all layers
-  sliding when ``sliding_window`` is set), ``qwen2`` / ``qwen3`` (sliding from
-  ``max_window_layers`` on, only when ``use_sliding_window``), ``qwen2_moe`` / ``qwen3_moe``,
-  ``gemma`` / ``gemma2`` (alternating sliding / full), ``gemma3_text`` / ``cohere2`` (every
-  ``sliding_window_pattern``-th layer full), ``gpt_oss`` (alternating; its sinks are weights,
-  not cached tokens); an explicit ``layer_types`` list always wins;
+* decoder attention: ``llama``, ``gemma``, ``mistral``, ``mixtral``, ``phi3`` (all layers
+  sliding when ``sliding_window`` is set), ``llama4_text`` (chunked local attention on the RoPE
+  layers, full on every ``no_rope_layer_interval``-th), ``qwen2`` / ``qwen3`` (sliding from
+  ``max_window_layers`` on, only when ``use_sliding_window``), ``qwen2_moe`` / ``qwen3_moe``
+  (full), ``gemma2`` and ``gpt_oss`` (alternating sliding / full; gpt-oss's sinks are weights,
+  not cached tokens), ``gemma3_text`` / ``cohere2`` (every ``sliding_window_pattern``-th layer
+  full); an explicit ``layer_types`` list always wins;
 * MLA: ``deepseek_v2``, ``deepseek_v3``, ``kimi_k2`` (``kv_lora_rank`` + ``qk_rope_head_dim``);
 * attention + Mamba: ``jamba`` (Mamba1; attention where ``i % attn_layer_period ==
   attn_layer_offset``), ``bamba`` (``attn_layer_indices``), ``granitemoehybrid``
@@ -63,7 +63,7 @@ _LAYOUT_KEY = re.compile(
 """Field names that, in some model family, change which layers keep a KV cache or its shape."""
 
 _NOT_LAYOUT = frozenset({"chunk_size_feed_forward", "output_hidden_states", "num_key_value_heads",
-                         "head_dim", "layer_types", "use_cache", "_sliding_window_pattern"})
+                         "head_dim", "use_cache", "_sliding_window_pattern"})
 """Fields matching the pattern that every reader handles or that never change the layout."""
 
 
@@ -114,7 +114,7 @@ def _kinds_from_layer_types(cfg: Mapping[str, Any], count: int) -> list[str]:
     types = cfg["layer_types"]
     if not isinstance(types, list) or len(types) != count:
         raise SizingError(f"layer_types must list one type per layer ({count}), got {_short(types)}")
-    unknown = sorted({str(t) for t in types if t not in _KIND_NAMES})
+    unknown = sorted({str(t) for t in types if not (isinstance(t, str) and t in _KIND_NAMES)})
     if unknown:
         raise SizingError(f"layer_types has layer types verikv does not handle for this model: {unknown}")
     return [_KIND_NAMES[t] for t in types]
@@ -310,15 +310,17 @@ def _falcon_h1_layers(cfg: Mapping[str, Any], model_type: str) -> tuple[Layer, .
 
 # ---- the family table and the refusal of unhandled fields ----------------------------------------
 
-_DECODER = frozenset({"sliding_window", "use_sliding_window", "attention_chunk_size"})
-_MAMBA_IGNORED = frozenset({"mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias", "use_mamba_kernels",
+_DECODER = frozenset({"layer_types", "sliding_window", "use_sliding_window", "attention_chunk_size"})
+_MAMBA_FIELDS = frozenset({"mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias", "use_mamba_kernels",
                             "mamba_dt_rank", "use_mambapy", "mamba_ssm_cache_dtype", "mamba_rms_norm",
                             "mamba_norm_before_gate", "mamba_hidden_act", "use_conv_bias", "chunk_size",
-                            "mamba_proj_bias", "ssm_multipliers", "ssm_in_multiplier", "ssm_out_multiplier",
+                            "ssm_multipliers", "ssm_in_multiplier", "ssm_out_multiplier",
                             "time_step_limit", "time_step_min", "time_step_max", "time_step_floor",
                             "mamba_dt_min", "mamba_dt_max", "mamba_dt_init_floor", "mamba_dt_limit",
                             "mamba_use_mlp", "mamba_d_ssm", "mamba_expand", "mamba_n_heads", "mamba_d_head",
                             "mamba_n_groups", "mamba_d_state", "mamba_d_conv"})
+"""Mamba fields the hybrid readers read, or that do not change the state's size (kernel
+switches, biases, time-step ranges, multipliers)."""
 
 FAMILIES: dict[str, _Family] = {
     **{t: _Family(_decoder_layers, _DECODER) for t in ("llama", "mistral", "mixtral", "phi3", "gemma")},
@@ -332,15 +334,15 @@ FAMILIES: dict[str, _Family] = {
                                                           "linear_num_key_heads", "linear_num_value_heads"}),
     **{t: _Family(_mla_layers, frozenset({"kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
                                           "qk_head_dim"})) for t in ("deepseek_v2", "deepseek_v3", "kimi_k2")},
-    "jamba": _Family(_jamba_layers, _MAMBA_IGNORED | {"attn_layer_period", "attn_layer_offset", "sliding_window",
+    "jamba": _Family(_jamba_layers, _MAMBA_FIELDS | {"attn_layer_period", "attn_layer_offset", "sliding_window",
                                                       "expert_layer_period", "expert_layer_offset"}),
-    "bamba": _Family(_bamba_layers, _MAMBA_IGNORED | {"attn_layer_indices"}),
-    "granitemoehybrid": _Family(_granite_hybrid_layers, _MAMBA_IGNORED),
-    "nemotron_h": _Family(_nemotron_h_layers, _MAMBA_IGNORED | {
-        "hybrid_override_pattern", "layers_block_type", "mtp_layers_block_type", "mtp_hybrid_override_pattern",
+    "bamba": _Family(_bamba_layers, _MAMBA_FIELDS | {"attn_layer_indices"}),
+    "granitemoehybrid": _Family(_granite_hybrid_layers, _MAMBA_FIELDS | {"layer_types"}),
+    "nemotron_h": _Family(_nemotron_h_layers, _MAMBA_FIELDS | {
+        "hybrid_override_pattern", "layers_block_type", "layer_types", "mtp_layers_block_type", "mtp_hybrid_override_pattern",
         "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "expand",
-        "attention_head_dim", "sliding_window"}),
-    "falcon_h1": _Family(_falcon_h1_layers, _MAMBA_IGNORED),
+        "attention_head_dim"}),
+    "falcon_h1": _Family(_falcon_h1_layers, _MAMBA_FIELDS),
 }
 """Every model type verikv reads, with the layout fields its reader handles (or knows to be
 irrelevant to the cache: kernel switches, initialisation ranges, MoE placement)."""
@@ -381,7 +383,7 @@ def geometry_from_hf_config(
         raise SizingError(f"config must be a dict, got {type(config).__name__}")
     if use_transformers not in (None, True, False):
         raise SizingError(f"use_transformers must be None, True or False, got {use_transformers!r}")
-    completed, _ = complete_config(config, use_transformers)
+    completed = complete_config(config, use_transformers)
     text = completed.get("text_config")
     cfg: Mapping[str, Any] = text if isinstance(text, Mapping) else completed
     model_type = str(cfg.get("model_type") or completed.get("model_type") or "")

@@ -108,35 +108,51 @@ def transformers_available() -> bool:
     return importlib.util.find_spec("transformers") is not None
 
 
-def check_depth(value: object, what: str = "config") -> None:
-    """Refuse containers nested deeper than ``MAX_DEPTH`` (checked without recursion)."""
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def check_json_value(value: object, what: str = "config") -> None:
+    """Refuse anything but plain JSON data (dicts with string keys, lists, strings, numbers,
+    booleans, null) nested at most ``MAX_DEPTH`` deep; checked without recursion, so the
+    readers never meet an object whose comparisons or truth value could raise."""
     stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise SizingError(f"{what} is nested deeper than {MAX_DEPTH} levels")
         if isinstance(item, Mapping):
+            if not all(isinstance(key, str) for key in item):
+                raise SizingError(f"{what} has a non-string key")
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
+        elif not isinstance(item, _JSON_SCALARS):
+            raise SizingError(f"{what} holds a {type(item).__name__}; only JSON values are read")
+
+
+_PER_LAYER_FIELDS = ("layer_types", "layers_block_type", "hybrid_override_pattern", "no_rope_layers",
+                     "attn_layer_indices", "moe_layers", "mlp_only_layers")
+"""Fields holding one entry per layer; no longer than ``MAX_LAYERS``."""
 
 
 def _check_layer_count(cfg: Mapping[str, Any], where: str) -> None:
-    """Bound ``num_hidden_layers`` before any config class builds per-layer lists from it."""
+    """Bound the layer count and the per-layer lists before any config class builds lists from them."""
     count = cfg.get("num_hidden_layers")
-    if count is None:
-        return
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_LAYERS:
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_LAYERS):
         raise SizingError(f"{where}num_hidden_layers must be an integer in [1, {MAX_LAYERS}], got {count!r}")
+    for key in _PER_LAYER_FIELDS:
+        value = cfg.get(key)
+        if isinstance(value, (list, str)) and len(value) > MAX_LAYERS:
+            raise SizingError(f"{where}{key} lists {len(value):,} layers; at most {MAX_LAYERS} are read")
 
 
-def complete_config(config: Mapping[str, Any], use_transformers: bool | None) -> tuple[dict[str, Any], str]:
-    """``config`` with its model class's defaults applied, and which path applied them.
+def complete_config(config: Mapping[str, Any], use_transformers: bool | None) -> dict[str, Any]:
+    """``config`` with its model class's defaults applied.
 
     ``use_transformers``: ``None`` uses transformers when it is installed and knows the model
     type, ``True`` requires it, ``False`` uses the built-in defaults.
     """
-    check_depth(config)
+    check_json_value(config)
     text = config.get("text_config")
     _check_layer_count(config, "")
     if isinstance(text, Mapping):
@@ -145,8 +161,8 @@ def complete_config(config: Mapping[str, Any], use_transformers: bool | None) ->
     if use_transformers is None:
         use_transformers = transformers_available() and _transformers_knows(model_type)
     if use_transformers:
-        return _with_transformers(config, model_type), "transformers"
-    return _with_builtin_defaults(config), "built-in defaults"
+        return _with_transformers(config, model_type)
+    return _with_builtin_defaults(config)
 
 
 def _config_classes() -> Any:
@@ -190,10 +206,6 @@ def _with_transformers(config: Mapping[str, Any], model_type: object) -> dict[st
         raise SizingError(f"transformers cannot read this {model_type} config: {exc}") from exc
     finally:
         hf_logging.set_verbosity(verbosity)
-    # Properties (Nemotron-H's layer count, Jamba's block types) are not in to_dict().
-    for key in ("hybrid_override_pattern",):
-        if key in config and key not in completed:
-            completed[key] = config[key]
     return completed
 
 

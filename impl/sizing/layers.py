@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from verikv.errors import SizingError
 from verikv.sizing.dtypes import FP8_DS_MLA_BYTES_PER_TOKEN, get_dtype
-from verikv.sizing.gpu import gpu_kv_shape, gpu_mla_shape, kv_heads_per_rank
 from verikv.sizing.geometry import AttentionLayer, Layer, MambaLayer, MLALayer
+from verikv.sizing.gpu import gpu_kv_shape, gpu_mla_shape, kv_heads_per_rank
 from verikv.sizing.kernels import Kernel
 from verikv.sizing.mamba import mamba1_state_shapes, mamba2_state_shapes
 from verikv.sizing.tpu import buffer_bytes, rpa_v3_shape, tpu_mla_shape, tpu_mla_token_packing

@@ -231,7 +231,7 @@ def plan_kv_cache(
         checked_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1, maximum=INT32_MAX,
                     error=SizingError), mml)
     seqs = checked_int(max_num_seqs, "max_num_seqs", minimum=1, maximum=2**16, error=SizingError)
-    if utilization_of not in UTILIZATION_RULES:
+    if not isinstance(utilization_of, str) or utilization_of not in UTILIZATION_RULES:
         raise SizingError(f"utilization_of must be one of {UTILIZATION_RULES}, got {utilization_of!r}")
     util = utilization_fraction(utilization)
     in_use = _bytes_arg(in_use_bytes, "in_use_bytes")
@@ -325,6 +325,8 @@ def _resolve_kernel(model: ModelGeometry, acc: Accelerator, name: str | None) ->
 
 
 def _resolve_kv_dtype(model: ModelGeometry, acc: Accelerator, kern: Kernel, kv_dtype: str) -> KVDType:
+    if not isinstance(kv_dtype, str):
+        raise SizingError(f"kv_dtype must be a dtype name or 'auto', got {type(kv_dtype).__name__}")
     dtype = get_dtype(model.dtype if kv_dtype == "auto" else kv_dtype)
     if dtype.name not in acc.kv_dtypes:
         raise SizingError(f"{acc.name} does not support KV dtype {dtype.name}; supported: {', '.join(acc.kv_dtypes)}")
