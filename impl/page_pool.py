@@ -25,6 +25,7 @@ from typing import Any
 
 from verikv.dp_sharding import checked_int, dp_shard_page_bounds, pages_per_dp_shard
 from verikv.errors import (
+    CorruptedStateError,
     DoubleFreeError,
     ForeignPageError,
     InvalidArgumentError,
@@ -471,13 +472,34 @@ class PagePool:
         """Remove ``pid`` from the cached map and forget its key."""
         key = self._key[pid]
         self.key_version += 1
-        entry = self._cached.pop(key)
+        entry = self._cached.pop(key, None)
+        if entry is None or not (entry == pid if type(entry) is int else pid in entry):
+            if entry is not None:  # the key now equals another key: that entry is not ours
+                self._cached[key] = entry
+            entry = self._pop_changed_key(key)
         if type(entry) is not int:  # equal pages: put the others back
             del entry[pid]
             self._cached[key] = next(iter(entry)) if len(entry) == 1 else entry
         self._key[pid] = None
         if self._events is not None:
             self._events.removed(pid, key)
+
+    def _pop_changed_key(self, key: Hashable) -> int | dict[int, None]:
+        """Remove and return the entry stored under ``key`` itself, found by identity.
+
+        Only reached when a key's hash or equality changed after it was inserted (a key holding
+        a mutable user object; the manager normalizes its keys so that this cannot happen). The
+        map is rebuilt without that key (O(cached pages), on this path only), so the page is
+        still evicted and no page is lost (INV-CONSERVE) whatever the key does.
+        """
+        found = [entry for k, entry in self._cached.items() if k is key]
+        if not found:
+            raise CorruptedStateError(f"key {describe(key)} of a cached page is missing from the cached map")
+        _log.warning("a cache key changed its hash or equality after insertion: %s", describe(key))
+        kept = [(k, entry) for k, entry in self._cached.items() if k is not key]
+        self._cached.clear()  # in place: re-inserting rehashes every key under its current hash
+        self._cached.update(kept)
+        return found[0]
 
     def _lookup(self, key: Hashable, bounds: tuple[int, int] | None) -> int | None:
         try:

@@ -701,7 +701,9 @@ def _hash_flip_then_evict(w: World) -> None:
     m.allocate_slots(r, 13)
     m.free(r)
     salt.flip = 1
-    m.allocate_slots(Request("filler", [9] * 100), 60)
+    for i in range(m.num_pages):  # fill the pool, so the salted pages are evicted for reuse
+        if m.allocate_slots(Request(f"filler{i}", [9 + i] * 16), 16) is None:
+            break
 
 
 # --- the table ----------------------------------------------------------------------------------
