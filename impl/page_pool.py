@@ -240,7 +240,7 @@ class PagePool:
             entry = self._cached.setdefault(key, page_id)  # hashes the key once
         except TypeError:
             raise InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
-        if entry is page_id and not key == key:  # e.g. NaN: no lookup could ever find it again
+        if entry is page_id and key != key:  # noqa: PLR0124  (NaN: no lookup could ever find it again)
             del self._cached[key]  # found by identity
             raise InvalidArgumentError(f"cache key {describe(key)} is not equal to itself")
         if entry is not page_id:  # equal pages already cached: this one joins them, last

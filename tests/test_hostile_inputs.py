@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 import verikv
+from hostile import HOSTILE, Case, HashFlipStr, P, World, run_case, substitution_cases
+from hostile_known_open import KNOWN_OPEN
 from verikv import (
-    AllPagesCleared,
     CacheGroupsConfig,
     CacheGroupSpec,
     CacheManager,
@@ -45,9 +45,6 @@ from verikv import (
     SlidingWindowSpec,
 )
 from verikv.events import EventLog
-from verikv.hashing import PageHash, PageHashWithGroupId
-from hostile import HOSTILE, Case, HashFlipStr, P, World, run_case, substitution_cases
-from hostile_known_open import KNOWN_OPEN
 
 KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
 FULL = CacheGroupSpec(FullAttentionSpec(page_size=4, **KW))
@@ -66,11 +63,6 @@ class W:
 
 def resolve(world: World, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: (world[v.name] if isinstance(v, W) else v) for k, v in kwargs.items()}
-
-
-def call_with(fn_of_world: Any) -> Any:
-    """``fn_of_world(world)`` is the callable; the kwargs' world references are resolved."""
-    return lambda world, **kwargs: fn_of_world(world)(**resolve(world, kwargs))
 
 
 # --- worlds -----------------------------------------------------------------------------------
@@ -140,11 +132,6 @@ def table_world() -> World:
 
 def request_world() -> World:
     return dict(r=Request("r", list(range(9))))
-
-
-def held_request_world() -> World:
-    w = manager_world()
-    return w
 
 
 def empty_world() -> World:
@@ -360,7 +347,9 @@ def _hashing_targets() -> list[Case]:
     cases += substitution_cases("PageHasher", empty_world, lambda w, **k: PageHasher(**k), dict(
         scheme=P("sha256", "object", either={"callable"}),
         seed=P(0, "key", accept={"None"}, reject=SEED_REJECT, either=SEED_EITHER)))
-    hasher = lambda: dict(h=PageHasher("sha256", seed=0), r=Request("r", list(range(9))))  # noqa: E731
+    def hasher() -> World:
+        return dict(h=PageHasher("sha256", seed=0), r=Request("r", list(range(9))))
+
     cases += substitution_cases("PageHasher.hash_page", hasher, lambda w, **k: w["h"].hash_page(**k), dict(
         parent=P(None, "opt_count0", either={"neg1", "np_neg", "-10**100"}),
         token_ids=P([1, 2, 3, 4], "ids", accept={"list"}, either={"np_array"}),
@@ -581,10 +570,12 @@ def _coordinator_targets() -> list[Case]:
 
 
 def _sizing_targets() -> list[Case]:
-    from verikv.sizing import get_preset
+    from verikv.sizing import MambaLayer, get_preset
 
     cases: list[Case] = []
-    model = lambda: get_preset("llama-3-8b")  # noqa: E731
+    def model() -> Any:
+        return get_preset("llama-3-8b")
+
     cases += substitution_cases("plan_kv_cache", empty_world, lambda w, **k: verikv.plan_kv_cache(**k), dict(
         model=P(model, "object"), device=P("h100", "object"),
         tp=P(1, COUNT1, reject=BIGS), dp=P(1, COUNT1, reject=BIGS),
@@ -597,6 +588,10 @@ def _sizing_targets() -> list[Case]:
                           lambda w, value=value: verikv.plan_kv_cache(model(), "h100", max_model_len=1024,
                                                                       utilization=value),
                           expect, isolate=True))
+    cases += substitution_cases("MambaLayer", empty_world, lambda w, **k: MambaLayer(**k), dict(
+        version=P(2, "bounded", reject={"zero"}), intermediate_size=P(64, COUNT1, either=BIGS),
+        d_state=P(16, COUNT1, either=BIGS), conv_kernel=P(4, COUNT1, either=BIGS),
+        num_heads=P(4, COUNT1, either=BIGS), head_dim=P(16, COUNT1, either=BIGS)))
     cases += substitution_cases("get_preset", empty_world, lambda w, **k: get_preset(**k),
                                 dict(name=P("llama-3-8b", "object")))
     return cases
@@ -732,7 +727,7 @@ def _fix_pool_view_worlds(cases: list[Case]) -> list[Case]:
 
 CASES = _fix_pool_view_worlds(all_cases())
 CASES_BY_ID = {case.id: case for case in CASES}
-assert len(CASES_BY_ID) == len(CASES), "case ids must be unique"  # noqa: S101  (test-module sanity)
+assert len(CASES_BY_ID) == len(CASES), "case ids must be unique"
 
 
 

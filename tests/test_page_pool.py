@@ -453,7 +453,7 @@ class _HashFlip(str):
         return hash((str(self), self.flip))
 
     def __eq__(self, other: object) -> bool:
-        return str.__eq__(self, other) and getattr(other, "flip", self.flip) == self.flip
+        return str.__eq__(self, other) is True and getattr(other, "flip", self.flip) == self.flip
 
 
 @pytest.mark.parametrize("equal_pages", [1, 2])
