@@ -23,6 +23,8 @@ from itertools import repeat, takewhile
 from operator import countOf, is_not
 from typing import Any
 
+import numpy as np
+
 from verikv.dp_sharding import checked_int, dp_shard_page_bounds, pages_per_dp_shard
 from verikv.errors import (
     CorruptedStateError,
@@ -371,7 +373,13 @@ class PagePool:
         """
         first = checked_int(num_cached_pages, "num_cached_pages", minimum=0)
         last = checked_int(num_full_pages, "num_full_pages", minimum=0)
-        checked_int(kv_cache_group_id, "kv_cache_group_id", minimum=0)
+        group_id = checked_int(kv_cache_group_id, "kv_cache_group_id", minimum=0)
+        size = checked_int(page_size, "page_size", minimum=1)
+        if hasher is not None and not isinstance(hasher, PageHasher):
+            raise InvalidArgumentError(f"hasher must be a PageHasher or None, got {type(hasher).__name__}")
+        if type(page_hashes) is not list:
+            raise InvalidArgumentError(f"page_hashes must be the request's list of keys, got {type(page_hashes).__name__}")
+        pages = page_list(pages, "pages")
         if first >= last:
             return
         if len(page_hashes) < first:
@@ -379,19 +387,24 @@ class PagePool:
                 f"page_hashes has {len(page_hashes)} entries, fewer than num_cached_pages={first}")
         if last > len(pages):
             raise InvalidArgumentError(f"num_full_pages={last} exceeds the {len(pages)} pages given")
+        parent = page_hashes[-1] if page_hashes else None
+        if not all(isinstance(h, PageHash) for h in page_hashes[first:last]) or (
+                parent is not None and not isinstance(parent, PageHash)):
+            raise InvalidArgumentError("page_hashes must hold PageHash keys")
         ids = self._own_ids(pages[first:last])
-        real = [pid for pid in ids if pid != NULL_PAGE_ID]
-        self._check_cacheable(real)
+        self._check_cacheable([pid for pid in ids if pid != NULL_PAGE_ID])
         new_hashes: list[PageHash] = []
         if len(page_hashes) < last:
+            _check_token_source(request)
             new_hashes = (hasher or default_hasher()).hash_request(
-                request, page_size, start=len(page_hashes),
-                parent=page_hashes[-1] if page_hashes else None, stop=last)
+                request, size, start=len(page_hashes), parent=parent, stop=last)
+        hashes = (page_hashes + new_hashes)[first:last]
+        keys = [(pid, PageHashWithGroupId(h, group_id)) for pid, h in zip(ids, hashes) if pid != NULL_PAGE_ID]
+        for _, key in keys:  # every key is known hashable before the first change
+            check_key(key)
         page_hashes.extend(new_hashes)
-        for offset, pid in enumerate(ids, start=first):
-            if pid != NULL_PAGE_ID:
-                key = PageHashWithGroupId(page_hashes[offset], kv_cache_group_id)
-                self.cache_page_id(pid, key)
+        for pid, key in keys:
+            self.cache_page_id(pid, key)
 
     def make_prefix_cache_stats(self) -> PrefixCacheStats:
         """The lookup statistics since the last call (the counters restart)."""
@@ -576,6 +589,13 @@ class PagePool:
         for shard, members in enumerate(groups):
             shards.link_back(shard, members)
         return shards
+
+
+def _check_token_source(request: Any) -> None:
+    """`InvalidArgumentError` unless ``request`` has token ids to hash (``all_token_ids``)."""
+    tokens = getattr(request, "all_token_ids", None)
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
+        raise InvalidArgumentError(f"request {describe(request)} has no all_token_ids sequence to hash")
 
 
 def _ids_of(entry: int | dict[int, None]) -> tuple[int, ...]:

@@ -268,7 +268,23 @@ def _pool_targets() -> list[Case]:
         cases += substitution_cases(pre + "get_cached_page", build, method("get_cached_page"),
                                     dict(page_hash=P("k2", "key", accept={"None"}),
                                          kv_cache_group_ids=P([0], "ids", either={"list", "np_array"}), **dp))
+    cases += substitution_cases("PagePool.cache_full_pages", _caching_pool_world,
+                                lambda w, **k: w["pool"].cache_full_pages(**resolve(w, k)), dict(
+                                    request=P(W("r"), "object"),
+                                    pages=P(W("pages"), "ids", reject={"list", "np_array", "empty_list"}),
+                                    page_hashes=P(W("hashes"), "ids", reject={"list", "np_array"}),
+                                    num_cached_pages=P(0, COUNT0, either=BIGS),  # >= num_full_pages: a no-op
+                                    num_full_pages=P(2, COUNT0, reject=BIGS),
+                                    page_size=P(4, COUNT1, reject=BIGS), kv_cache_group_id=P(0, COUNT0, either=BIGS),
+                                    hasher=P(W("hasher"), "object", accept={"None"})))
     return cases
+
+
+def _caching_pool_world() -> World:
+    """A pool with two held pages for request ``r`` (9 tokens) and an empty key list."""
+    pool = PagePool(8)
+    return dict(pool=pool, r=Request("r", list(range(9))), pages=pool.get_new_pages(2), hashes=[],
+                hasher=PageHasher("sha256", seed=0))
 
 
 def _with_views(build: Any) -> Any:
@@ -363,6 +379,10 @@ def _hashing_targets() -> list[Case]:
                                     request=P(W("r"), "object"), page_size=P(4, COUNT1),
                                     start=P(0, COUNT0), parent=P(None, "opt_count0", either={"neg1", "np_neg"}),
                                     stop=P(None, "opt_count0")))
+    cases += substitution_cases("PageHasher.extend", lambda: {**hasher(), "hashes": []},
+                                lambda w, **k: w["h"].extend(**resolve(w, k)), dict(
+                                    request=P(W("r"), "object"), page_size=P(4, COUNT1),
+                                    hashes=P(W("hashes"), "ids", reject={"list", "np_array"})))
     cases += substitution_cases("hash_page_tokens", empty_world,
                                 lambda w, **k: verikv.hash_page_tokens(**k), dict(
                                     hash_function=P("sha256", "object", either={"callable"}),
@@ -429,6 +449,13 @@ def _spec_targets() -> list[Case]:
                                 lambda w, **k: w["s"].max_memory_usage_bytes(**k), dict(
                                     max_model_len=P(64, COUNT1, either=BIGS),
                                     max_num_batched_tokens=P(None, "opt_count1", either=BIGS)))
+    mamba = MambaSpec(page_size=64, shapes=((2, 3),), dtype=np.float32)
+    cases += substitution_cases("MambaSpec.max_memory_usage_bytes", lambda: dict(s=mamba),
+                                lambda w, **k: w["s"].max_memory_usage_bytes(**k), dict(
+                                    max_model_len=P(64, "opt_count1", either=BIGS),
+                                    max_num_batched_tokens=P(None, "opt_count1", either=BIGS)))
+    cases += substitution_cases("MambaSpec.merge", empty_world, lambda w, **k: MambaSpec.merge(**k),
+                                dict(specs=P(lambda: [mamba], "ids", reject={"list", "np_array", "empty_list"})))
     cases += substitution_cases("FullAttentionSpec.merge", empty_world,
                                 lambda w, **k: FullAttentionSpec.merge(**k),
                                 dict(specs=P(lambda: [FULL.kv_cache_spec], "ids", reject={"list", "np_array", "empty_list"})))
@@ -688,6 +715,42 @@ def _wrong_order_cases() -> list[Case]:
     ]
 
 
+def _no_argument_cases() -> list[Case]:
+    """Every public method without arguments, once in a populated world (it must work), plus the
+    ones that are wrong in a given state."""
+    def c(cid: str, build: Any, act: Any, expect: str = "accept") -> Case:
+        return Case(cid + "[]", build, act, expect)
+
+    cases = [c(f"CacheManager.{name}", manager_world, lambda w, name=name: getattr(w["m"], name)())
+             for name in ("create_empty_page_list", "group_layouts", "hashed_request_ids", "make_prefix_cache_stats",
+                          "request_ids", "reset_prefix_cache", "take_events")]
+    cases += [c(f"CachePages.{name}", manager_world, lambda w, name=name: getattr(w["hits"], name)())
+              for name in ("get_page_ids", "get_unhashed_page_ids", "new_empty")]
+    cases += [c(f"PagePool.{name}", pool_world, lambda w, name=name: getattr(w["pool"], name)())
+              for name in ("cached_items", "free_list_ids", "get_usage", "make_prefix_cache_stats",
+                           "reset_prefix_cache", "take_events")]
+    cases += [c(f"FreeCachePageQueue.{name}", queue_world, lambda w, name=name: getattr(w["q"], name)())
+              for name in ("get_all_free_pages", "ids", "popleft")]
+    cases += [c(f"CachePage.{name}", page_world, lambda w, name=name: getattr(w["p"], name)())
+              for name in ("decr_ref", "incr_ref", "reset_hash")]
+    cases += [c("Request.is_finished", request_world, lambda w: w["r"].is_finished()),
+              c("PrefixCacheStats.take", stats_world, lambda w: w["s"].take())]
+    cases += [c(f"PageTable.{name}", table_world, lambda w, name=name: getattr(w["t"], name)())
+              for name in ("clear", "get_cpu_tensor", "get_numpy_array")]
+    cases += [c("MultiGroupPageTable.clear", table_world, lambda w: w["mt"].clear())]
+    cases += [
+        c("CachePage.decr_ref.at_zero", lambda: dict(p=CachePage(3)), lambda w: w["p"].decr_ref(), "reject"),
+        c("CachePage.decr_ref.pool_owned", pool_world, lambda w: w["pool"].page(1).decr_ref(), "reject"),
+        c("CachePage.incr_ref.pool_owned", pool_world, lambda w: w["pool"].page(1).incr_ref(), "reject"),
+        c("CachePage.reset_hash.pool_owned", pool_world, lambda w: w["pool"].page(2).reset_hash(), "reject"),
+        c("FreeCachePageQueue.popleft.empty", lambda: dict(q=FreeCachePageQueue([])), lambda w: w["q"].popleft(),
+          "reject"),
+        c("CachePages.get_unhashed_page_ids.two_groups", hybrid_world, lambda w: w["hits"].get_unhashed_page_ids(),
+          "reject"),
+    ]
+    return cases
+
+
 def _hash_flip_then_evict(w: World) -> None:
     """Issue 12 defect 1: a salt whose hash changes after its pages were cached."""
     m = w["m"]
@@ -710,7 +773,8 @@ def all_cases() -> list[Case]:
     CLI_TMP.mkdir(exist_ok=True)
     cases = (_manager_targets() + _pool_targets() + _queue_targets() + _page_targets() + _hashing_targets()
              + _request_targets() + _spec_targets() + _table_targets() + _events_targets() + _dp_targets()
-             + _coordinator_targets() + _sizing_targets() + _cli_cases(CLI_TMP) + _wrong_order_cases())
+             + _coordinator_targets() + _sizing_targets() + _cli_cases(CLI_TMP) + _wrong_order_cases()
+             + _no_argument_cases())
     return cases
 
 
@@ -765,6 +829,32 @@ def test_every_public_callable_is_exercised() -> None:
     assert len(CASES) > 3000, len(CASES)
     assert set(KNOWN_OPEN) <= set(CASES_BY_ID), sorted(set(KNOWN_OPEN) - set(CASES_BY_ID))
     assert {c.expect for c in CASES} == {"accept", "reject", "either"}
+
+
+METHOD_EXEMPT = {
+    "CachePage.view": "takes a pool's internal PageRecords table; only a PagePool calls it",
+    "FreeCachePageQueue.for_range": "takes a pool's internal PageRecords table; only a PagePool calls it",
+}
+
+
+@pytest.mark.parametrize("cls", [CacheManager, CachePages, PagePool, FreeCachePageQueue, CachePage, PageHasher, Request,
+                                 PageTable, MultiGroupPageTable, PrefixCacheStats, FullAttentionSpec, MambaSpec])
+def test_every_public_method_and_setter_is_exercised(cls: type) -> None:
+    """Each public method (``Class.method``) and property setter (``Class.attr=``) has a case."""
+    import inspect
+
+    covered = {c.id.split("[")[0].replace(".hybrid", "").replace(".dp", "") for c in CASES}
+    covered |= {name.rsplit(".", 1)[0] for name in covered}  # "Class.method.variant" covers the method
+    missing = []
+    for name, member in inspect.getmembers(cls):
+        if name.startswith("_") or f"{cls.__name__}.{name}" in METHOD_EXEMPT:
+            continue
+        if isinstance(member, property):
+            if member.fset is not None and f"{cls.__name__}.{name}=" not in covered:
+                missing.append(f"{name}=")
+        elif callable(member) and f"{cls.__name__}.{name}" not in covered:
+            missing.append(name)
+    assert not missing, f"{cls.__name__}: public members without hostile cases: {missing}"
 
 
 def test_harness_detects_each_outcome() -> None:
