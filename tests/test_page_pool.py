@@ -475,3 +475,21 @@ def test_a_key_that_changes_its_hash_loses_no_page_on_eviction(equal_pages: int)
     assert pool.cached_items() == []
     assert all(pool.key_of(p) is None for p in range(6))
     assert violated_pool_invariants(abstract_pool(pool)) == []
+
+
+@pytest.mark.parametrize("bad", [
+    dict(pages=5), dict(page_hashes=None), dict(page_hashes=(1,)), dict(page_hashes=[1, 2]),
+    dict(hasher=False), dict(hasher=np.array([1, 2])), dict(request=None), dict(page_size="4"),
+])
+def test_cache_full_pages_rejects_bad_arguments_before_any_change(bad: dict) -> None:
+    pool = PagePool(8, enable_kv_events=True)
+    hashes: list[PageHash] = []
+    args = dict(request=SimpleNamespace(all_token_ids=list(range(9))), pages=pool.get_new_pages(2),
+                page_hashes=hashes, num_cached_pages=0, num_full_pages=2, page_size=4, kv_cache_group_id=0,
+                hasher=PageHasher("sha256", seed=0))
+    before = _full_state(pool)
+    with pytest.raises(InvalidArgumentError):
+        pool.cache_full_pages(**{**args, **bad})
+    assert _full_state(pool) == before and hashes == [] and pool.take_events() == []
+    pool.cache_full_pages(**args)  # the same call with valid arguments caches both pages
+    assert len(hashes) == 2 and all(pool.key_of(p.page_id) is not None for p in args["pages"])
