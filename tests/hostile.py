@@ -24,6 +24,7 @@ import math
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import astuple, dataclass, fields, is_dataclass
 from typing import Any
@@ -422,19 +423,22 @@ def run_case(case: Case) -> Result:
     world = case.build()
     before = snapshot(world)
     error: BaseException | None = None
-    previous = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.alarm(HANG_SECONDS)
+    in_main = threading.current_thread() is threading.main_thread()  # only it receives signals
+    previous = signal.signal(signal.SIGALRM, _on_alarm) if in_main else None
+    if in_main:
+        signal.alarm(HANG_SECONDS)
     faulthandler.dump_traceback_later(3 * HANG_SECONDS, exit=True)  # backstop for C-level hangs
     try:
         case.act(world)
     except Hang as exc:
         return Result("Hang", [("hang", str(exc))])
-    except (Exception, RecursionError) as exc:
+    except Exception as exc:  # classifying every exception is the point
         error = exc
     finally:
-        signal.alarm(0)
         faulthandler.cancel_dump_traceback_later()
-        signal.signal(signal.SIGALRM, previous)
+        if in_main:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
     return Result(None if error is None else type(error).__name__, _classify(case, world, before, error))
 
 
