@@ -100,7 +100,8 @@ def hybrid_world() -> World:
 
 
 def pool_world(dp: bool = False) -> World:
-    """A pool of 16 pages: 1-3 held (2 cached under "k2"), 4 cached and free, the rest free."""
+    """A pool of 16 pages: 1-3 held (2 cached under "k2"), 4 cached and free, the rest free;
+    ``views`` holds the view of page 1, ``other`` is a second pool."""
     pool = PagePool(16, enable_kv_events=True)
     if dp:
         pool.get_num_free_pages(dp_shard_hint=0, data_parallel_size=2)
@@ -108,7 +109,7 @@ def pool_world(dp: bool = False) -> World:
     pool.cache_page_id(held[1], "k2")
     pool.cache_page_id(held[3], "k4")
     pool.free_page_ids([held[3]])
-    return dict(pool=pool, other=PagePool(4))
+    return dict(pool=pool, other=PagePool(4), views=[pool.page(1)])
 
 
 def queue_world() -> World:
@@ -262,9 +263,9 @@ def _pool_targets() -> list[Case]:
                                          group_id=P(None, "opt_count0", either=BIGS), **dp))
         cases += substitution_cases(pre + "touch", build,
                                     lambda w, **k: w["pool"].touch(**resolve(w, k)),
-                                    dict(pages=P(lambda: W("_views"), "ids", accept={"empty_list"}, reject={"list", "np_array"})))
+                                    dict(pages=P(W("views"), "ids", accept={"empty_list"}, reject={"list", "np_array"})))
         cases += substitution_cases(pre + "free_pages", build, method("free_pages"),
-                                    dict(ordered_pages=P(W("_views"), "ids", reject={"list", "np_array"})))
+                                    dict(ordered_pages=P(W("views"), "ids", reject={"list", "np_array"})))
         cases += substitution_cases(pre + "get_cached_page", build, method("get_cached_page"),
                                     dict(page_hash=P("k2", "key", accept={"None"}),
                                          kv_cache_group_ids=P([0], "ids", either={"list", "np_array"}), **dp))
@@ -285,14 +286,6 @@ def _caching_pool_world() -> World:
     pool = PagePool(8)
     return dict(pool=pool, r=Request("r", list(range(9))), pages=pool.get_new_pages(2), hashes=[],
                 hasher=PageHasher("sha256", seed=0))
-
-
-def _with_views(build: Any) -> Any:
-    def wrapped() -> World:
-        w = build()
-        w["_views"] = [w["pool"].page(1)]
-        return w
-    return wrapped
 
 
 ANY_INT = frozenset({"zero", "neg1", "2**31", "2**63", "10**100", "-10**100", "np_int", "np_neg"})
@@ -325,7 +318,7 @@ def _queue_targets() -> list[Case]:
         cases += substitution_cases("FreeCachePageQueue." + name, _queue_views, method(name),
                                     dict(page=P(valid, "object")))
     cases += substitution_cases("FreeCachePageQueue.append_n", _queue_views, method("append_n"),
-                                dict(pages=P(lambda: W("p1s"), "ids", reject={"list", "np_array"})))
+                                dict(pages=P(W("p1s"), "ids", reject={"list", "np_array"})))
     return cases
 
 
@@ -778,18 +771,7 @@ def all_cases() -> list[Case]:
     return cases
 
 
-def _fix_pool_view_worlds(cases: list[Case]) -> list[Case]:
-    """Pool cases whose valid value is a page view get a world that holds one."""
-    out = []
-    for case in cases:
-        if case.id.startswith(("PagePool.touch[", "PagePool.free_pages[", "PagePool.dp.touch[",
-                               "PagePool.dp.free_pages[")):
-            case = Case(case.id, _with_views(case.build), case.act, case.expect, case.isolate)
-        out.append(case)
-    return out
-
-
-CASES = _fix_pool_view_worlds(all_cases())
+CASES = all_cases()
 CASES_BY_ID = {case.id: case for case in CASES}
 assert len(CASES_BY_ID) == len(CASES), "case ids must be unique"
 
