@@ -22,7 +22,6 @@ import random
 import time
 import tracemalloc
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 

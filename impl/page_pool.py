@@ -23,8 +23,11 @@ from itertools import repeat, takewhile
 from operator import countOf, is_not
 from typing import Any
 
+import numpy as np
+
 from verikv.dp_sharding import checked_int, dp_shard_page_bounds, pages_per_dp_shard
 from verikv.errors import (
+    CorruptedStateError,
     DoubleFreeError,
     ForeignPageError,
     InvalidArgumentError,
@@ -239,7 +242,7 @@ class PagePool:
             entry = self._cached.setdefault(key, page_id)  # hashes the key once
         except TypeError:
             raise InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
-        if entry is page_id and not key == key:  # e.g. NaN: no lookup could ever find it again
+        if entry is page_id and key != key:  # noqa: PLR0124  (NaN: no lookup could ever find it again)
             del self._cached[key]  # found by identity
             raise InvalidArgumentError(f"cache key {describe(key)} is not equal to itself")
         if entry is not page_id:  # equal pages already cached: this one joins them, last
@@ -370,7 +373,13 @@ class PagePool:
         """
         first = checked_int(num_cached_pages, "num_cached_pages", minimum=0)
         last = checked_int(num_full_pages, "num_full_pages", minimum=0)
-        checked_int(kv_cache_group_id, "kv_cache_group_id", minimum=0)
+        group_id = checked_int(kv_cache_group_id, "kv_cache_group_id", minimum=0)
+        size = checked_int(page_size, "page_size", minimum=1)
+        if hasher is not None and not isinstance(hasher, PageHasher):
+            raise InvalidArgumentError(f"hasher must be a PageHasher or None, got {type(hasher).__name__}")
+        if type(page_hashes) is not list:
+            raise InvalidArgumentError(f"page_hashes must be the request's list of keys, got {type(page_hashes).__name__}")
+        pages = page_list(pages, "pages")
         if first >= last:
             return
         if len(page_hashes) < first:
@@ -378,19 +387,24 @@ class PagePool:
                 f"page_hashes has {len(page_hashes)} entries, fewer than num_cached_pages={first}")
         if last > len(pages):
             raise InvalidArgumentError(f"num_full_pages={last} exceeds the {len(pages)} pages given")
+        parent = page_hashes[-1] if page_hashes else None
+        if not all(isinstance(h, PageHash) for h in page_hashes[first:last]) or (
+                parent is not None and not isinstance(parent, PageHash)):
+            raise InvalidArgumentError("page_hashes must hold PageHash keys")
         ids = self._own_ids(pages[first:last])
-        real = [pid for pid in ids if pid != NULL_PAGE_ID]
-        self._check_cacheable(real)
+        self._check_cacheable([pid for pid in ids if pid != NULL_PAGE_ID])
         new_hashes: list[PageHash] = []
         if len(page_hashes) < last:
+            _check_token_source(request)
             new_hashes = (hasher or default_hasher()).hash_request(
-                request, page_size, start=len(page_hashes),
-                parent=page_hashes[-1] if page_hashes else None, stop=last)
+                request, size, start=len(page_hashes), parent=parent, stop=last)
+        hashes = (page_hashes + new_hashes)[first:last]
+        keys = [(pid, PageHashWithGroupId(h, group_id)) for pid, h in zip(ids, hashes) if pid != NULL_PAGE_ID]
+        for _, key in keys:  # every key is known hashable before the first change
+            check_key(key)
         page_hashes.extend(new_hashes)
-        for offset, pid in enumerate(ids, start=first):
-            if pid != NULL_PAGE_ID:
-                key = PageHashWithGroupId(page_hashes[offset], kv_cache_group_id)
-                self.cache_page_id(pid, key)
+        for pid, key in keys:
+            self.cache_page_id(pid, key)
 
     def make_prefix_cache_stats(self) -> PrefixCacheStats:
         """The lookup statistics since the last call (the counters restart)."""
@@ -471,13 +485,34 @@ class PagePool:
         """Remove ``pid`` from the cached map and forget its key."""
         key = self._key[pid]
         self.key_version += 1
-        entry = self._cached.pop(key)
+        entry = self._cached.pop(key, None)
+        if entry is None or not (entry == pid if type(entry) is int else pid in entry):
+            if entry is not None:  # the key now equals another key: that entry is not ours
+                self._cached[key] = entry
+            entry = self._pop_changed_key(key)
         if type(entry) is not int:  # equal pages: put the others back
             del entry[pid]
             self._cached[key] = next(iter(entry)) if len(entry) == 1 else entry
         self._key[pid] = None
         if self._events is not None:
             self._events.removed(pid, key)
+
+    def _pop_changed_key(self, key: Hashable) -> int | dict[int, None]:
+        """Remove and return the entry stored under ``key`` itself, found by identity.
+
+        Only reached when a key's hash or equality changed after it was inserted (a key holding
+        a mutable user object; the manager normalizes its keys so that this cannot happen). The
+        map is rebuilt without that key (O(cached pages), on this path only), so the page is
+        still evicted and no page is lost (INV-CONSERVE) whatever the key does.
+        """
+        found = [entry for k, entry in self._cached.items() if k is key]
+        if not found:
+            raise CorruptedStateError(f"key {describe(key)} of a cached page is missing from the cached map")
+        _log.warning("a cache key changed its hash or equality after insertion: %s", describe(key))
+        kept = [(k, entry) for k, entry in self._cached.items() if k is not key]
+        self._cached.clear()  # in place: re-inserting rehashes every key under its current hash
+        self._cached.update(kept)
+        return found[0]
 
     def _lookup(self, key: Hashable, bounds: tuple[int, int] | None) -> int | None:
         try:
@@ -554,6 +589,13 @@ class PagePool:
         for shard, members in enumerate(groups):
             shards.link_back(shard, members)
         return shards
+
+
+def _check_token_source(request: Any) -> None:
+    """`InvalidArgumentError` unless ``request`` has token ids to hash (``all_token_ids``)."""
+    tokens = getattr(request, "all_token_ids", None)
+    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
+        raise InvalidArgumentError(f"request {describe(request)} has no all_token_ids sequence to hash")
 
 
 def _ids_of(entry: int | dict[int, None]) -> tuple[int, ...]:

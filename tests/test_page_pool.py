@@ -442,3 +442,54 @@ def test_bool_and_int_subclass_keys_are_described_as_plain_ints() -> None:
     pool.cache_page_id(a, True)
     pool.cache_page_id(b, 7)
     assert pool.take_events() == [PageStored(a, 1, None, ()), PageStored(b, 7, None, ())]
+
+
+class _HashFlip(str):
+    """A key whose hash and equality change when ``flip`` is set (issue 12, defect 1)."""
+
+    flip = 0
+
+    def __hash__(self) -> int:
+        return hash((str(self), self.flip))
+
+    def __eq__(self, other: object) -> bool:
+        return str.__eq__(self, other) is True and getattr(other, "flip", self.flip) == self.flip
+
+
+@pytest.mark.parametrize("equal_pages", [1, 2])
+def test_a_key_that_changes_its_hash_loses_no_page_on_eviction(equal_pages: int) -> None:
+    """Pages cached under a key whose hash changes are still evicted cleanly when reused."""
+    from verikv.spec.invariants import violated_pool_invariants
+
+    pool = PagePool(6)
+    key = _HashFlip("k")
+    flipping = pool.get_new_page_ids(equal_pages)
+    for pid in flipping:
+        pool.cache_page_id(pid, key)
+    stable = pool.get_new_page_ids(1)[0]
+    pool.cache_page_id(stable, "other")
+    pool.free_page_ids(flipping + [stable])
+    key.flip = 1
+    assert len(pool.get_new_page_ids(5)) == 5  # every usable page, the flipped ones included
+    assert pool.get_num_free_pages() == 0
+    assert pool.cached_items() == []
+    assert all(pool.key_of(p) is None for p in range(6))
+    assert violated_pool_invariants(abstract_pool(pool)) == []
+
+
+@pytest.mark.parametrize("bad", [
+    dict(pages=5), dict(page_hashes=None), dict(page_hashes=(1,)), dict(page_hashes=[1, 2]),
+    dict(hasher=False), dict(hasher=np.array([1, 2])), dict(request=None), dict(page_size="4"),
+])
+def test_cache_full_pages_rejects_bad_arguments_before_any_change(bad: dict) -> None:
+    pool = PagePool(8, enable_kv_events=True)
+    hashes: list[PageHash] = []
+    args = dict(request=SimpleNamespace(all_token_ids=list(range(9))), pages=pool.get_new_pages(2),
+                page_hashes=hashes, num_cached_pages=0, num_full_pages=2, page_size=4, kv_cache_group_id=0,
+                hasher=PageHasher("sha256", seed=0))
+    before = _full_state(pool)
+    with pytest.raises(InvalidArgumentError):
+        pool.cache_full_pages(**{**args, **bad})
+    assert _full_state(pool) == before and hashes == [] and pool.take_events() == []
+    pool.cache_full_pages(**args)  # the same call with valid arguments caches both pages
+    assert len(hashes) == 2 and all(pool.key_of(p.page_id) is not None for p in args["pages"])
