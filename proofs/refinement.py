@@ -43,11 +43,15 @@ from verikv.spec import manager as spec
 PAGE = 2
 """Page size of every attention group here (Mamba groups: one page holds the whole state)."""
 _B0, _B1 = (0, 1), (1, 0)
-PROMPTS: tuple[tuple[int, ...], ...] = (_B0 + _B1, _B0 + _B1 + (0,), _B1 + _B0)
+PROMPTS: tuple[tuple[int, ...], ...] = (_B0 + _B1, _B0 + _B1 + (0,), _B1 + _B0 + (0,))
 """Three prompts built from two page-sized blocks: the first two share two full pages (prefix
-hits), the third holds the first's pages at other depths (same tokens, different keys)."""
+hits), the third holds the same pages at other depths (same tokens, different keys); the last
+two end inside a page, so one decode token fills it."""
 TOKENS = (0, 1)
 """Decode tokens: drawn from the blocks, so a decoded page can equal a prompt's page."""
+CHUNK = PAGE + 1
+"""Prefill chunk in tokens: not page-aligned, so a chunk can end inside a page whose key is
+already known (from the lookup) but whose tokens are not all computed."""
 MAX_LIVE = 2
 MAX_MODEL_LEN = 7
 """Odd, so a request's last page is partly beyond ``max_model_len`` (capacity caps matter)."""
@@ -105,18 +109,18 @@ CASES: tuple[Case, ...] = (
     Case("full", (FULL,), 6, 5),
     Case("sliding", (SLIDING,), 6, 5),
     Case("chunked", (CHUNKED,), 6, 5),
-    Case("mamba", (MAMBA,), 4, 5),
-    Case("full+sliding", (FULL, SLIDING), 7, 5),
+    Case("mamba", (MAMBA,), 4, 4),
+    Case("full+sliding", (FULL, SLIDING), 8, 5),
     Case("sliding-first(window<=page)+full", (SLIDING_SMALL, FULL), 7, 5),
     Case("full+sliding+chunked", (FULL, SLIDING, CHUNKED), 8, 5),
     Case("dp2", (FULL,), 8, 4, data_parallel_size=2),
-    Case("eagle(full)", (FULL,), 6, 5, use_eagle=True),
+    Case("eagle(full)", (FULL,), 6, 4, use_eagle=True),
     Case("eagle(full+sliding)", (FULL, SLIDING), 7, 5, use_eagle=True),
-    Case("lookahead", (FULL,), 6, 5, lookahead=2),
-    Case("delayed-caching", (FULL,), 6, 5, delay=True),
-    Case("unhashed-first(full+sliding)", (FULL, SLIDING), 7, 5, free_order="unhashed-first"),
-    Case("builtin-hash", (FULL,), 6, 5, hash_scheme="builtin"),
-    Case("xxh3-hash", (FULL,), 6, 5, hash_scheme="xxh3_128"),
+    Case("lookahead", (FULL,), 6, 4, lookahead=2),
+    Case("delayed-caching", (FULL,), 6, 4, delay=True),
+    Case("unhashed-first(full+sliding)", (FULL, SLIDING), 7, 4, free_order="unhashed-first"),
+    Case("builtin-hash", (FULL,), 6, 4, hash_scheme="builtin"),
+    Case("xxh3-hash", (FULL,), 6, 4, hash_scheme="xxh3_128"),
 )
 """Every layout of issue 18 (full, sliding, chunked, Mamba, hybrids, DP, EAGLE, lookahead,
 delayed caching, both free orders, each hash scheme), with the depth that fits the budget."""
@@ -220,19 +224,21 @@ def _new_request(node: Any, prompt: int) -> str:
     return rid
 
 
-def _admit(node: Any, rid: str, mode: str, hint: int | None) -> None:
+def _admit(case: Case, node: Any, rid: str, mode: str, hint: int | None) -> None:
     """Lookup, then allocate the rest of the prompt with the hit (``hit``) or a first chunk of
-    one page without it (``chunk``); on success the request runs."""
+    `CHUNK` tokens without it (``chunk``), with the layout's lookahead; on success the request
+    runs."""
     request = node.requests[rid]
     pages, hit = node.lookup(rid, hint)
     if node.failures:
         return
     if mode == "hit":
-        done = node.allocate(rid, request.num_tokens - hit.num_tokens, hit.num_tokens, pages, hit.pages, hint=hint)
+        done = node.allocate(rid, request.num_tokens - hit.num_tokens, hit.num_tokens, pages, hit.pages,
+                             case.lookahead, hint=hint)
         computed = request.num_tokens
     else:
-        num_new = min(PAGE, request.num_tokens)
-        done = node.allocate(rid, num_new, hint=hint)
+        num_new = min(CHUNK, request.num_tokens)
+        done = node.allocate(rid, num_new, lookahead=case.lookahead, hint=hint)
         computed = num_new
     if done:
         request.num_computed_tokens = computed
@@ -246,7 +252,7 @@ def _step(case: Case, node: Any, rid: str, token: int | None, variant: str) -> N
     request = node.requests[rid]
     if token is not None:
         request.append_output_token_ids(token)
-    num_new = min(PAGE, request.num_tokens - request.num_computed_tokens)
+    num_new = min(CHUNK, request.num_tokens - request.num_computed_tokens)
     if variant == "plain" and case.dp:
         done = _allocate_plain(node, rid, num_new)
     else:
@@ -314,9 +320,9 @@ def apply(case: Case, node: Any, op: Op) -> None:
     """Apply one operation to ``node`` in place and check it (raises `ConformanceFailure`)."""
     kind = op[0]
     if kind == "new":
-        _admit(node, _new_request(node, op[1]), op[2], op[3])
+        _admit(case, node, _new_request(node, op[1]), op[2], op[3])
     elif kind == "resume":
-        _admit(node, op[1], op[2], op[3])
+        _admit(case, node, op[1], op[2], op[3])
     elif kind == "step":
         _step(case, node, op[1], op[2], op[3])
     elif kind == "preempt":
@@ -341,6 +347,19 @@ class Result:
     states: int = 0
     transitions: int = 0
     failure: tuple[list[str], tuple[Op, ...], str] | None = None
+
+
+def _crash_names(before: Any, after: Any, exc: Exception) -> list[str]:
+    """An exception escaping the implementation: ``crash:<type>``, and INV-ATOMIC when the
+    call changed the implementation's state on its way out."""
+    from verikv.spec.abstraction import abstract_manager
+
+    names = [f"crash:{type(exc).__name__}"]
+    try:
+        changed = abstract_manager(after.impl) != abstract_manager(before.impl)
+    except Exception:  # the state is too broken to abstract: that is a change too
+        changed = True
+    return names + ["INV-ATOMIC"] if changed else names
 
 
 def explore(case: Case, make_manager: MakeManager | None = None) -> Result:
@@ -370,7 +389,7 @@ def explore(case: Case, make_manager: MakeManager | None = None) -> Result:
                     result.failure = (failure.names, trace + (op,), str(failure))
                     return result
                 except Exception as exc:  # a crash is a failure too; report it by type
-                    result.failure = ([f"crash:{type(exc).__name__}"], trace + (op,), repr(exc))
+                    result.failure = (_crash_names(node, child, exc), trace + (op,), repr(exc))
                     return result
                 state = _state(child)
                 if state not in seen:
