@@ -273,7 +273,7 @@ _CATALOGUE: tuple[_Bug, ...] = (
     _Bug("partial_page_cached", "REFINEMENT", ("full",), partial_page_cached),
     _Bug("lookahead_slots_cached", "REFINEMENT", ("lookahead",), lookahead_slots_cached),
     _Bug("window_freed_ascending", "REFINEMENT", ("chunked",), window_freed_ascending),
-    _Bug("unlink_leaves_stale_prev", "INV-CONSERVE", ("full",),
+    _Bug("unlink_leaves_stale_prev", "INV-FREE-IFF-ZERO", ("full+sliding",),
          class_patch=("verikv.free_queue:IdLinks", "unlink", _stale_prev_unlink), description=_doc(_stale_prev_unlink)),
     _Bug("dp_hint_overrides_held_shard", "REFINEMENT", ("dp2",), dp_hint_overrides_held_shard),
     _Bug("fast_path_ignores_dp_shard", "REFINEMENT", ("dp2",), fast_path_ignores_dp_shard),
