@@ -358,7 +358,7 @@ def _crash_names(before: Any, after: Any, exc: Exception) -> list[str]:
     names = [f"crash:{type(exc).__name__}"]
     try:
         changed = abstract_manager(after.impl) != abstract_manager(before.impl)
-    except Exception:  # the state is too broken to abstract: that is a change too
+    except Exception:  # noqa: BLE001 - a state too broken to abstract has changed too
         changed = True
     return names + ["INV-ATOMIC"] if changed else names
 
@@ -401,7 +401,7 @@ def _search(case: Case, make: MakeManager, result: Result) -> None:
                 except ConformanceFailure as failure:
                     result.failure = (failure.names, trace + (op,), str(failure))
                     return
-                except Exception as exc:  # a crash is a failure too; report it by type
+                except Exception as exc:  # noqa: BLE001 - a crash is a failure too, named by type
                     result.failure = (_crash_names(node, child, exc), trace + (op,), repr(exc))
                     return
                 state = _state(child)

@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from verikv.proofs.manager_mutants import _base, _override
-from verikv.proofs.refinement import CASES_BY_NAME, build_manager, failed_checks
+from verikv.proofs.refinement import (
+    CASES_BY_NAME,
+    MakeManager,
+    build_manager,
+    failed_checks,
+)
 from verikv.proofs.registry import Mutant
 from verikv.spec import manager as spec
 
@@ -291,7 +296,7 @@ def _detector(bug: _Bug) -> Callable[[], list[str]]:
             case = CASES_BY_NAME[case_name]
             make = build_manager(case)
 
-            def make_mutant(config: spec.ManagerConfig) -> Any:
+            def make_mutant(config: spec.ManagerConfig, make: MakeManager = make) -> Any:
                 manager = make(config)
                 if bug.plant is not None:
                     bug.plant(manager)
