@@ -171,13 +171,13 @@ def _child(node: Any) -> Any:
 def _state(node: Any) -> Hashable:
     """The node's state with request ids dropped (symmetry) and ghost fields included."""
     s = node.spec
-    keys = dict(s.keys)
+    keys, progress = dict(s.keys), dict(s.progress)
     requests = sorted(
         repr((tuple(r.all_token_ids), r.num_computed_tokens, rid in node.running, s.entry(rid), keys.get(rid),
-              len(node.impl.page_hashes_of(rid))))
+              progress.get(rid), len(node.impl.page_hashes_of(rid))))
         for rid, r in node.requests.items())
     finished_keys = sorted(repr(k) for rid, k in s.keys if rid not in node.requests)
-    return repr((s.pool, s.content)), tuple(requests), tuple(finished_keys)
+    return repr((s.pool, s.content, s.computed)), tuple(requests), tuple(finished_keys)
 
 
 # ---- operations ------------------------------------------------------------------------------
@@ -336,7 +336,30 @@ def apply(case: Case, node: Any, op: Op) -> None:
         _reset(node)
     else:
         _bad(node, kind, op[1])
+    for name, detail in _ghost_free_failures(node):
+        node.fail(name, detail)
     node.check()
+
+
+def _ghost_free_failures(node: Any) -> list[tuple[str, str]]:
+    """INV-WINDOW-LIVE and INV-KEYED-COMPUTED on the implementation's abstraction, which has no
+    ghost: what the driver knows stands in for it. Windows: the position each request's last
+    allocation started computing at (the spec's record of the same calls). Keys: a page a
+    request holds at index ``j`` may be keyed only if its tokens are computed, ``(j + 1) *
+    page_size <= `` the request's computed tokens."""
+    got = node.impl_state(renamed=False)
+    computed = {rid: node.requests[rid].num_computed_tokens for rid in node.running}
+    failures = []
+    if not spec.inv_window_live(got, dict(node.spec.progress)):
+        failures.append(("INV-WINDOW-LIVE", f"a page inside a window was dropped: {sorted(got.entries)}"))
+    for rid, e in got.entries:
+        for layout, pages in zip(got.config.groups, e.pages):
+            early = [q for j, q in enumerate(pages) if q != spec.NULL_PAGE and got.pool.key_of[q] is not None
+                     and (j + 1) * layout.page_size > computed.get(rid, 0)]
+            if early:
+                failures.append(("INV-KEYED-COMPUTED", f"{rid}: pages {early} keyed before their tokens are "
+                                                       f"computed ({computed.get(rid, 0)} tokens)"))
+    return failures
 
 
 # ---- the search ------------------------------------------------------------------------------

@@ -269,14 +269,14 @@ def _doc(f: Callable[..., Any]) -> str:
 
 
 _CATALOGUE: tuple[_Bug, ...] = (
-    _Bug("sliding_window_one_token_short", "REFINEMENT", ("sliding",), sliding_window_one_token_short),
-    _Bug("chunk_boundary_one_early", "REFINEMENT", ("chunked",), chunk_boundary_one_early),
+    _Bug("sliding_window_one_token_short", "INV-WINDOW-LIVE", ("sliding",), sliding_window_one_token_short),
+    _Bug("chunk_boundary_one_early", "INV-WINDOW-LIVE", ("chunked",), chunk_boundary_one_early),
     _Bug("hybrid_lookup_one_pass", "REFINEMENT", ("sliding-first(window<=page)+full", "full+sliding+chunked"),
          hybrid_lookup_one_pass),
     _Bug("eagle_ignored_single_group", "REFINEMENT", ("eagle(full)",), eagle_ignored_single_group),
     _Bug("window_reclaim_counts_shared", "INV-ATOMIC", ("full+sliding",), window_reclaim_counts_shared),
-    _Bug("partial_page_cached", "REFINEMENT", ("full",), partial_page_cached),
-    _Bug("lookahead_slots_cached", "REFINEMENT", ("lookahead",), lookahead_slots_cached),
+    _Bug("partial_page_cached", "INV-KEYED-COMPUTED", ("full",), partial_page_cached),
+    _Bug("lookahead_slots_cached", "INV-KEYED-COMPUTED", ("lookahead",), lookahead_slots_cached),
     _Bug("window_freed_ascending", "REFINEMENT", ("chunked",), window_freed_ascending),
     _Bug("unlink_leaves_stale_prev", "INV-FREE-IFF-ZERO", ("full+sliding",),
          class_patch=("verikv.free_queue:IdLinks", "unlink", _stale_prev_unlink), description=_doc(_stale_prev_unlink)),
