@@ -12,7 +12,10 @@ Operations (per node, all of them are tried): admit a new request from a tiny pr
 waiting request the same two ways, step a running request (next prefill chunk, or decode: append
 a token and allocate its slot, with the layout's lookahead / delayed caching / DP variants),
 preempt, finish (free + free_page_hashes), cache_pages, reset_prefix_cache, and bad calls (zero
-tokens, past ``max_model_len``, caching past the request's tokens). Prompts share page-sized
+tokens, past ``max_model_len``, caching past the request's tokens) and, in one layout, an
+admission while the hash backend fails (the spec's transitions are pure, so a key computation
+that raises leaves its state unchanged: the implementation must do the same, INV-ATOMIC).
+Prompts share page-sized
 blocks, so prefix hits, evictions and full-pool failures all occur within the depth.
 
 Reductions (both sound for the properties checked, given the stated assumptions):
@@ -73,6 +76,8 @@ class Case:
     lookahead: int = 0
     delay: bool = False
     enable_caching: bool = True
+    key_failures: bool = False
+    """Also admit requests while the hash backend fails (INV-ATOMIC under key failure)."""
     _config: spec.ManagerConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -122,6 +127,7 @@ CASES: tuple[Case, ...] = (
     Case("unhashed-first(full+sliding)", (FULL, SLIDING), 7, 4, free_order="unhashed-first"),
     Case("builtin-hash", (FULL,), 7, 4, hash_scheme="builtin"),
     Case("xxh3-hash", (FULL,), 7, 4, hash_scheme="xxh3_128"),
+    Case("key-failure(full+sliding)", (FULL, SLIDING), 8, 3, key_failures=True),
 )
 """Every layout of issue 18 (full, sliding, chunked, Mamba, hybrids, DP, EAGLE, lookahead,
 delayed caching, both free orders, each hash scheme), with the depth that fits the budget."""
@@ -189,6 +195,8 @@ def _operations(case: Case, node: Any) -> Iterator[Op]:
             for hint in hints:
                 yield ("new", prompt, "hit", hint)
                 yield ("new", prompt, "chunk", hint)
+            if case.key_failures:
+                yield ("new-key-failure", prompt)
     for rid in sorted(node.requests):
         request = node.requests[rid]
         if rid in node.waiting:
@@ -279,6 +287,55 @@ def _allocate_plain(node: Any, rid: str, num_new: int) -> bool:
     return want is not None
 
 
+class KeyComputationFailed(RuntimeError):
+    """The injected failure of the hash backend."""
+
+
+class _FailingHasher:
+    """Stands in for the manager's hasher: computing any key raises `KeyComputationFailed`."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("hash_request", "extend", "hash_page"):
+            def fail(*args: Any, **kwargs: Any) -> Any:
+                raise KeyComputationFailed(f"hash backend down ({name})")
+            return fail
+        return getattr(self.real, name)
+
+
+def _admit_with_failing_keys(node: Any, rid: str) -> None:
+    """A first prefill chunk (no lookup) while every key computation fails. Either the call
+    needs no key and behaves as the spec's allocation, or it raises and changes nothing
+    (INV-ATOMIC: keys are computed before anything changes)."""
+    request, view = node.requests[rid], node.view(rid)
+    num_new = min(CHUNK, request.num_tokens)
+    before = node.impl_state(renamed=False)
+    want_state, want = spec.allocate_slots(node.spec, view, num_new)
+    real = node.impl.hasher
+    node.impl.hasher = _FailingHasher(real)
+    try:
+        result = node.impl.allocate_slots(request, num_new)
+    except KeyComputationFailed:
+        if node.impl_state(renamed=False) != before:
+            node.fail("INV-ATOMIC", f"{rid}: allocate_slots raised on a failing key computation and kept "
+                                    "its changes")
+        return
+    finally:
+        node.impl.hasher = real
+    from verikv.testing.manager_machine import _ids
+
+    got = None if result is None else _ids(result)
+    if got != want:
+        node.fail("REFINEMENT", f"{rid}: allocate_slots with failing keys returned {got}, spec {want}")
+    node.spec = want_state
+    if want is not None:
+        request.num_computed_tokens = num_new
+        node.waiting.remove(rid)
+        node.running.append(rid)
+
+
 def _cache(node: Any, rid: str, back: int) -> None:
     request = node.requests[rid]
     n = max(0, request.num_computed_tokens - back)
@@ -322,6 +379,8 @@ def apply(case: Case, node: Any, op: Op) -> None:
     kind = op[0]
     if kind == "new":
         _admit(case, node, _new_request(node, op[1]), op[2], op[3])
+    elif kind == "new-key-failure":
+        _admit_with_failing_keys(node, _new_request(node, op[1]))
     elif kind == "resume":
         _admit(case, node, op[1], op[2], op[3])
     elif kind == "step":
