@@ -416,8 +416,8 @@ def _ghost_free_failures(node: Any) -> list[tuple[str, str]]:
             early = [q for j, q in enumerate(pages) if q != spec.NULL_PAGE and got.pool.key_of[q] is not None
                      and (j + 1) * layout.page_size > computed.get(rid, 0)]
             if early:
-                failures.append(("INV-KEYED-COMPUTED", f"{rid}: pages {early} keyed before their tokens are "
-                                                       f"computed ({computed.get(rid, 0)} tokens)"))
+                detail = f"{rid}: pages {early} keyed before their tokens are computed ({computed.get(rid, 0)})"
+                failures.append(("INV-KEYED-COMPUTED", detail))
     return failures
 
 

@@ -64,3 +64,19 @@ def test_each_issue_18_bug_is_caught_naming_its_invariant(mutant: Mutant) -> Non
 def test_the_sixteen_bugs_are_discovered_by_the_prove_runner() -> None:
     assert len(MUTANTS) == 16
     assert {m.name for m in MUTANTS} <= {m.name for m in discover_mutants()}
+
+
+def test_an_admission_that_needs_no_key_is_unaffected_by_a_failing_hash_backend() -> None:
+    """Mamba never caches, so allocating while every key computation raises must succeed."""
+    case = replace(refinement.CASES_BY_NAME["mamba"], key_failures=True, depth=2)
+    result = refinement.explore(case)
+    assert result.failure is None, result.failure
+
+
+def test_the_failing_hasher_raises_on_every_key_computation() -> None:
+    from verikv.hashing import PageHasher
+
+    failing = refinement._FailingHasher(PageHasher("sha256"))
+    with pytest.raises(refinement.KeyComputationFailed):
+        failing.hash_page(None, (1, 2))
+    assert failing.scheme == "sha256"
