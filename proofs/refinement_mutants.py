@@ -317,9 +317,50 @@ def _detector(bug: _Bug) -> Callable[[], list[str]]:
     return detect
 
 
+# --- spec mutants for the ghost invariants: the spec itself breaks them ---------------------
+
+def _spec_caches_partial_page(original: Callable[..., Any]) -> Callable[..., Any]:
+    """spec cache_pages rounds the token count up to the base page: a page whose tokens are not
+    all computed gets its key."""
+    def cache_pages(s: Any, req: Any, num_tokens: int) -> Any:
+        base = s.config.base_page_size
+        return original(s, req, min(req.num_tokens, -(-num_tokens // base) * base))
+    return cache_pages
+
+
+def _spec_frees_window_early(original: Callable[..., Any]) -> Callable[..., Any]:
+    """spec remove_skipped drops pages one token early (a page the next token attends)."""
+    def remove_skipped(s: Any, rid: str, num_computed_tokens: int) -> Any:
+        return original(s, rid, num_computed_tokens + 1)
+    return remove_skipped
+
+
+_SPEC_BUGS: tuple[tuple[str, str, str, Callable[[Callable[..., Any]], Callable[..., Any]], str], ...] = (
+    ("keys-uncomputed-page", "INV-KEYED-COMPUTED", "cache_pages", _spec_caches_partial_page, "full"),
+    ("window-freed-one-token-early", "INV-WINDOW-LIVE", "remove_skipped", _spec_frees_window_early, "sliding"),
+)
+
+
+def _spec_detector(function: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
+                   case_name: str) -> Callable[[], list[str]]:
+    def detect() -> list[str]:
+        case = CASES_BY_NAME[case_name]
+        original = getattr(spec, function)
+        setattr(spec, function, wrap(original))
+        try:
+            return [f"{case.check_name}: {name}" for name in failed_checks(case, build_manager(case))]
+        finally:
+            setattr(spec, function, original)
+    return detect
+
+
 def mutants() -> list[Mutant]:
-    """Issue 18's sixteen implementation bugs, named ``impl:<bug>``, caught by ``refine:*``."""
-    return [Mutant(name=f"impl:{bug.name}", kind="impl", invariant=bug.invariant,
+    """Issue 18's sixteen implementation bugs, named ``impl:<bug>``, caught by ``refine:*``; and
+    spec transitions that break the ghost invariants (``spec:<bug>``), caught there too."""
+    impl = [Mutant(name=f"impl:{bug.name}", kind="impl", invariant=bug.invariant,
                    description=f"{bug.description or _doc(bug.plant)} [refine: {', '.join(bug.cases)}]",
                    detect=_detector(bug))
             for bug in _CATALOGUE]
+    return impl + [Mutant(name=f"spec:{name}", kind="spec", invariant=invariant,
+                          description=f"{_doc(wrap)} [refine: {case}]", detect=_spec_detector(function, wrap, case))
+                   for name, invariant, function, wrap, case in _SPEC_BUGS]

@@ -55,14 +55,14 @@ def test_every_layout_has_one_check_with_its_bound_in_the_name() -> None:
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
-def test_each_issue_18_bug_is_caught_naming_its_invariant(mutant: Mutant) -> None:
+def test_each_bug_is_caught_naming_its_invariant(mutant: Mutant) -> None:
     caught_by = mutant.detect()
     assert caught_by, f"{mutant.name} survived the exhaustive refinement checks"
     assert any(name.endswith(f": {mutant.invariant}") for name in caught_by), caught_by
 
 
 def test_the_sixteen_bugs_are_discovered_by_the_prove_runner() -> None:
-    assert len(MUTANTS) == 16
+    assert len([m for m in MUTANTS if m.kind == "impl"]) == 16
     assert {m.name for m in MUTANTS} <= {m.name for m in discover_mutants()}
 
 
