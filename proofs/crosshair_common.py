@@ -3,10 +3,11 @@
 CrossHair runs in a child process on this interpreter (``sys.executable -m crosshair check``)
 with an explicit `Budget` and ``--report_all``, so every condition gets a verdict line:
 
-- "proved" only when every condition is "Confirmed over all paths";
-- "passed" when nothing was refuted but some condition ran out of budget ("Not confirmed":
-  bounded; the bound is the `Budget` plus the input domain of the target), or "unknown" (a
-  failure) instead when the caller requires confirmation;
+- "confirmed" only when every condition is "Confirmed over all paths" (never "proved": that is
+  reserved for Z3 theorems);
+- "no-counterexample" when nothing was refuted but some condition ran out of budget ("Not
+  confirmed": bounded; the detail states the `Budget`, the bound column the input domain of the
+  target), or "unknown" (a failure) instead when the caller requires confirmation;
 - "failed" with CrossHair's counterexample lines when a condition is refuted or raises;
 - "vacuous" when CrossHair cannot meet a precondition;
 - "error" when it prints fewer verdicts than the targets declare conditions (something was
@@ -183,7 +184,7 @@ def parse_check(stdout: str) -> list[Verdict]:
 
 
 def check_outcome(verdicts: Sequence[Verdict], expected: int, returncode: int, stderr: str,
-                  require_confirmed: bool = False) -> Outcome:
+                  require_confirmed: bool = False, budget: Budget | None = None) -> Outcome:
     """Map parsed verdicts (the exit code only as a cross-check) to an `Outcome` (module docstring)."""
     failures = [v for v in verdicts if v.level == "error"]
     if failures:
@@ -198,14 +199,16 @@ def check_outcome(verdicts: Sequence[Verdict], expected: int, returncode: int, s
                                 f"(nothing to check, or some were not analysed):\n{stderr[-2000:]}")
     bounded = [v for v in verdicts if not v.confirmed]
     if not bounded:
-        return Outcome("proved", f"{len(verdicts)}/{len(verdicts)} conditions confirmed over all paths",
+        return Outcome("confirmed", f"{len(verdicts)}/{len(verdicts)} conditions confirmed over all paths",
                        vacuity_checked=True)
     lines = ", ".join(str(v.line) for v in bounded)
     summary = (f"{len(verdicts) - len(bounded)}/{len(verdicts)} conditions confirmed over all paths; "
                f"not confirmed within the budget: lines {lines}")
     if require_confirmed:
         return Outcome("unknown", summary, vacuity_checked=True)
-    return Outcome("passed", f"no counterexample (bounded); {summary}", vacuity_checked=True)
+    within = "" if budget is None else f" ({budget.describe()})"
+    return Outcome("no-counterexample", f"no counterexample within the budget{within}; {summary}",
+                   vacuity_checked=True)
 
 
 def run_check(targets: Sequence[str], budget: Budget, *, plugin: bool = False, require_confirmed: bool = False,
@@ -216,4 +219,4 @@ def run_check(targets: Sequence[str], budget: Budget, *, plugin: bool = False, r
     done = _run(["check", *targets, "--report_all", "--analysis_kind=PEP316", *budget.args(), *extra], timeout, env)
     if done is None:
         return Outcome("timeout", f"crosshair check did not finish within {timeout:g} s")
-    return check_outcome(parse_check(done.stdout), expected, done.returncode, done.stderr, require_confirmed)
+    return check_outcome(parse_check(done.stdout), expected, done.returncode, done.stderr, require_confirmed, budget)

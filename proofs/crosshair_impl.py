@@ -5,8 +5,8 @@ Every check is one ``crosshair check`` run (see `crosshair_common`) of one targe
 in any valid small state and compared with the model through the abstraction, or a pure
 spec-vs-impl equivalence (hit rules, DP shard selection, hash-chain key identity). The bound
 column states the state/input domain and the search budget: "Not confirmed" means no
-counterexample within them (reported "passed"), never a proof; "proved" needs every path
-confirmed.
+counterexample within them (reported "no-counterexample"), never a proof; "confirmed" needs
+every path confirmed.
 
 ``mutants()`` reruns the checks of the role a mutant replaces with that mutant installed
 (``$VERIKV_CROSSHAIR_MUTANT``) and returns the names of the checks that failed.

@@ -18,7 +18,7 @@ BUDGET = Budget(per_condition=10)  # search each condition to exhaustion; every 
 
 
 def run_crosshair(module_names: tuple[str, ...]) -> Outcome:
-    """Check every contract of the modules in one CrossHair run; "proved" only if all are confirmed."""
+    """Check every contract of the modules in one CrossHair run; "confirmed" only if all are confirmed."""
     return run_check(list(module_names), BUDGET, require_confirmed=True)
 
 

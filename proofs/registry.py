@@ -16,8 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-Status = Literal["proved", "passed", "failed", "unknown", "vacuous", "timeout", "error"]
-SUCCESS: frozenset[str] = frozenset({"proved", "passed"})
+Status = Literal["proved", "confirmed", "passed", "no-counterexample", "failed", "unknown", "vacuous", "timeout",
+                 "error"]
+"""``proved``: a Z3 theorem (unbounded, or for every case of its stated bound); ``confirmed``:
+CrossHair confirmed every condition over all paths (exhaustive over the target's input
+domain); ``passed``: a check that enumerated everything its bound states (e.g. exhaustive
+refinement); ``no-counterexample``: CrossHair found none within its budget (not a proof: some
+paths were not explored). Every other status is a failure."""
+SUCCESS: frozenset[str] = frozenset({"proved", "confirmed", "passed", "no-counterexample"})
 
 
 @dataclass(frozen=True)

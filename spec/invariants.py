@@ -30,11 +30,15 @@ MANAGER_INVARIANTS: Mapping[str, Callable[[manager.ManagerState], bool]] = {
     "INV-REF-COUNT": manager.inv_ref_count,
 }
 """Predicates over one `ManagerState`: the pool invariants lifted to its pool, and INV-REF-COUNT.
-INV-HIT-SAFE's state form (`manager.inv_hit_safe_state`) reads ghost state, so it is listed
-in `GHOST_INVARIANTS` and only applies to spec states."""
+INV-HIT-SAFE's state form (`manager.inv_hit_safe_state`), INV-KEYED-COMPUTED and
+INV-WINDOW-LIVE read ghost state, so they are listed in `GHOST_INVARIANTS` and only apply to
+spec states (a checker of an implementation evaluates INV-WINDOW-LIVE with the requests' own
+computed counts, and keyed-implies-computed per held page: see `verikv.proofs.refinement`)."""
 
 GHOST_INVARIANTS: Mapping[str, Callable[[manager.ManagerState], bool]] = {
     "INV-HIT-SAFE": manager.inv_hit_safe_state,
+    "INV-KEYED-COMPUTED": manager.inv_keyed_computed,
+    "INV-WINDOW-LIVE": manager.inv_window_live,
 }
 
 LOOKUP_INVARIANTS: Mapping[str, Callable[[manager.ManagerState, manager.RequestView, manager.Hit], bool]] = {

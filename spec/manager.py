@@ -25,7 +25,7 @@ with index ``(j + 1) * k - 1``. Mamba groups never cache and never hit.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -112,6 +112,14 @@ class ManagerState:
     entries: frozenset[tuple[RequestId, Entry]]
     keys: frozenset[tuple[RequestId, tuple[Content, ...]]] = field(default=frozenset(), compare=False)
     content: tuple[PoolKey | None, ...] = field(default=(), compare=False)
+    computed: tuple[PoolKey | None, ...] = field(default=(), compare=False)
+    """Per page, the content its tokens were computed for (written by `allocate_slots` when a
+    page's tokens are all computed, erased when the page is handed out again): independent of
+    the keys, which `cache_pages` writes."""
+    progress: frozenset[tuple[RequestId, int]] = field(default=frozenset(), compare=False)
+    """Per request holding pages, the position of the first token its last successful
+    allocation computes (its computed tokens and hits before the call): every page that
+    token's window reaches must stay held (INV-WINDOW-LIVE)."""
 
     def entry(self, rid: RequestId) -> Entry | None:
         """The request's entry, or None when it holds no pages."""
@@ -179,7 +187,8 @@ def init(config: ManagerConfig) -> ManagerState:
     if any(config.groups[g].page_size % config.base_page_size for g in config.caching_groups):
         raise _fail("init", "caching page sizes must be multiples of the smallest")
     p = pool.init(config.num_pages, config.free_order)
-    return ManagerState(config, p, frozenset(), frozenset(), (None,) * config.num_pages)
+    none = (None,) * config.num_pages
+    return ManagerState(config, p, frozenset(), frozenset(), none, none, frozenset())
 
 
 def content_of(req: RequestView, num_tokens: int, base_page_size: int) -> Content:
@@ -421,17 +430,37 @@ def allocate_slots(s: ManagerState, req: RequestView, num_new_tokens: int, num_n
     if not pool.pre_allocate(p, sum(needs), bounds):
         return s, None
     new_pages, lists, content = [], [], list(planned.content)
+    done = list(planned.computed) or [None] * cfg.num_pages  # (a state built without the ghost)
     for need, pages in zip(needs, entry.pages):
         p, got = pool.allocate(p, need, bounds)
         for q in got:
-            content[q] = None
+            content[q] = done[q] = None
         new_pages.append(got)
         lists.append(pages + got)
-    t = replace(planned, pool=p, content=tuple(content),
+    _mark_computed(s, req, lists, min(computed + num_new_tokens, req.num_tokens), done)
+    t = replace(planned, pool=p, content=tuple(content), computed=tuple(done),
+                progress=_with_progress(planned, req.request_id, computed),
                 entries=_with_entry(planned, req.request_id, replace(entry, pages=tuple(lists))))
     if cfg.enable_caching and not delay_cache_pages:
         t = cache_pages(t, req, min(computed + num_new_tokens, req.num_tokens))
     return t, tuple(new_pages)
+
+
+def _mark_computed(s: ManagerState, req: RequestView, lists: Sequence[tuple[int, ...]], num_tokens: int,
+                   done: list[PoolKey | None]) -> None:
+    """Ghost: every real page whose tokens lie within the first ``num_tokens`` is computed for
+    the request's content up to its end (Mamba pages hold a state, not tokens: never marked)."""
+    for g, (layout, pages) in enumerate(zip(s.config.groups, lists)):
+        if layout.kind == "mamba":
+            continue
+        for j in range(min(num_tokens // layout.page_size, len(pages))):
+            if pages[j] != NULL_PAGE:
+                done[pages[j]] = page_key(s, req, g, j)
+
+
+def _with_progress(s: ManagerState, rid: RequestId, num_tokens: int | None) -> frozenset[tuple[RequestId, int]]:
+    rest = frozenset(item for item in s.progress if item[0] != rid)
+    return rest | {(rid, num_tokens)} if num_tokens is not None else rest
 
 
 # --- free, free_page_hashes, reset_prefix_cache ---------------------------------------------
@@ -449,7 +478,7 @@ def free_request(s: ManagerState, rid: RequestId) -> ManagerState:
     p = s.pool
     for pages in e.pages:
         p = pool.free(p, tuple(q for q in reversed(pages) if q != NULL_PAGE))
-    return replace(s, pool=p, entries=_with_entry(s, rid, None))
+    return replace(s, pool=p, entries=_with_entry(s, rid, None), progress=_with_progress(s, rid, None))
 
 
 def free_page_hashes(s: ManagerState, rid: RequestId) -> ManagerState:
@@ -500,6 +529,30 @@ def inv_hit_safe_state(s: ManagerState) -> bool:
     """
     return len(s.content) == s.config.num_pages and all(
         s.content[p] == s.pool.key_of[p] for p in range(s.config.num_pages))
+
+
+def inv_keyed_computed(s: ManagerState) -> bool:
+    """INV-KEYED-COMPUTED: a page is keyed only once its tokens are computed, and its key is the
+    content they were computed for (the `computed` ghost, written by the allocation that
+    computed them, not by the caching that keys them)."""
+    return len(s.computed) == s.config.num_pages and all(
+        s.pool.key_of[p] is None or s.computed[p] == s.pool.key_of[p] for p in range(s.config.num_pages))
+
+
+def inv_window_live(s: ManagerState, progress: Mapping[RequestId, int] | None = None) -> bool:
+    """INV-WINDOW-LIVE: every page of a sliding-window or chunked-local group that the first
+    token of a request's last allocation attends (index >= `skipped_before` that position) is
+    held, not a null placeholder. ``progress`` gives those positions (default: the ghost of
+    ``s``; a checker of an implementation passes the positions it drove the calls with)."""
+    counts = dict(s.progress) if progress is None else progress
+    for rid, e in s.entries:
+        n = counts.get(rid)
+        if n is None:
+            continue
+        for layout, pages in zip(s.config.groups, e.pages):
+            if layout.kind in ("sliding", "chunked") and NULL_PAGE in pages[skipped_before(layout, n):]:
+                return False
+    return True
 
 
 def inv_hit_safe(s: ManagerState, req: RequestView, hit: Hit) -> bool:

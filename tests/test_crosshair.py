@@ -24,8 +24,9 @@ def test_parse_check_reads_verdict_lines() -> None:
 
 
 @pytest.mark.parametrize(("verdicts", "expected", "code", "status"), [
-    ([_verdict(1, "info", "Confirmed over all paths.")], 1, 0, "proved"),
-    ([_verdict(1, "info", "Confirmed over all paths."), _verdict(2, "info", "Not confirmed.")], 2, 0, "passed"),
+    ([_verdict(1, "info", "Confirmed over all paths.")], 1, 0, "confirmed"),
+    ([_verdict(1, "info", "Confirmed over all paths."), _verdict(2, "info", "Not confirmed.")], 2, 0,
+     "no-counterexample"),
     ([_verdict(1, "error", "false when calling f(0)")], 1, 1, "failed"),
     ([_verdict(1, "info", "Unable to meet precondition.")], 1, 0, "vacuous"),
     ([_verdict(1, "info", "Not confirmed.")], 2, 0, "error"),  # a condition was silently skipped

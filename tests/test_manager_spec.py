@@ -6,6 +6,8 @@ are computed by hand from the semantics in the module docstrings.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -206,6 +208,38 @@ def test_invariant_predicates_reject_broken_states() -> None:
     assert not m.inv_hit_safe(s, b, m.Hit(((1, 2),), 8))
     assert not m.inv_hit_shape(s, req("c", tuple(range(8))), m.Hit(((1, 2),), 8))  # > num_tokens - 1
     assert not m.inv_atomic(s, m.init(cfg(FULL4)), None)
+
+
+def test_keyed_computed_ties_each_key_to_the_allocation_that_computed_the_page() -> None:
+    s = m.init(cfg(FULL4))
+    s, _ = m.allocate_slots(s, req("a", tuple(range(9))), 9)
+    healthy(s)
+    assert s.computed[1] == s.pool.key_of[1] and s.computed[3] is None  # page 3: one token of 4
+    neighbour = replace(s, computed=(None, s.computed[2], s.computed[1]) + s.computed[3:])
+    assert m.inv_hit_safe_state(neighbour)  # the keying ghost alone cannot tell
+    assert not m.inv_keyed_computed(neighbour)
+    assert not m.inv_keyed_computed(replace(s, computed=(None,) * 8))  # keyed, never computed
+
+
+def test_computed_ghost_is_written_by_allocation_not_by_caching() -> None:
+    s = m.init(cfg(FULL4))
+    s, _ = m.allocate_slots(s, req("a", tuple(range(8))), 8, delay_cache_pages=True)
+    assert s.pool.key_of[1] is None and s.computed[1] is not None
+    healthy(m.cache_pages(s, req("a", tuple(range(8)), 8), 8))
+
+
+def test_window_live_needs_pages_the_next_token_attends() -> None:
+    sliding = m.GroupLayout("sliding", 4, 5)
+    s = m.init(cfg(sliding))
+    s, _ = m.allocate_slots(s, req("a", tuple(range(12))), 12)
+    s, _ = m.allocate_slots(s, req("a", tuple(range(13)), 12), 1)
+    healthy(s)
+    assert dict(s.progress) == {"a": 12} and m.skipped_before(sliding, 12) == 2
+    (rid, e), = s.entries
+    assert e.pages[0][:2] == (0, 0)
+    early = replace(s, entries=frozenset({(rid, replace(e, pages=((0, 0, 0) + e.pages[0][3:],)))}))
+    assert not m.inv_window_live(early)
+    assert m.inv_window_live(early, {"a": 16})  # a later position no longer reaches page 2
 
 
 # --- the rules against direct restatements ----------------------------------------------------

@@ -5,20 +5,25 @@ For random reachable spec states (built by running `verikv.spec.pool` transition
 instantiated on the concrete state (bounded mode with N = the state's size) and checked:
 the encoded precondition is satisfiable exactly when the Python precondition holds, and then
 every successor the relation admits equals the Python successor (its negation is unsat).
-Whole calls are used (the relation unrolled over every element), not single elements.
+Whole calls are used (the relation unrolled over every element), not single elements. The
+same comparison runs inside `verikv prove` over every small reachable state
+(`verikv.proofs.z3_encoding`); this test adds random, larger states and arguments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import z3
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from verikv.proofs import z3_pool
-from verikv.proofs.z3_common import NONE, Mode
+from verikv.proofs.z3_common import NONE
+from verikv.proofs.z3_encoding import (
+    ExpectedResult,
+    Run,
+    SetArgs,
+    disagreement,
+    set_bounds,
+    set_pages,
+)
 from verikv.spec import pool as P
 
 KEYS = st.integers(0, 3)
@@ -46,69 +51,11 @@ def states(draw: st.DrawFn) -> P.PoolState:
     return s
 
 
-class KeyMap:
-    """Dense ints for the spec's keys (bounded mode's key domain is 0..N-1)."""
-
-    def __init__(self) -> None:
-        self.ids: dict[Any, int] = {}
-
-    def __call__(self, key: Any) -> int:
-        return NONE if key is None else self.ids.setdefault(key, len(self.ids))
-
-
-def pins(sym: z3_pool.PoolSym, s: P.PoolState, keys: KeyMap, stamps: bool = True) -> list[z3.BoolRef]:
-    """Constraints saying that ``sym`` is ``s`` on every index a state of its size can read.
-
-    Stamps are pinned to each page's index in its key's entry, and the clock past all of
-    them, when ``stamps`` is set (the ghost order the abstraction gives a concrete state).
-    """
-    n = s.num_pages
-    order = {p: i for _, ids in s.cached for i, p in enumerate(ids)} if stamps else {}
-    out = [sym.n == n, sym.flen == len(s.free), sym.unhashed_first == (s.free_order == "unhashed-first")]
-    out += [sym.seq[i] == p for i, p in enumerate(s.free)]
-    if stamps:
-        out.append(sym.clock == n)
-    for p in range(n):
-        out += [sym.ref[p] == s.ref[p], sym.key[p] == keys(s.key_of[p]),
-                sym.pos[p] == (s.free.index(p) if p in s.free else NONE)]
-        if p in order:
-            out.append(sym.stamp[p] == order[p])
-    members = {(keys(k), p) for k, ids in s.cached for p in ids}
-    out += [sym.inc[k][p] == ((k, p) in members) for k in range(n) for p in range(n)]
-    return out
-
-
-def same_abstract_state(sym: z3_pool.PoolSym, s: P.PoolState, keys: KeyMap) -> z3.BoolRef:
-    """``sym`` abstracts to ``s``: every pin except stamps, which only need the same order per key."""
-    order = [sym.stamp[a] < sym.stamp[b] for _, ids in s.cached for i, a in enumerate(ids) for b in ids[i + 1:]]
-    return z3.And(pins(sym, s, keys, stamps=False) + order)
-
-
-def relation_agrees(s: P.PoolState, transition: str, length: int,
-                    set_args: Callable[[z3_pool.PoolArgs, KeyMap], list[z3.BoolRef]],
-                    run: Callable[[], tuple[P.PoolState, Any]],
-                    expected_result: Callable[[Any, KeyMap], list[Any]]) -> None:
-    """Instantiate ``transition`` on ``s`` (page list of ``length``) and compare it with ``run``,
-    the Python transition returning (successor, result)."""
-    keys = KeyMap()
-    mode = Mode(s.num_pages)
-    sym, args = z3_pool.pool_vars("s", mode), z3_pool.pool_args("a", max(length, 1))
-    step = z3_pool.TRANSITIONS[transition](sym, args, mode, "t")
-    solver = z3.Solver()
-    solver.add(*pins(sym, s, keys), *set_args(args, keys), args.head_slot == 0, step.pre, step.defs)
-    try:
-        outcome = run()
-    except P.PreconditionError:
-        assert solver.check() == z3.unsat, f"{transition}: encoded precondition holds where the spec's fails"
-        return
-    assert solver.check() == z3.sat, f"{transition}: encoded precondition fails where the spec's holds"
-    post, result = outcome
-    wanted = expected_result(result, keys)
-    differs = z3.Or(z3.Not(same_abstract_state(step.post, post, keys)),
-                    *[r != w for r, w in zip(step.result, wanted)])
-    solver.add(differs)
-    verdict = solver.check()
-    assert verdict == z3.unsat, f"{transition}: the relation admits a successor the spec does not produce:\n{solver.model() if verdict == z3.sat else verdict}"
+def relation_agrees(s: P.PoolState, transition: str, length: int, set_args: SetArgs, run: Run,
+                    expected_result: ExpectedResult) -> None:
+    """The bounded encoding of ``transition`` on ``s`` agrees with the Python transition ``run``."""
+    found = disagreement(s, transition, length, set_args, run, expected_result)
+    assert found is None, found
 
 
 def page_lists(s: P.PoolState) -> st.SearchStrategy[tuple[int, ...]]:
@@ -117,16 +64,6 @@ def page_lists(s: P.PoolState) -> st.SearchStrategy[tuple[int, ...]]:
 
 def bounds_for(s: P.PoolState) -> st.SearchStrategy[tuple[int, int] | None]:
     return st.none() | st.tuples(st.integers(0, s.num_pages + 1), st.integers(0, s.num_pages + 1))
-
-
-def set_bounds(args: z3_pool.PoolArgs, bounds: tuple[int, int] | None) -> list[z3.BoolRef]:
-    if bounds is None:
-        return [z3.Not(args.has_bounds)]
-    return [args.has_bounds, args.lo == bounds[0], args.hi == bounds[1]]
-
-
-def set_pages(args: z3_pool.PoolArgs, pages: tuple[int, ...]) -> list[z3.BoolRef]:
-    return [args.m == len(pages)] + [a == p for a, p in zip(args.pages, pages)]
 
 
 EXAMPLES = settings(max_examples=100)

@@ -1,0 +1,521 @@
+"""Bounded-exhaustive refinement of the real `verikv.CacheManager` against the spec.
+
+Explicit-state model checking of the code users import: for each layout, every operation
+sequence up to a stated depth over a small, fixed pool of requests is run on a real
+`CacheManager` and on `verikv.spec.manager` side by side, and after every step the checker of
+`verikv.testing.manager_machine` compares the implementation's abstraction with the spec
+state (key digests renamed to contents) and evaluates every invariant. A failure names the
+invariant it breaks (``INV-...``) or ``REFINEMENT``, with the operation sequence that led there.
+
+Operations (per node, all of them are tried): admit a new request from a tiny prompt set
+(lookup, then allocate the prefill with the hit, or a first chunk without it), resume a
+waiting request the same two ways, step a running request (next prefill chunk, or decode: append
+a token and allocate its slot, with the layout's lookahead / delayed caching / DP variants),
+preempt, finish (free + free_page_hashes), cache_pages, reset_prefix_cache, and bad calls (zero
+tokens, past ``max_model_len``, caching past the request's tokens) and, in one layout, an
+admission while the hash backend fails (the spec's transitions are pure, so a key computation
+that raises leaves its state unchanged: the implementation must do the same, INV-ATOMIC).
+Prompts share page-sized
+blocks, so prefix hits, evictions and full-pool failures all occur within the depth.
+
+Reductions (both sound for the properties checked, given the stated assumptions):
+
+- *state hashing*: breadth-first, so each state is expanded once, at its smallest depth; a
+  state is the spec state (pool, entries, ghost contents and key lists) plus, per live
+  request, its tokens, computed count, queue and the implementation's key-list length. After a
+  step that passed the check, the implementation's abstraction equals the spec state, so this
+  also fixes the implementation's abstraction;
+- *symmetry*: request ids are dropped from the state (requests are an unordered multiset of
+  their descriptions), since nothing the manager does depends on an id's spelling.
+
+Each node's implementation is a ``copy.deepcopy`` of its parent's (measured faster than
+replaying from the root at these depths: see proofs/TIMINGS.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from verikv.proofs.registry import Check, Outcome
+from verikv.spec import manager as spec
+
+PAGE = 2
+"""Page size of every attention group here (Mamba groups: one page holds the whole state)."""
+_B0, _B1 = (0, 1), (1, 0)
+PROMPTS: tuple[tuple[int, ...], ...] = (_B0 + _B1, _B0 + _B1 + (0,), _B1 + _B0 + (0,))
+"""Three prompts built from two page-sized blocks: the first two share two full pages (prefix
+hits), the third holds the same pages at other depths (same tokens, different keys); the last
+two end inside a page, so one decode token fills it."""
+TOKENS = (0, 1)
+"""Decode tokens: drawn from the blocks, so a decoded page can equal a prompt's page."""
+CHUNK = PAGE + 1
+"""Prefill chunk in tokens: not page-aligned, so a chunk can end inside a page whose key is
+already known (from the lookup) but whose tokens are not all computed."""
+MAX_LIVE = 2
+MAX_MODEL_LEN = 7
+"""Odd, so a request's last page is partly beyond ``max_model_len`` (capacity caps matter)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One layout of the exhaustive run, with the call variants it exercises."""
+
+    name: str
+    groups: tuple[spec.GroupLayout, ...]
+    num_pages: int
+    depth: int
+    use_eagle: bool = False
+    data_parallel_size: int = 1
+    free_order: spec.FreeOrder = "esurge"
+    hash_scheme: str = "sha256"
+    lookahead: int = 0
+    delay: bool = False
+    enable_caching: bool = True
+    key_failures: bool = False
+    """Also admit requests while the hash backend fails (INV-ATOMIC under key failure)."""
+    _config: spec.ManagerConfig = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_config", spec.ManagerConfig(
+            self.groups, self.num_pages, MAX_MODEL_LEN, enable_caching=self.enable_caching,
+            use_eagle=self.use_eagle, data_parallel_size=self.data_parallel_size, free_order=self.free_order))
+
+    @property
+    def config(self) -> spec.ManagerConfig:
+        return self._config
+
+    @property
+    def dp(self) -> int | None:
+        return self.data_parallel_size if self.data_parallel_size > 1 else None
+
+    @property
+    def bound(self) -> str:
+        return (f"N={self.num_pages},depth<={self.depth},requests<={MAX_LIVE},prompts={len(PROMPTS)},"
+                f"page={PAGE},max_model_len={MAX_MODEL_LEN}")
+
+    @property
+    def check_name(self) -> str:
+        return f"refine:{self.name}:N<={self.num_pages},depth<={self.depth} exhaustive"
+
+
+FULL = spec.GroupLayout("full", PAGE)
+SLIDING = spec.GroupLayout("sliding", PAGE, 3)
+"""Window 3 > page 2: the window spans two pages."""
+SLIDING_SMALL = spec.GroupLayout("sliding", PAGE, 2)
+"""Window 2 <= page: a hit needs only the last page (eSurge's Q1 lives here)."""
+CHUNKED = spec.GroupLayout("chunked", PAGE, 4)
+MAMBA = spec.GroupLayout("mamba", MAX_MODEL_LEN)
+
+CASES: tuple[Case, ...] = (
+    Case("full", (FULL,), 6, 4),
+    Case("sliding", (SLIDING,), 6, 4),
+    Case("chunked", (CHUNKED,), 6, 4),
+    Case("mamba", (MAMBA,), 4, 4),
+    Case("full+sliding", (FULL, SLIDING), 8, 4),
+    Case("sliding-first(window<=page)+full", (SLIDING_SMALL, FULL), 7, 4),
+    Case("full+sliding+chunked", (FULL, SLIDING, CHUNKED), 8, 5),
+    Case("dp2", (FULL,), 8, 4, data_parallel_size=2),
+    Case("eagle(full)", (FULL,), 6, 4, use_eagle=True),
+    Case("eagle(full+sliding)", (FULL, SLIDING), 7, 4, use_eagle=True),
+    Case("lookahead", (FULL,), 6, 4, lookahead=2),
+    Case("delayed-caching", (FULL,), 6, 4, delay=True),
+    Case("unhashed-first(full+sliding)", (FULL, SLIDING), 7, 4, free_order="unhashed-first"),
+    Case("builtin-hash", (FULL,), 7, 4, hash_scheme="builtin"),
+    Case("xxh3-hash", (FULL,), 7, 4, hash_scheme="xxh3_128"),
+    Case("key-failure(full+sliding)", (FULL, SLIDING), 8, 3, key_failures=True),
+)
+"""Every layout of issue 18 (full, sliding, chunked, Mamba, hybrids, DP, EAGLE, lookahead,
+delayed caching, both free orders, each hash scheme), with the depth that fits the budget."""
+CASES_BY_NAME = {case.name: case for case in CASES}
+
+Op = tuple[Any, ...]
+MakeManager = Callable[[spec.ManagerConfig], Any]
+
+
+def build_manager(case: Case) -> MakeManager:
+    """The real manager for a case (its hash scheme; the machine's layer geometry)."""
+    from verikv.hashing import PageHasher
+    from verikv.testing.manager_machine import build_cache_manager
+
+    def make(config: spec.ManagerConfig) -> Any:
+        manager = build_cache_manager(config)
+        if case.hash_scheme != "sha256":
+            manager.hasher = PageHasher(case.hash_scheme)
+        return manager
+    return make
+
+
+# ---- one node: the checker of verikv.testing.manager_machine, copied per node ----------------
+
+def _root(case: Case, make_manager: MakeManager) -> Any:
+    from verikv.testing.manager_machine import Layout, manager_machine
+
+    machine = manager_machine(Layout(case.name, case.config), make_manager)()
+    machine.check()
+    return machine
+
+
+def _child(node: Any) -> Any:
+    """A copy of ``node`` to apply one operation to (the spec state is immutable and shared;
+    the implementation and the requests it references are deep-copied together, sharing the
+    manager's immutable parts: its hasher and group specs)."""
+    child = object.__new__(type(node))
+    child.__dict__.update(node.__dict__)
+    shared = (node.impl.hasher, *node.impl.kv_cache_groups)  # immutable: no need to copy
+    impl, requests = copy.deepcopy((node.impl, node.requests), {id(x): x for x in shared})
+    child.impl, child.requests = impl, requests
+    child.waiting, child.running = list(node.waiting), list(node.running)
+    child.forward, child.backward, child.failures = dict(node.forward), dict(node.backward), []
+    return child
+
+
+def _state(node: Any) -> Hashable:
+    """The node's state with request ids dropped (symmetry) and ghost fields included."""
+    s = node.spec
+    keys, progress = dict(s.keys), dict(s.progress)
+    requests = sorted(
+        repr((tuple(r.all_token_ids), r.num_computed_tokens, rid in node.running, s.entry(rid), keys.get(rid),
+              progress.get(rid), len(node.impl.page_hashes_of(rid))))
+        for rid, r in node.requests.items())
+    finished_keys = sorted(repr(k) for rid, k in s.keys if rid not in node.requests)
+    return repr((s.pool, s.content, s.computed)), tuple(requests), tuple(finished_keys)
+
+
+# ---- operations ------------------------------------------------------------------------------
+
+def _operations(case: Case, node: Any) -> Iterator[Op]:
+    hints: tuple[int | None, ...] = (0, 1) if case.dp else (None,)
+    if len(node.requests) < MAX_LIVE:
+        for prompt in range(len(PROMPTS)):
+            for hint in hints:
+                yield ("new", prompt, "hit", hint)
+                yield ("new", prompt, "chunk", hint)
+            if case.key_failures:
+                yield ("new-key-failure", prompt)
+    for rid in sorted(node.requests):
+        request = node.requests[rid]
+        if rid in node.waiting:
+            for hint in hints:
+                yield ("resume", rid, "hit", hint)
+                yield ("resume", rid, "chunk", hint)
+        else:
+            if request.num_computed_tokens < request.num_tokens:
+                yield ("step", rid, None, "plain")
+            elif request.num_tokens < MAX_MODEL_LEN:
+                for token in TOKENS:
+                    yield ("step", rid, token, "plain")
+                    if case.dp:
+                        yield ("step", rid, token, "other-shard")
+            yield ("preempt", rid)
+            if case.delay:  # else every allocation already cached up to the computed tokens
+                yield ("cache", rid, 0)
+                yield ("cache", rid, PAGE)
+            yield ("bad-too-long", rid)
+            yield ("bad-cache-too-far", rid)
+        yield ("finish", rid)
+    yield ("reset",)
+    if node.requests:
+        yield ("bad-zero", min(node.requests))
+
+
+def _new_request(node: Any, prompt: int) -> str:
+    from verikv.testing.manager_machine import build_request
+
+    rid = f"r{node.next_id}"
+    node.next_id += 1
+    node.requests[rid] = build_request(rid, PROMPTS[prompt], None, None, (), False)
+    node.waiting.append(rid)
+    return rid
+
+
+def _admit(case: Case, node: Any, rid: str, mode: str, hint: int | None) -> None:
+    """Lookup, then allocate the rest of the prompt with the hit (``hit``) or a first chunk of
+    `CHUNK` tokens without it (``chunk``), with the layout's lookahead; on success the request
+    runs."""
+    request = node.requests[rid]
+    pages, hit = node.lookup(rid, hint)
+    if node.failures:
+        return
+    if mode == "hit":
+        done = node.allocate(rid, request.num_tokens - hit.num_tokens, hit.num_tokens, pages, hit.pages,
+                             case.lookahead, hint=hint)
+        computed = request.num_tokens
+    else:
+        num_new = min(CHUNK, request.num_tokens)
+        done = node.allocate(rid, num_new, lookahead=case.lookahead, hint=hint)
+        computed = num_new
+    if done:
+        request.num_computed_tokens = computed
+        node.waiting.remove(rid)
+        node.running.append(rid)
+
+
+def _step(case: Case, node: Any, rid: str, token: int | None, variant: str) -> None:
+    """The next prefill chunk, or one decode token; a failed allocation leaves the request as it
+    is (the scheduler retries or preempts it: both are other operations)."""
+    request = node.requests[rid]
+    if token is not None:
+        request.append_output_token_ids(token)
+    num_new = min(CHUNK, request.num_tokens - request.num_computed_tokens)
+    if variant == "plain" and case.dp:
+        done = _allocate_plain(node, rid, num_new)
+    else:
+        held = node.spec.entry(rid)
+        hint = None if held is None or held.shard is None else 1 - held.shard
+        done = node.allocate(rid, num_new, lookahead=case.lookahead, delay=case.delay, hint=hint)
+    if done:
+        request.num_computed_tokens += num_new
+
+
+def _allocate_plain(node: Any, rid: str, num_new: int) -> bool:
+    """A DP request's decode step without DP arguments (the shard is the one it holds), as a
+    scheduler that remembers nothing calls it: the implementation's decode fast path."""
+    from verikv.testing.manager_machine import _ids
+
+    request, view = node.requests[rid], node.view(rid)
+    want_state, want = spec.allocate_slots(node.spec, view, num_new)
+    result = node.impl.allocate_slots(request, num_new)
+    got = None if result is None else _ids(result)
+    if got != want:
+        node.fail("REFINEMENT", f"{rid}: allocate_slots({num_new}) without DP arguments returned {got}, spec {want}")
+    node.spec = want_state
+    return want is not None
+
+
+class KeyComputationFailed(RuntimeError):
+    """The injected failure of the hash backend."""
+
+
+class _FailingHasher:
+    """Stands in for the manager's hasher: computing any key raises `KeyComputationFailed`."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("hash_request", "extend", "hash_page"):
+            def fail(*args: Any, **kwargs: Any) -> Any:
+                raise KeyComputationFailed(f"hash backend down ({name})")
+            return fail
+        return getattr(self.real, name)
+
+
+def _admit_with_failing_keys(node: Any, rid: str) -> None:
+    """A first prefill chunk (no lookup) while every key computation fails. Either the call
+    needs no key and behaves as the spec's allocation, or it raises and changes nothing
+    (INV-ATOMIC: keys are computed before anything changes)."""
+    request, view = node.requests[rid], node.view(rid)
+    num_new = min(CHUNK, request.num_tokens)
+    before = node.impl_state(renamed=False)
+    want_state, want = spec.allocate_slots(node.spec, view, num_new)
+    real = node.impl.hasher
+    node.impl.hasher = _FailingHasher(real)
+    try:
+        result = node.impl.allocate_slots(request, num_new)
+    except KeyComputationFailed:
+        if node.impl_state(renamed=False) != before:
+            node.fail("INV-ATOMIC", f"{rid}: allocate_slots raised on a failing key computation and kept "
+                                    "its changes")
+        return
+    finally:
+        node.impl.hasher = real
+    from verikv.testing.manager_machine import _ids
+
+    got = None if result is None else _ids(result)
+    if got != want:
+        node.fail("REFINEMENT", f"{rid}: allocate_slots with failing keys returned {got}, spec {want}")
+    node.spec = want_state
+    if want is not None:
+        request.num_computed_tokens = num_new
+        node.waiting.remove(rid)
+        node.running.append(rid)
+
+
+def _cache(node: Any, rid: str, back: int) -> None:
+    request = node.requests[rid]
+    n = max(0, request.num_computed_tokens - back)
+    if node.spec.entry(rid) is None:
+        node.expect_rejected(f"cache_pages({rid}) without pages", lambda: node.impl.cache_pages(request, n),
+                             lambda: spec.cache_pages(node.spec, node.view(rid), n))
+        return
+    node.impl.cache_pages(request, n)
+    node.spec = spec.cache_pages(node.spec, node.view(rid), n)
+
+
+def _reset(node: Any) -> None:
+    got = node.impl.reset_prefix_cache()
+    node.spec, want = spec.reset_prefix_cache(node.spec)
+    if got != want:
+        node.fail("REFINEMENT", f"reset_prefix_cache returned {got}, spec {want}")
+    if want:
+        node.forward.clear()
+        node.backward.clear()
+
+
+def _bad(node: Any, kind: str, rid: str) -> None:
+    """One invalid call, given without DP arguments (the plain call shape, which may take the
+    implementation's fast path); both sides reject it and nothing changes (INV-ATOMIC)."""
+    request, view, s = node.requests[rid], node.view(rid), node.spec
+    if kind == "bad-zero":
+        node.expect_rejected(f"allocate_slots({rid}, 0)", lambda: node.impl.allocate_slots(request, 0),
+                             lambda: spec.allocate_slots(s, view, 0))
+    elif kind == "bad-too-long":
+        n = MAX_MODEL_LEN + 1 - view.num_computed_tokens
+        node.expect_rejected(f"allocate_slots({rid}, {n}) past max_model_len",
+                             lambda: node.impl.allocate_slots(request, n), lambda: spec.allocate_slots(s, view, n))
+    else:
+        n = view.num_tokens + 1
+        node.expect_rejected(f"cache_pages({rid}, {n}) past its tokens", lambda: node.impl.cache_pages(request, n),
+                             lambda: spec.cache_pages(s, view, n))
+
+
+def apply(case: Case, node: Any, op: Op) -> None:
+    """Apply one operation to ``node`` in place and check it (raises `ConformanceFailure`)."""
+    kind = op[0]
+    if kind == "new":
+        _admit(case, node, _new_request(node, op[1]), op[2], op[3])
+    elif kind == "new-key-failure":
+        _admit_with_failing_keys(node, _new_request(node, op[1]))
+    elif kind == "resume":
+        _admit(case, node, op[1], op[2], op[3])
+    elif kind == "step":
+        _step(case, node, op[1], op[2], op[3])
+    elif kind == "preempt":
+        node.preempt_request(op[1])
+    elif kind == "finish":
+        node.finish_request(op[1], aborted=False)
+    elif kind == "cache":
+        _cache(node, op[1], op[2])
+    elif kind == "reset":
+        _reset(node)
+    else:
+        _bad(node, kind, op[1])
+    for name, detail in _ghost_free_failures(node):
+        node.fail(name, detail)
+    node.check()
+
+
+def _ghost_free_failures(node: Any) -> list[tuple[str, str]]:
+    """INV-WINDOW-LIVE and INV-KEYED-COMPUTED on the implementation's abstraction, which has no
+    ghost: what the driver knows stands in for it. Windows: the position each request's last
+    allocation started computing at (the spec's record of the same calls). Keys: a page a
+    request holds at index ``j`` may be keyed only if its tokens are computed, ``(j + 1) *
+    page_size <= `` the request's computed tokens."""
+    got = node.impl_state(renamed=False)
+    computed = {rid: node.requests[rid].num_computed_tokens for rid in node.running}
+    failures = []
+    if not spec.inv_window_live(got, dict(node.spec.progress)):
+        failures.append(("INV-WINDOW-LIVE", f"a page inside a window was dropped: {sorted(got.entries)}"))
+    for rid, e in got.entries:
+        for layout, pages in zip(got.config.groups, e.pages):
+            early = [q for j, q in enumerate(pages) if q != spec.NULL_PAGE and got.pool.key_of[q] is not None
+                     and (j + 1) * layout.page_size > computed.get(rid, 0)]
+            if early:
+                detail = f"{rid}: pages {early} keyed before their tokens are computed ({computed.get(rid, 0)})"
+                failures.append(("INV-KEYED-COMPUTED", detail))
+    return failures
+
+
+# ---- the search ------------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    """What one exhaustive run covered, and the first failure (names, trace, detail) if any."""
+
+    states: int = 0
+    transitions: int = 0
+    failure: tuple[list[str], tuple[Op, ...], str] | None = None
+
+
+def _crash_names(before: Any, after: Any, exc: Exception) -> list[str]:
+    """An exception escaping the implementation: ``crash:<type>``, and INV-ATOMIC when the
+    call changed the implementation's state on its way out."""
+    from verikv.spec.abstraction import abstract_manager
+
+    names = [f"crash:{type(exc).__name__}"]
+    try:
+        changed = abstract_manager(after.impl) != abstract_manager(before.impl)
+    except Exception:  # noqa: BLE001 - a state too broken to abstract has changed too
+        changed = True
+    return names + ["INV-ATOMIC"] if changed else names
+
+
+def explore(case: Case, make_manager: MakeManager | None = None) -> Result:
+    """Breadth-first over every operation sequence of ``case`` up to its depth; stops at the
+    first failure (the shortest trace, since the search is breadth-first)."""
+    make = make_manager or build_manager(case)
+    result = Result()
+    logger = logging.getLogger("verikv")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # refused resets are expected here, thousands of times
+    try:
+        _search(case, make, result)
+    finally:
+        logger.setLevel(level)
+    return result
+
+
+def _search(case: Case, make: MakeManager, result: Result) -> None:
+    """Fill ``result``: one breadth-first level per depth, each new state expanded once."""
+    from verikv.testing.manager_machine import ConformanceFailure
+
+    try:
+        root = _root(case, make)
+    except ConformanceFailure as failure:
+        result.failure = (failure.names, (), str(failure))
+        return
+    frontier: list[tuple[Any, tuple[Op, ...]]] = [(root, ())]
+    seen = {_state(root)}
+    result.states = 1
+    for _ in range(case.depth):
+        following = []
+        for node, trace in frontier:
+            for op in _operations(case, node):
+                child = _child(node)
+                result.transitions += 1
+                try:
+                    apply(case, child, op)
+                except ConformanceFailure as failure:
+                    result.failure = (failure.names, trace + (op,), str(failure))
+                    return
+                except Exception as exc:  # noqa: BLE001 - a crash is a failure too, named by type
+                    result.failure = (_crash_names(node, child, exc), trace + (op,), repr(exc))
+                    return
+                state = _state(child)
+                if state not in seen:
+                    seen.add(state)
+                    following.append((child, trace + (op,)))
+        result.states += len(following)
+        frontier = following
+
+
+def _describe(trace: tuple[Op, ...]) -> str:
+    return " ; ".join(" ".join(str(x) for x in op if x is not None) for op in trace)
+
+
+def run_case(case: Case, make_manager: MakeManager | None = None) -> Outcome:
+    start = time.perf_counter()
+    result = explore(case, make_manager)
+    if result.failure is not None:
+        names, trace, detail = result.failure
+        return Outcome("failed", f"{', '.join(names)} after [{_describe(trace)}]: {detail}")
+    return Outcome("passed", f"exhaustive: {result.states} distinct states, {result.transitions} transitions "
+                             f"({time.perf_counter() - start:.1f} s)")
+
+
+def failed_checks(case: Case, make_manager: MakeManager) -> list[str]:
+    """Names of the checks an implementation fails on ``case`` (empty: it passes)."""
+    result = explore(case, make_manager)
+    return [] if result.failure is None else result.failure[0]
+
+
+def checks() -> list[Check]:
+    """One exhaustive refinement check per layout."""
+    return [Check(name=case.check_name, kind="refinement", invariant="REFINEMENT+all",
+                  transition="manager.*", bound=case.bound, run=lambda case=case: run_case(case))
+            for case in CASES]
