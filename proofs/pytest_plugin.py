@@ -23,10 +23,11 @@ from typing import Any
 
 import pytest
 
-from verikv.proofs import registry
-from verikv.proofs.isolation import CPU_BUDGET, RegistryEntry, Verdict, catalogue, run_isolated
+from verikv.proofs import isolation, registry
+from verikv.proofs.isolation import CPU_BUDGET, RegistryEntry, StartMethod, Verdict, run_isolated
 
 PROPERTY_PREFIX = "verikv_"
+START_METHOD: StartMethod = "forkserver"  # clean children; tests of fake registries switch to "fork"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -62,14 +63,14 @@ class EntryItem(pytest.Item):
     def __init__(self, *, mutant: bool, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.mutant = mutant
-        entry = catalogue(mutant)[self.name]
+        entry = isolation.catalogue(mutant)[self.name]
         self.add_marker(pytest.mark.verikv_mutant if mutant else pytest.mark.verikv_proof)
         self.user_properties.extend([(PROPERTY_PREFIX + "kind", entry.kind),
                                      (PROPERTY_PREFIX + "invariant", entry.invariant)])
 
     def runtest(self) -> None:
         verdict = run_isolated(RegistryEntry(self.name, self.mutant),
-                               cpu_budget=self.config.getoption("verikv_cpu_budget"))
+                               cpu_budget=self.config.getoption("verikv_cpu_budget"), method=START_METHOD)
         outcome = verdict.outcome
         self.user_properties.extend([
             (PROPERTY_PREFIX + "status", outcome.status),
@@ -94,7 +95,7 @@ class EntryItem(pytest.Item):
 def _entry_items(session: pytest.Session, mutant: bool, patterns: list[str]) -> list[EntryItem]:
     group = "verikv-mutants" if mutant else "verikv-proofs"
     parent = EntryCollector.from_parent(session, name=group, nodeid=group)
-    entries = list(catalogue(mutant).values())
+    entries = list(isolation.catalogue(mutant).values())
     return [EntryItem.from_parent(parent, name=e.name, nodeid=f"{group}::{e.name}", mutant=mutant)
             for e in registry.select(entries, patterns)]
 

@@ -77,36 +77,54 @@ def _status_text(status: str) -> str:
     return f"[{_STYLE.get(status, 'bold red')}]{status}[/]"
 
 
-def _table(title: str, columns: Sequence[str], name_width: int) -> Table:
-    """A table whose first column always shows whole names (they are pasted into --only); others wrap."""
+_ABOUT_WIDTH = 60  # room the other columns need beside the names before "about" gets its own column
+
+
+def _table(title: str, headers: Sequence[str], rows: Sequence[tuple[str, str, str, str, str]], width: int) -> Table:
+    """Rows of (name, about, result, extra, seconds); headers name the same five columns.
+
+    Whole names always (they are pasted into --only). On a wide console every field has its
+    column; on a narrow one "about" and "extra" go under the name, wrapped, and never cut it.
+    """
+    name_width = max([len(row[0]) for row in rows] + [len(headers[0])])
+    stacked = width < name_width + _ABOUT_WIDTH
     table = Table(title=title)
-    table.add_column(columns[0], no_wrap=True, min_width=name_width)
-    for column in columns[1:]:
-        table.add_column(column, justify="right" if column == "seconds" else "left",
-                         no_wrap=column in {"result", "seconds"}, overflow="fold")
+    table.add_column(headers[0], min_width=name_width, overflow="fold")
+    if not stacked:
+        table.add_column(headers[1], overflow="fold")
+    table.add_column(headers[2], no_wrap=True)
+    if not stacked:
+        table.add_column(headers[3], overflow="fold")
+    table.add_column(headers[4], justify="right", no_wrap=True)
+    for name, about, result, extra, seconds in rows:
+        if stacked:
+            table.add_row(f"{name}\n[dim]  {about} · {headers[3]}: {extra}[/]", result, seconds)
+        else:
+            table.add_row(name, about, result, extra, seconds)
     return table
 
 
-def checks_table(checks: dict[str, Check], results: Sequence[Result]) -> Table:
-    table = _table("verikv prove", ("name", "invariant", "transition", "bound", "result", "vacuity", "seconds"),
-                   max((len(r.name) for r in results), default=4))
+def checks_table(checks: dict[str, Check], results: Sequence[Result], width: int) -> Table:
+    """name, what it proves (invariant, transition, bound), result, vacuity, seconds."""
+    rows = []
     for r in results:
         c = checks[r.name]
-        table.add_row(c.name, c.invariant, c.transition, c.bound, _status_text(r.status),
-                      "checked" if r.vacuity_checked else "-", f"{r.seconds:.2f}")
-    return table
+        about = " · ".join(part for part in (c.invariant, c.transition, c.bound) if part and part != "-")
+        rows.append((c.name, about, _status_text(r.status), "checked" if r.vacuity_checked else "-",
+                     f"{r.seconds:.2f}"))
+    return _table("verikv prove", ("name", "proves", "result", "vacuity", "seconds"), rows, width)
 
 
-def mutants_table(mutants: dict[str, Mutant], results: Sequence[Result]) -> Table:
-    table = _table("verikv prove --mutants", ("mutant", "kind", "invariant", "result", "caught by", "seconds"),
-                   max((len(r.name) for r in results), default=6))
+def mutants_table(mutants: dict[str, Mutant], results: Sequence[Result], width: int) -> Table:
+    """mutant, what it breaks (kind, invariant), result, the checks that caught it, seconds."""
+    rows = []
     for r in results:
         m = mutants[r.name]
         more = f" (+{len(r.caught_by) - 3})" if len(r.caught_by) > 3 else ""
         status = "caught" if r.ok else ("survived" if r.status == "failed" else r.status)
-        table.add_row(m.name, m.kind, m.invariant, _status_text(status),
-                      ", ".join(r.caught_by[:3]) + more or r.detail[:60], f"{r.seconds:.2f}")
-    return table
+        rows.append((m.name, f"{m.kind} · {m.invariant}", _status_text(status),
+                     ", ".join(r.caught_by[:3]) + more or r.detail[:60], f"{r.seconds:.2f}"))
+    return _table("verikv prove --mutants", ("mutant", "breaks", "result", "caught by", "seconds"), rows, width)
 
 
 def print_failures(console: Console, results: Sequence[Result]) -> None:

@@ -137,7 +137,8 @@ def _prove(args: argparse.Namespace, entries: dict[str, Any], names: list[str], 
         print(f"verikv prove: pytest stopped with {code!r} after {len(results)}/{len(names)} checks",
               file=sys.stderr)
         return 2
-    console.print(report.mutants_table(entries, results) if args.mutants else report.checks_table(entries, results))
+    table = report.mutants_table if args.mutants else report.checks_table
+    console.print(table(entries, results, console.width))
     report.print_failures(console, results)
     if args.json == "-":
         report.write_json(sys.stdout, entries, results, total)
