@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from multiprocessing.connection import Connection
+from multiprocessing.context import ForkContext, ForkServerContext
 from typing import Literal
 
 from verikv.proofs.registry import Check, Mutant, Outcome, discover_checks, discover_mutants
@@ -88,16 +89,17 @@ def _child(work: Work, cpu_budget: float, conn: Connection) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + _KILL_GRACE))
     try:
         outcome, caught = work()
-    except BaseException:  # noqa: BLE001 - a crashing check is reported, never lost
+    except BaseException:
         outcome, caught = Outcome("error", traceback.format_exc()), ()
     conn.send((outcome, caught, _cpu_seconds()))
     conn.close()
 
 
-def _context(method: StartMethod) -> multiprocessing.context.BaseContext:
+def _context(method: StartMethod) -> ForkServerContext | ForkContext:
     if method == "forkserver":
         multiprocessing.set_forkserver_preload(["verikv.proofs._preload"])
-    return multiprocessing.get_context(method)
+        return multiprocessing.get_context("forkserver")
+    return multiprocessing.get_context("fork")
 
 
 def run_isolated(work: Work, *, cpu_budget: float = CPU_BUDGET, method: StartMethod = "forkserver") -> Verdict:

@@ -106,7 +106,7 @@ def discover_mutants() -> list[Mutant]:
     return [found[name] for name in sorted(found)]  # type: ignore[misc]
 
 
-Entry = TypeVar("Entry", Check, Mutant)
+Entry = TypeVar("Entry", bound=Check | Mutant)
 
 
 def matches(entry: Check | Mutant, pattern: str) -> bool:

@@ -14,7 +14,6 @@ from typing import IO, Any
 import pytest
 from rich.console import Console
 from rich.table import Table
-
 from verikv.proofs.pytest_plugin import PROPERTY_PREFIX
 from verikv.proofs.registry import SUCCESS, Check, Mutant
 
@@ -41,7 +40,7 @@ class Result:
 def result_from_report(report: pytest.TestReport) -> Result:
     """A report's result: the item's recorded verdict, or "error" when the item never recorded one
     (it crashed, or pytest-timeout stopped it)."""
-    props = {key[len(PROPERTY_PREFIX):]: value for key, value in report.user_properties
+    props: dict[str, Any] = {key[len(PROPERTY_PREFIX):]: value for key, value in report.user_properties
              if key.startswith(PROPERTY_PREFIX)}
     name = report.nodeid.split("::", 1)[-1]
     if "status" not in props:

@@ -115,7 +115,6 @@ def _console(out: IO[str]) -> tuple[Any, bool]:
 def _prove(args: argparse.Namespace, entries: dict[str, Any], names: list[str], out: IO[str]) -> int:
     import pytest
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from verikv.proofs import report
 
     console, live = _console(out)
@@ -154,6 +153,7 @@ def _prove(args: argparse.Namespace, entries: dict[str, Any], names: list[str], 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m verikv.proofs`` / the old entry point: ``verikv prove`` with ``argv``."""
-    parser = argparse.ArgumentParser(prog="verikv prove", description="Run verikv's Z3 theorems and verification checks.")
+    parser = argparse.ArgumentParser(prog="verikv prove",
+                                     description="Run verikv's Z3 theorems and verification checks.")
     configure_parser(parser)
     return run(parser.parse_args(list(sys.argv[1:] if argv is None else argv)))

@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 import pytest
-
 from verikv.proofs import z3_pool
 from verikv.proofs.registry import Mutant, discover_checks, discover_mutants
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-
 from verikv.proofs import isolation, pytest_plugin, runner
 from verikv.proofs.registry import Check, Mutant, Outcome, matches, select
 
@@ -168,3 +167,14 @@ def test_real_registry_runs_in_parallel_from_a_clean_process() -> None:
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "pool.cache/INV-NULL:N=3..5" in done.stdout and "2/2 checks ok" in done.stdout
+
+
+def test_piped_table_is_not_hard_wrapped(fake_registry: None, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    bound = "N=3..5, " + ", ".join(f"parameter{i}<=2^{i}" for i in range(20)) + ", end-of-bound"
+    monkeypatch.setitem(FAKE_CHECKS, "fake/wide", Check("fake/wide", "fake", "INV-FAKE", "fake.step", bound,
+                                                         lambda: Outcome("passed")))
+    assert _prove("--only", "fake/wide") == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if "fake/wide" in line and "│" in line]
+    assert len(row) == 1 and "end-of-bound" in row[0] and len(row[0]) > 200
