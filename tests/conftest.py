@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-_COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_COMMON = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
-settings.register_profile("ci", derandomize=True, database=None, print_blob=True, **_COMMON)
-settings.register_profile("dev", **_COMMON)
-settings.register_profile("nightly", max_examples=2000, **_COMMON)
+settings.register_profile("ci", _COMMON, derandomize=True, database=None, print_blob=True)
+settings.register_profile("dev", _COMMON)
+settings.register_profile("nightly", _COMMON, max_examples=2000)
 settings.load_profile("dev")
 
 _HERE = Path(__file__).parent

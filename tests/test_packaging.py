@@ -64,8 +64,10 @@ def test_type_checkers_see_every_lazy_export() -> None:
     """impl/__init__.py: the TYPE_CHECKING imports name exactly the lazily exported names, from the same modules."""
     tree = ast.parse((ROOT / "impl" / "__init__.py").read_text(encoding="utf-8"))
     exports = next(ast.literal_eval(node.value) for node in tree.body
-                   if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "_EXPORTS")
-    guarded = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING")
+                   if isinstance(node, ast.AnnAssign) and node.value is not None
+                   and getattr(node.target, "id", "") == "_EXPORTS")
+    guarded = next(node for node in tree.body
+                   if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING")
     typed = {alias.asname: node.module for node in guarded.body if isinstance(node, ast.ImportFrom)
              for alias in node.names if alias.asname == alias.name}
     assert typed == {name: f"verikv.{module}" for name, module in exports.items()}
