@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from verikv.proofs import isolation, registry
 from verikv.proofs.isolation import CPU_BUDGET, RegistryEntry, StartMethod, Verdict, run_isolated
 

@@ -14,6 +14,7 @@ from typing import IO, Any
 import pytest
 from rich.console import Console
 from rich.table import Table
+
 from verikv.proofs.pytest_plugin import PROPERTY_PREFIX
 from verikv.proofs.registry import SUCCESS, Check, Mutant
 

@@ -115,6 +115,7 @@ def _console(out: IO[str]) -> tuple[Any, bool]:
 def _prove(args: argparse.Namespace, entries: dict[str, Any], names: list[str], out: IO[str]) -> int:
     import pytest
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from verikv.proofs import report
 
     console, live = _console(out)

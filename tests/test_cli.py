@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 import verikv
 from verikv import cli
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+
 from verikv.proofs import z3_pool
 from verikv.proofs.registry import Mutant, discover_checks, discover_mutants
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+
 from verikv.proofs import isolation, pytest_plugin, runner
 from verikv.proofs.registry import Check, Mutant, Outcome, matches, select
 
