@@ -70,7 +70,7 @@ class EntryItem(pytest.Item):
 
     def runtest(self) -> None:
         verdict = run_isolated(RegistryEntry(self.name, self.mutant),
-                               cpu_budget=self.config.getoption("verikv_cpu_budget"), method=START_METHOD)
+                               cpu_budget=self.config.option.verikv_cpu_budget, method=START_METHOD)
         outcome = verdict.outcome
         self.user_properties.extend([
             (PROPERTY_PREFIX + "status", outcome.status),
@@ -107,7 +107,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before -k / -m deselect, so they apply to these items too
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    patterns = config.getoption("verikv_only")
+    patterns: list[str] = config.option.verikv_only
     for mutant, wanted in ((False, config.getoption("verikv_proofs")), (True, config.getoption("verikv_mutants"))):
         if wanted:
             items.extend(_entry_items(session, mutant, patterns))
