@@ -12,13 +12,21 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import pytest
-from rich.console import Console
+from rich import console as rich_console
 from rich.table import Table
 
 from verikv.proofs.pytest_plugin import PROPERTY_PREFIX
 from verikv.proofs.registry import SUCCESS, Check, Mutant
 
 _STYLE = {"proved": "green", "passed": "green", "caught": "green"}
+
+
+class Console(rich_console.Console):
+    """rich's console, except that a closed pipe raises BrokenPipeError (the ``verikv`` command then
+    ends quietly with status 141) instead of rich's SystemExit(1), which would read as failed checks."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ def _print_list(selected: Sequence[Any], out: IO[str], mutants: bool) -> None:
 
 def _console(out: IO[str]) -> tuple[Any, bool]:
     """A rich console on ``out``; on a terminal (and not in CI) it is live, else plain and unwrapped."""
-    from rich.console import Console
+    from verikv.proofs.report import Console
 
     live = out.isatty() and os.environ.get("CI", "").lower() not in {"1", "true", "yes"}
     if live:
@@ -128,9 +128,20 @@ def _prove(args: argparse.Namespace, entries: dict[str, Any], names: list[str], 
                 collector = report.Collector(lambda r: progress.advance(task))
                 code = pytest.main(_pytest_args(args, root), plugins=[collector])
         else:
-            collector = report.Collector(lambda r: console.print(
-                report.progress_line(len(collector.results), len(names), r), markup=False))
+            pipe_closed = False
+
+            def log_line(result: report.Result) -> None:
+                nonlocal pipe_closed
+                if not pipe_closed:
+                    try:
+                        print(report.progress_line(len(collector.results), len(names), result), file=out, flush=True)
+                    except BrokenPipeError:  # the checks still finish; the command then ends quietly
+                        pipe_closed = True
+
+            collector = report.Collector(log_line)
             code = pytest.main(_pytest_args(args, root), plugins=[collector])
+            if pipe_closed:
+                raise BrokenPipeError
     total = time.perf_counter() - started
     results = [collector.results[n] for n in names if n in collector.results]
     if len(results) < len(names) or code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):

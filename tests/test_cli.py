@@ -59,12 +59,14 @@ def test_size_runs_through_the_command(capsys: pytest.CaptureFixture[str]) -> No
     assert "llama-3-8b" in capsys.readouterr().out
 
 
-def test_a_closed_pipe_ends_quietly() -> None:
-    """``verikv prove --list | head -0``: the reader is gone before the first line; no traceback."""
+@pytest.mark.parametrize("argv", [["prove", "--list"], ["prove", "--only", "pool.cache/INV-NULL", "--jobs", "1"],
+                                  ["size", "--model", "llama-3-8b", "--device", "tpu-v6e"]])
+def test_a_closed_pipe_ends_quietly(argv: list[str]) -> None:
+    """``verikv ... | head -0``: the reader is gone before the first line; no traceback, status 141."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        done = subprocess.run([sys.executable, "-m", "verikv", "prove", "--list"], stdout=write_end,
+        done = subprocess.run([sys.executable, "-m", "verikv", *argv], stdout=write_end,
                               stderr=subprocess.PIPE, text=True, check=False)
     finally:
         os.close(write_end)
