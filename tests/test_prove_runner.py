@@ -179,3 +179,19 @@ def test_piped_table_is_not_hard_wrapped(fake_registry: None, monkeypatch: pytes
     assert _prove("--only", "fake/wide") == 0
     row = [line for line in capsys.readouterr().out.splitlines() if "fake/wide" in line and "│" in line]
     assert len(row) == 1 and "end-of-bound" in row[0] and len(row[0]) > 200
+
+
+def _new_term_id() -> tuple[Outcome, tuple[str, ...]]:
+    import z3
+
+    return Outcome("passed", str(z3.Int("probe").get_id())), ()
+
+
+def test_checks_start_from_a_clean_z3_context() -> None:
+    """Z3 numbers terms in creation order: a fork-server child sees none of the parent's terms."""
+    import z3
+
+    polluted = [z3.Int(f"x{i}") + i for i in range(20_000)]
+    parent_id = z3.Int("probe").get_id()
+    clean_id = int(isolation.run_isolated(_new_term_id).outcome.detail)
+    assert len(polluted) == 20_000 and parent_id > 40_000 and clean_id < 1_000
