@@ -10,7 +10,8 @@ ran before in the parent.
 Why CPU time: the budget is ``RLIMIT_CPU`` on the child, and every process it starts (e.g.
 CrossHair) inherits the same limit for itself. CPU seconds do not grow when other processes
 load the machine, wall seconds do. A wall-clock backstop of ``WALL_FACTOR`` times the budget
-still ends a check that hangs without using CPU. Both count as "timeout", a failure.
+(at least ``MIN_BACKSTOP`` seconds) still ends a check that hangs without using CPU. Both
+count as "timeout", a failure.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from typing import Literal
 from verikv.proofs.registry import Check, Mutant, Outcome, discover_checks, discover_mutants
 
 CPU_BUDGET = 300.0   # default CPU seconds per check process (slowest measured alone: 15 s)
-WALL_FACTOR = 10.0   # the wall backstop, as a multiple of the CPU budget
+WALL_FACTOR = 10.0   # the wall backstop, as a multiple of the CPU budget ...
+MIN_BACKSTOP = 600.0  # ... and at least this many wall seconds (a loaded machine gives a process little CPU)
 _KILL_GRACE = 5      # CPU seconds between SIGXCPU (soft limit) and SIGKILL (hard limit)
-_TIMEOUT_SIGNALS = {-signal.SIGXCPU, -signal.SIGKILL}
 
 Work = Callable[[], tuple[Outcome, tuple[str, ...]]]
 StartMethod = Literal["forkserver", "fork"]
@@ -111,24 +112,26 @@ def run_isolated(work: Work, *, cpu_budget: float = CPU_BUDGET, method: StartMet
     ctx = _context(method)
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child, args=(work, cpu_budget, sender), daemon=True)
+    backstop = max(cpu_budget * WALL_FACTOR, MIN_BACKSTOP)
     started = time.perf_counter()
     child.start()
     sender.close()
     try:
-        if receiver.poll(cpu_budget * WALL_FACTOR):
-            try:
-                outcome, caught, cpu = receiver.recv()
-                return Verdict(outcome, caught, time.perf_counter() - started, cpu)
-            except EOFError:  # the child died before sending: a CPU-limit signal, or a crash
-                pass
-        else:
-            child.kill()
-        child.join()
+        if not receiver.poll(backstop):
+            return Verdict(Outcome("timeout", f"no result after {backstop:g} wall seconds without using up "
+                                              f"its {cpu_budget:g} CPU seconds: it hangs"),
+                           (), time.perf_counter() - started)
+        try:
+            outcome, caught, cpu = receiver.recv()
+            return Verdict(outcome, caught, time.perf_counter() - started, cpu)
+        except EOFError:  # the child died before sending its result
+            child.join()
         elapsed = time.perf_counter() - started
-        if child.exitcode in _TIMEOUT_SIGNALS or elapsed >= cpu_budget * WALL_FACTOR:
-            why = (f"exceeded {cpu_budget:g} CPU seconds" if elapsed < cpu_budget * WALL_FACTOR
-                   else f"no result after {elapsed:.0f} wall seconds ({WALL_FACTOR:g} x the CPU budget)")
-            return Verdict(Outcome("timeout", why), (), elapsed)
+        if child.exitcode == -signal.SIGXCPU:
+            return Verdict(Outcome("timeout", f"exceeded {cpu_budget:g} CPU seconds"), (), elapsed)
+        if child.exitcode == -signal.SIGKILL:
+            return Verdict(Outcome("timeout", f"killed: past the {cpu_budget:g} CPU-second limit, or by the system"),
+                           (), elapsed)
         return Verdict(Outcome("error", f"the check's process exited with code {child.exitcode}"), (), elapsed)
     finally:
         if child.is_alive():
