@@ -1,13 +1,15 @@
 """verikv: a paged KV-cache page manager verified against a formal specification.
 
 Public names are resolved lazily (PEP 562) so ``import verikv`` stays cheap and only loads
-the modules a caller actually uses. ``_EXPORTS`` maps each public name to its module.
+the modules a caller actually uses. ``_EXPORTS`` maps each public name to its module; the
+``TYPE_CHECKING`` block imports the same names for type checkers, so ``from verikv import
+CacheManager`` is typed (tests/test_packaging.py keeps the two lists equal).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
@@ -91,6 +93,85 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # the same names, imported eagerly for type checkers only
+    from verikv.cache_manager import CacheManager as CacheManager, CachePages as CachePages
+    from verikv.cache_specs import (
+        AttentionSpec as AttentionSpec,
+        AttentionTypeGroups as AttentionTypeGroups,
+        CacheGroupsConfig as CacheGroupsConfig,
+        CacheGroupSpec as CacheGroupSpec,
+        CacheSpec as CacheSpec,
+        ChunkedLocalAttentionSpec as ChunkedLocalAttentionSpec,
+        FullAttentionSpec as FullAttentionSpec,
+        MambaSpec as MambaSpec,
+        RuntimePageBudgetEstimate as RuntimePageBudgetEstimate,
+        SlidingWindowSpec as SlidingWindowSpec,
+        create_kv_cache_specs_from_config as create_kv_cache_specs_from_config,
+        dtype_size_bytes as dtype_size_bytes,
+        estimate_runtime_page_budget as estimate_runtime_page_budget,
+        split_cache_groups as split_cache_groups,
+    )
+    from verikv.coordinators import (
+        CacheCoordinator as CacheCoordinator,
+        CacheCoordinatorNoPrefixCache as CacheCoordinatorNoPrefixCache,
+        HybridCacheCoordinator as HybridCacheCoordinator,
+        UnitaryCacheCoordinator as UnitaryCacheCoordinator,
+        get_kv_cache_coordinator as get_kv_cache_coordinator,
+    )
+    from verikv.dp_sharding import (
+        dp_shard_for_page_id as dp_shard_for_page_id,
+        dp_shard_page_bounds as dp_shard_page_bounds,
+        pages_per_dp_shard as pages_per_dp_shard,
+        usable_pages_count as usable_pages_count,
+    )
+    from verikv.errors import (
+        CacheSpecError as CacheSpecError,
+        CorruptedStateError as CorruptedStateError,
+        DoesNotFitError as DoesNotFitError,
+        DoubleFreeError as DoubleFreeError,
+        ForeignPageError as ForeignPageError,
+        InvalidArgumentError as InvalidArgumentError,
+        KVCacheDoesNotFitError as KVCacheDoesNotFitError,
+        NullPageError as NullPageError,
+        OutOfPagesError as OutOfPagesError,
+        PageStateError as PageStateError,
+        SizingError as SizingError,
+        UnknownRequestError as UnknownRequestError,
+        VeriKVError as VeriKVError,
+    )
+    from verikv.events import (
+        AllPagesCleared as AllPagesCleared,
+        KVEvent as KVEvent,
+        PageRemoved as PageRemoved,
+        PageStored as PageStored,
+        PrefixCacheStats as PrefixCacheStats,
+    )
+    from verikv.free_queue import CachePage as CachePage, FreeCachePageQueue as FreeCachePageQueue
+    from verikv.hashing import (
+        MMFeature as MMFeature,
+        PageHash as PageHash,
+        PageHasher as PageHasher,
+        PageHashWithGroupId as PageHashWithGroupId,
+        default_hasher as default_hasher,
+        hash_page_tokens as hash_page_tokens,
+        hash_request_tokens as hash_request_tokens,
+    )
+    from verikv.page_pool import PagePool as PagePool
+    from verikv.page_table import (
+        PAGE_TABLE_PADDING_VAL as PAGE_TABLE_PADDING_VAL,
+        MultiGroupPageTable as MultiGroupPageTable,
+        PageTable as PageTable,
+    )
+    from verikv.request import Request as Request, RequestStatus as RequestStatus
+    from verikv.single_type_managers import (
+        ChunkedLocalAttentionManager as ChunkedLocalAttentionManager,
+        FullAttentionManager as FullAttentionManager,
+        MambaManager as MambaManager,
+        SingleTypeCacheManager as SingleTypeCacheManager,
+        SlidingWindowManager as SlidingWindowManager,
+    )
+    from verikv.sizing import KVCachePlan as KVCachePlan, plan_kv_cache as plan_kv_cache
 
 
 def __getattr__(name: str) -> Any:

@@ -1,30 +1,77 @@
-"""The ``verikv`` command: ``verikv prove ...`` runs the proof suite, ``verikv size ...`` plans a device buffer."""
+"""The ``verikv`` command (also ``python -m verikv``): ``verikv prove`` and ``verikv size``.
+
+Each subcommand's module is imported only when that subcommand runs, so ``verikv --help``
+and ``verikv --version`` need no optional dependency. A closed pipe (``verikv prove | head``)
+ends the command quietly.
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-_USAGE = "usage: verikv {prove,size} [options]   (verikv COMMAND --help for details)"
+from verikv import __version__
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _prove(args: argparse.Namespace) -> int:
+    from verikv.proofs import runner
+
+    return runner.run(args)
+
+
+def _size(args: argparse.Namespace) -> int:
+    # Until verikv.sizing.cli exposes configure_parser/run, its own parser reads the arguments.
+    from verikv.sizing import cli as sizing_cli
+
+    return sizing_cli.main(args.size_argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``verikv`` with one subparser per command; ``verikv COMMAND --help`` documents each."""
+    from verikv.proofs import runner  # standard library only at import time
+
+    parser = argparse.ArgumentParser(
+        prog="verikv", description="A verified paged KV-cache page manager: run its proofs, size a device buffer.")
+    parser.add_argument("--version", action="version", version=f"verikv {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    prove = commands.add_parser(
+        "prove", help="run every Z3 theorem and verification check (needs the proofs extra)",
+        description="Run verikv's Z3 theorems and verification checks; exit 0 only if all hold.")
+    runner.configure_parser(prove)
+    prove.set_defaults(handler=_prove)
+    size = commands.add_parser(
+        "size", add_help=False, help="size a paged KV cache for a model on an accelerator",
+        description="Size a paged KV cache (verikv size --help lists its options).")
+    size.set_defaults(handler=_size)  # every argument after "size" goes to its own parser
+    return parser
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader went away: send the rest of our output nowhere and exit like a piped Unix tool."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Dispatch to a subcommand; each subcommand module is imported only when used."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in {"-h", "--help"}:
-        print(_USAGE)
-        return 0 if args else 2
-    command, rest = args[0], args[1:]
-    if command == "prove":
-        from verikv.proofs.runner import main as prove_main
-
-        return prove_main(rest)
-    if command == "size":
-        from verikv.sizing.cli import main as size_main
-
-        return size_main(rest)
-    print(f"verikv: unknown command {command!r}\n{_USAGE}", file=sys.stderr)
-    return 2
+    """Entry point of the ``verikv`` command; returns the exit status."""
+    parser = build_parser()
+    args, rest = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    handler: Handler = args.handler
+    if handler is _size:
+        args.size_argv = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        status = handler(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    return status
 
 
 if __name__ == "__main__":

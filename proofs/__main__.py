@@ -2,6 +2,6 @@
 
 import sys
 
-from verikv.proofs.runner import main
+from verikv.cli import main
 
-sys.exit(main(sys.argv[1:]))
+sys.exit(main(["prove", *sys.argv[1:]]))

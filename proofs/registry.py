@@ -10,11 +10,13 @@ Names are the project's thread (DESIGN.md): a theorem is ``<transition>/<INVARIA
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from types import ModuleType
+from typing import Literal, TypeVar
 
 Status = Literal["proved", "confirmed", "passed", "no-counterexample", "failed", "unknown", "vacuous", "timeout",
                  "error"]
@@ -74,7 +76,7 @@ class Mutant:
     detect: Callable[[], list[str]] = field(compare=False, repr=False)
 
 
-def _provider_modules() -> list[object]:
+def _provider_modules() -> list[ModuleType]:
     package = importlib.import_module("verikv.proofs")
     modules = []
     for info in sorted(pkgutil.walk_packages(package.__path__, "verikv.proofs."), key=lambda i: i.name):
@@ -108,3 +110,24 @@ def discover_mutants() -> list[Mutant]:
     """Every Mutant of every provider, sorted by name; duplicate names are an error."""
     found = _discover("mutants")
     return [found[name] for name in sorted(found)]  # type: ignore[misc]
+
+
+Entry = TypeVar("Entry", bound=Check | Mutant)
+
+
+def matches(entry: Check | Mutant, pattern: str) -> bool:
+    """Whether ``pattern`` selects ``entry`` (``verikv prove --only``, ``pytest --verikv-only``).
+
+    A pattern with wildcards (``*?[``) is a glob on the name or on the invariant
+    (``'pool.free/*'``, ``'INV-HIT-*'``); a plain one is a substring of the name or exactly the
+    invariant, so ``INV-ATOMIC`` also selects the checks and mutants about INV-ATOMIC whose
+    names do not contain it.
+    """
+    if any(ch in pattern for ch in "*?["):
+        return fnmatch.fnmatchcase(entry.name, pattern) or fnmatch.fnmatchcase(entry.invariant, pattern)
+    return pattern in entry.name or pattern == entry.invariant
+
+
+def select(entries: Sequence[Entry], patterns: Sequence[str]) -> list[Entry]:
+    """The entries any pattern selects, in order; every entry when there are no patterns."""
+    return [e for e in entries if not patterns or any(matches(e, p) for p in patterns)]

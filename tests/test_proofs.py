@@ -1,17 +1,16 @@
-"""pytest runs the same registry as `verikv prove`: every check must prove/pass, every spec mutant must be caught.
+"""The proofs as pytest items: every registry check is collected once; spec mutants are caught.
 
-The checks run through the real runner in a fresh interpreter, as a user's CI runs them: Z3's
-search depends on the terms already created in its context, so a theorem that proves in 0.4 s
-in a clean process can exhaust its limits inside a pytest worker that has built thousands of
-terms for other tests (observed: sizing.gpu-mamba-hybrid/SIZE-FITS).
+The checks themselves run as the items ``verikv-proofs::<name>`` that the plugin
+`verikv.proofs.pytest_plugin` adds to the whole suite (see tests/conftest.py), each in a clean
+child process: Z3's search depends on the terms already created in its context, so a theorem
+that proves in 0.4 s in a clean process can exhaust its limits inside a pytest worker that has
+built thousands of terms for other tests (observed: sizing.gpu-mamba-hybrid/SIZE-FITS).
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -22,17 +21,31 @@ CHECKS = discover_checks()
 SPEC_MUTANTS = [m for m in discover_mutants() if m.kind == "spec"]
 
 
-def test_every_check_holds(tmp_path: Path) -> None:
-    report = tmp_path / "prove.json"
-    flags = ["-O"] * sys.flags.optimize
-    run = subprocess.run([sys.executable, *flags, "-m", "verikv.proofs", "--json", str(report)],
-                         capture_output=True, text=True, check=False)
-    results = {r["name"]: r for r in json.loads(report.read_text(encoding="utf-8"))["results"]}
-    assert set(results) == {c.name for c in CHECKS}, "the runner did not run every registered check"
-    failed = [f"{n}: {r['status']} {r['detail']}" for n, r in results.items() if not r["ok"]]
-    assert not failed and run.returncode == 0, "\n".join(failed) or run.stdout[-2000:]
-    skipped_vacuity = [c.name for c in CHECKS if c.kind.startswith("z3") and not results[c.name]["vacuity_checked"]]
-    assert not skipped_vacuity, f"theorems without a vacuity check: {skipped_vacuity}"
+def _collected(*options: str) -> list[str]:
+    """Node ids pytest collects with ``options`` and no test files (a fresh interpreter)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "--noconftest", *options, "--rootdir", ".", "--ignore-glob", "*"],
+                          capture_output=True, text=True, check=False)
+    return [line for line in done.stdout.splitlines() if line.startswith("verikv-")]
+
+
+def test_every_check_is_one_item_named_by_the_check() -> None:
+    assert _collected("--verikv-proofs") == [f"verikv-proofs::{c.name}" for c in CHECKS]
+
+
+def test_only_selects_by_invariant_and_mutants_are_items_too() -> None:
+    items = _collected("--verikv-proofs", "--verikv-mutants", "--verikv-only", "INV-ATOMIC")
+    expected = [f"verikv-proofs::{c.name}" for c in CHECKS if c.invariant == "INV-ATOMIC" or "INV-ATOMIC" in c.name]
+    expected += [f"verikv-mutants::{m.name}" for m in discover_mutants()
+                 if m.invariant == "INV-ATOMIC" or "INV-ATOMIC" in m.name]
+    assert items == expected and any(i.startswith("verikv-mutants::") for i in items)
+
+
+def test_proof_items_are_part_of_the_whole_suite(request: pytest.FixtureRequest) -> None:
+    """When this module runs, so do the proofs (tests/conftest.py), and each exactly once."""
+    assert request.config.getoption("verikv_proofs")
+    names = [item.nodeid for item in request.session.items if item.nodeid.startswith("verikv-proofs::")]
+    assert len(names) == len(set(names))
 
 
 @pytest.mark.parametrize("mutant", SPEC_MUTANTS, ids=[m.name for m in SPEC_MUTANTS])

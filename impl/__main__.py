@@ -1,0 +1,7 @@
+"""``python -m verikv`` is the ``verikv`` command."""
+
+import sys
+
+from verikv.cli import main
+
+sys.exit(main())
