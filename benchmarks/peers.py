@@ -23,10 +23,11 @@ def load_adapters(anchors: Path, kinds: tuple[str, ...]) -> ModuleType | None:
     if str(anchors) not in sys.path:
         sys.path.insert(0, str(anchors))
     try:
-        import adapters  # noqa: PLC0415  (importable only once the harness's path is known)
+        import adapters  # type: ignore[import-not-found]  # noqa: PLC0415  (on the path only now)
 
         for kind in kinds:
             adapters.load(kind)
     except ImportError:
         return None
-    return adapters
+    module: ModuleType = adapters
+    return module
