@@ -30,6 +30,7 @@ import numpy as np
 
 from benchmarks import decode_batch, micro, per_page
 from benchmarks.measure import build_cost, use_clock
+from benchmarks.peers import DEFAULT_ANCHORS
 from benchmarks.report import print_table
 from benchmarks.workload import WorkloadConfig, generate_workload, make_manager, replay
 
@@ -59,7 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale-pages", default="10000,100000,1000000", help="pool sizes for the build run")
     p.add_argument("--per-page-pages", default="870,6000", help="prompt sizes (pages) of the perpage section")
     p.add_argument("--decode-running", type=int, default=1024, help="running requests of the decode section")
-    p.add_argument("--anchors", type=Path, default=per_page.DEFAULT_ANCHORS,
+    p.add_argument("--anchors", type=Path, default=DEFAULT_ANCHORS,
                    help="the anchors harness: EasyDeL and vLLM for perpage and decode, when importable")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks that everything runs")
     p.add_argument("--profile", action="store_true", help="profile one trace run (first scheme) with cProfile")

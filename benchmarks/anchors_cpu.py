@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(a.anchors))
     import adapters  # noqa: PLC0415  (the anchors harness, importable only once its path is known)
     import bench  # noqa: PLC0415
-    from trace import PROFILES, make_trace, run_trace  # noqa: PLC0415
+    from trace import PROFILES, make_trace, run_trace  # type: ignore[attr-defined]  # noqa: PLC0415  (the harness's trace.py)
 
     trace_kw: dict[str, Any] = {}
     max_model_len = 8192  # the harness's default

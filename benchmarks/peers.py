@@ -23,7 +23,7 @@ def load_adapters(anchors: Path, kinds: tuple[str, ...]) -> ModuleType | None:
     if str(anchors) not in sys.path:
         sys.path.insert(0, str(anchors))
     try:
-        import adapters  # type: ignore[import-not-found]  # noqa: PLC0415  (on the path only now)
+        import adapters  # type: ignore[import-not-found]  # (on the path only now)
 
         for kind in kinds:
             adapters.load(kind)

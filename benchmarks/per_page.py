@@ -30,6 +30,7 @@ import json
 import sys
 from array import array
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -82,10 +83,8 @@ def floors(num_pages: int, repeats: int) -> dict[str, float]:
     `array('q', tokens)`."""
     tokens = prompt_tokens(num_pages, 0)
     pages = [array("q", tokens[i * PAGE_SIZE:(i + 1) * PAGE_SIZE]).tobytes() for i in range(num_pages)]
-    out = {}
-    for scheme in ("sha256", "xxh3_128"):
-        hash_pages = micro._calls(pages, micro._raw_digest(scheme))
-        out[f"{scheme} call"] = median_ns(lambda: timed_ns(hash_pages), repeats) / num_pages
+    out = {f"{scheme} call": median_ns(partial(timed_ns, micro._calls(pages, micro._raw_digest(scheme))), repeats)
+           / num_pages for scheme in ("sha256", "xxh3_128")}
     out[ARRAY_FLOOR] = median_ns(lambda: timed_ns(lambda: array("q", tokens)), repeats) / len(tokens)
     return out
 
