@@ -124,8 +124,10 @@ def batch_us(running: Running, steps: int) -> float:
     ones = [1] * len(requests)
     for _ in range(steps):
         t = clock_ns()
-        batch(requests, ones)
+        results = batch(requests, ones)
         spent += clock_ns() - t
+        if None in results:  # one result per request; None: that request did not fit
+            raise RuntimeError("a decode step did not fit")
         for req in requests:
             running.advance(req)
     return spent / 1e3 / (steps * len(requests))

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,3 +55,30 @@ def test_per_page_and_decode_sections_quick_run(tmp_path: Path) -> None:
     for scheme in ("sha256", "builtin"):
         assert decode[f"verikv {scheme}: allocate_slots per request"] > 0
     assert set(decode) >= {"vllm: allocate_slots per call", "easydel: allocate_slots per call"}
+
+
+class _BatchByCalls:
+    """A stand-in for a manager that has `allocate_slots_batch`: single calls in order."""
+
+    def __init__(self, manager: Any) -> None:
+        self.manager = manager
+
+    def allocate_slots_batch(self, requests: list[Any], num_new_tokens: list[int]) -> list[Any]:
+        return [self.manager.allocate_slots(r, n) for r, n in zip(requests, num_new_tokens)]
+
+
+def test_decode_scaffold_drives_batched_and_single_calls_alike() -> None:
+    """The batched variant runs the same workload as the per-call one: after the same steps,
+    every request holds the same pages (the stand-in batches by single calls)."""
+    from benchmarks import decode_batch
+
+    single = decode_batch.verikv_running("builtin", 32, 16)
+    batched = decode_batch.verikv_running("builtin", 32, 16)
+    real = batched.manager
+    batched.manager = _BatchByCalls(real)
+    assert decode_batch.per_call_us(single, 16) > 0
+    assert decode_batch.batch_us(batched, 16) > 0
+    pages = [single.manager.get_page_ids(r.request_id) for r in single.requests]
+    assert pages == [real.get_page_ids(r.request_id) for r in batched.requests]
+    # 16 one-token steps from a 64-79-token prompt: every request crossed one page boundary
+    assert [len(p[0]) for p in pages] == [-(-len(prompt) // 16) + 1 for prompt in decode_batch.prompts(32)]
