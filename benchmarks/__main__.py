@@ -6,6 +6,10 @@ Sections (``--sections``, default all):
   hashing  pages hashed per second per scheme
   micro    µs per call of queue / pool / manager operations at each ``--micro-pages`` size
   scaling  build time and Python heap (tracemalloc) of a CacheManager per ``--scale-pages`` size
+  perpage  ns per page of a long prompt's keys, prefix walk, allocation and free per scheme, and ns
+           per token of Request creation, each beside its floor (benchmarks/per_page.py)
+  decode   µs per request of a decode step over ``--decode-running`` requests, per call and batched
+           when the manager has it, beside vLLM and EasyDeL (benchmarks/decode_batch.py)
 ``--profile`` runs the trace once more under cProfile and prints the top functions.
 """
 
@@ -24,12 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import micro
+from benchmarks import decode_batch, micro, per_page
 from benchmarks.measure import build_cost, use_clock
+from benchmarks.peers import DEFAULT_ANCHORS
 from benchmarks.report import print_table
 from benchmarks.workload import WorkloadConfig, generate_workload, make_manager, replay
 
-SECTIONS = ("trace", "hashing", "micro", "scaling")
+SECTIONS = ("trace", "hashing", "micro", "scaling", "perpage", "decode")
 SCHEMES = ("sha256", "xxh3_128", "builtin")
 
 
@@ -53,6 +58,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--micro-repeats", type=int, default=15, help="timed batches per micro-benchmark")
     p.add_argument("--micro-pages", default="10000,1000000", help="pool sizes for the micro-benchmarks")
     p.add_argument("--scale-pages", default="10000,100000,1000000", help="pool sizes for the build run")
+    p.add_argument("--per-page-pages", default="870,6000", help="prompt sizes (pages) of the perpage section")
+    p.add_argument("--decode-running", type=int, default=1024, help="running requests of the decode section")
+    p.add_argument("--anchors", type=Path, default=DEFAULT_ANCHORS,
+                   help="the anchors harness: EasyDeL and vLLM for perpage and decode, when importable")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one repeat: checks that everything runs")
     p.add_argument("--profile", action="store_true", help="profile one trace run (first scheme) with cProfile")
     p.add_argument("--json", type=Path, help="write every result here")
@@ -60,6 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if a.quick:
         a.requests, a.num_pages, a.repeats, a.micro_repeats = 30, 512, 1, 1
         a.micro_pages, a.scale_pages = "10000,20000", "1000,20000"
+        a.per_page_pages, a.decode_running = "20", 64
     a.sections = [s for s in a.sections.split(",") if s]
     a.schemes = [s for s in a.schemes.split(",") if s]
     unknown = set(a.sections) - set(SECTIONS)
@@ -158,6 +168,18 @@ def run_scaling(a: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def run_per_page(a: argparse.Namespace) -> dict[str, Any]:
+    results = per_page.measure(_ints(a.per_page_pages), a.schemes, max(a.repeats, 3), a.anchors)
+    per_page.print_results(results, a.schemes)
+    return results
+
+
+def run_decode(a: argparse.Namespace) -> dict[str, Any]:
+    results = decode_batch.measure(a.decode_running, decode_batch.PAGE_SIZE, a.repeats, a.anchors)
+    decode_batch.print_results(results, a.decode_running, decode_batch.PAGE_SIZE)
+    return results
+
+
 def profile_trace(a: argparse.Namespace) -> None:
     """One trace run under cProfile; prints the 30 functions with the most own time."""
     trace = generate_workload(WorkloadConfig(num_requests=a.requests, seed=a.seed))
@@ -172,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     use_clock(a.clock)
     results: dict[str, Any] = {"machine": machine(), "args": {k: str(v) for k, v in vars(a).items()},
                                "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    runners = {"trace": run_trace, "hashing": run_hashing, "micro": run_micro, "scaling": run_scaling}
+    runners = {"trace": run_trace, "hashing": run_hashing, "micro": run_micro, "scaling": run_scaling,
+               "perpage": run_per_page, "decode": run_decode}
     for section in a.sections:
         results[section] = runners[section](a)
     if a.profile:
