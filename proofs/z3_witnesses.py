@@ -124,7 +124,7 @@ _CUT_ENCODINGS: tuple[tuple[str, str, zm.StepFn], ...] = (
 
 def _detector(transition: str, encoding: zm.StepFn) -> Callable[[], list[str]]:
     def detect() -> list[str]:
-        return [f"witness:{transition}:{b}:N={PAGES}" for b, fn in BRANCHES[transition].items()
+        return [f"witness:{transition}:{b}:N={PAGES}: REACHABILITY" for b, fn in BRANCHES[transition].items()
                 if not reachable(transition, fn, encoding).ok]
     return detect
 

@@ -319,7 +319,9 @@ def remove_skipped(s: ManagerState, rid: RequestId, num_computed_tokens: int) ->
         cut = min(skipped_before(layout, num_computed_tokens), len(pages))
         p = pool.free(p, tuple(q for q in reversed(pages[:cut]) if q != NULL_PAGE))
         lists.append((NULL_PAGE,) * cut + pages[cut:])
-    return replace(s, pool=p, entries=_with_entry(s, rid, replace(e, pages=tuple(lists))))
+    at = max(dict(s.progress).get(rid, 0), num_computed_tokens)  # the caller has computed that many
+    return replace(s, pool=p, entries=_with_entry(s, rid, replace(e, pages=tuple(lists))),
+                   progress=_with_progress(s, rid, at))
 
 
 # --- cache_pages ---------------------------------------------------------------------------

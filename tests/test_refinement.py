@@ -80,3 +80,14 @@ def test_the_failing_hasher_raises_on_every_key_computation() -> None:
     with pytest.raises(refinement.KeyComputationFailed):
         failing.hash_page(None, (1, 2))
     assert failing.scheme == "sha256"
+
+
+def test_the_layouts_cover_every_feature_issue_18_lists() -> None:
+    cases = refinement.CASES
+    kinds = {tuple(g.kind for g in c.groups) for c in cases}
+    assert {("full",), ("sliding",), ("chunked",), ("mamba",), ("full", "sliding"),
+            ("full", "sliding", "chunked"), ("sliding", "full")} <= kinds
+    assert any(c.data_parallel_size == 2 for c in cases) and any(c.use_eagle for c in cases)
+    assert any(c.lookahead for c in cases) and any(c.delay for c in cases) and any(c.key_failures for c in cases)
+    assert {c.free_order for c in cases} == {"esurge", "unhashed-first"}
+    assert {c.hash_scheme for c in cases} == {"sha256", "builtin", "xxh3_128"}
