@@ -196,11 +196,15 @@ class KeyFailure(RuntimeError):
 
 class ArmableHash:
     """A ``hash_scheme`` callable that raises `KeyFailure` on demand: `arm(after)` makes the
-    ``after``-th next call raise (1 = the very next); otherwise it hashes like the builtin
-    scheme."""
+    ``after``-th next call raise (1 = the very next). Otherwise it computes the default
+    scheme's digest (SHA-256 over the canonical encoding), so values that scheme cannot encode
+    still fail as they would by default."""
 
     def __init__(self) -> None:
+        from verikv.hashing import PageHasher
+
         self.countdown = 0
+        self.inner = PageHasher("sha256", seed=0)
 
     def arm(self, after: int) -> None:
         self.countdown = after
@@ -208,12 +212,13 @@ class ArmableHash:
     def disarm(self) -> None:
         self.countdown = 0
 
-    def __call__(self, message: Any) -> int:
+    def __call__(self, message: tuple[int, tuple[int, ...], Any]) -> int:
         if self.countdown:
             self.countdown -= 1
             if not self.countdown:
                 raise KeyFailure("armed key computation failure")
-        return hash(message)
+        parent, tokens, extra = message
+        return self.inner.hash_page(parent, tokens, extra).hash_value
 
 
 class KeyFailingAdapter(CacheManagerAdapter):
