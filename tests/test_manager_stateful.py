@@ -18,7 +18,7 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from verikv.testing.adapter import KeyFailingAdapter
-from verikv.testing.manager_machine import LAYOUTS, MachineOptions, ManagerMachine, machine_factory
+from verikv.testing.manager_machine import LAYOUTS, PROMPTS, MachineOptions, ManagerMachine, machine_factory
 
 STEPS = 60
 EXAMPLES = 280
@@ -72,7 +72,9 @@ class Counting(ManagerMachine):
 
     def decode_token(self, rid: str, block: int) -> None:
         super().decode_token(rid, block)
-        self.seen["decoded a block token"] += block < 3
+        tokens = self.view(rid).tokens
+        self.seen["decoding completed a prompt's first page"] += (
+            len(tokens) % 4 == 0 and tokens[-4:] in {prompt[:4] for prompt in PROMPTS})
 
     def preempt_request(self, rid: str) -> None:
         super().preempt_request(rid)
@@ -100,8 +102,15 @@ def count_paths(name: str, examples: int) -> Counter[str]:
 def test_runs_are_long_and_reach_the_paths() -> None:
     seen = count_paths("full+sliding(window<=page)", 60)
     assert seen["longest run"] == STEPS and seen["runs of 50+ steps"] >= seen["runs"] // 3, seen
-    for path in ("prefix hit", "allocation refused", "preemption", "null placeholder held", "decoded a block token"):
+    for path in ("prefix hit", "allocation refused", "preemption", "null placeholder held"):
         assert seen[path] > 0, seen
+
+
+def test_decoded_pages_repeat_prompt_pages_with_a_short_window() -> None:
+    """Decoding copies page-sized blocks, so a decoded page can equal another prompt's first
+    page: the shape of eSurge's Q1 false hit (a window that fits in a page)."""
+    seen = count_paths("sliding-only(window<=page)", 60)
+    assert seen["decoding completed a prompt's first page"] > 0, seen
 
 
 def test_bad_token_counts_are_sent_without_data_parallelism() -> None:

@@ -19,7 +19,7 @@ two common API families:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from verikv.spec.abstraction import ManagerLike
 from verikv.spec.manager import GroupLayout, ManagerConfig, RequestView
@@ -149,7 +149,8 @@ class CacheManagerAdapter:
     def new_request(self, view: RequestView) -> Any:
         from verikv.request import Request
 
-        return Request(view.request_id, view.tokens, cache_salt=view.cache_salt, lora_id=view.lora_id,
+        salt = cast("str | bytes | None", view.cache_salt)  # Request rejects any other salt, typed
+        return Request(view.request_id, view.tokens, cache_salt=salt, lora_id=view.lora_id,
                        mm_features=view.mm_features, prompt_logprobs=view.prompt_logprobs)
 
     def lookup(self, request: Any, dp_shard_hint: int | None = None,

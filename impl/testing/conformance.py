@@ -156,10 +156,9 @@ class ConformanceConfig:
         budget only where it sets one; no deadline."""
         parent = settings.get_profile(self.profile) if self.profile else settings()
         phases = parent.phases if self.shrink else tuple(p for p in parent.phases if p != Phase.shrink)
-        budget = {name: value for name, value in (("max_examples", self.max_examples),
-                                                  ("stateful_step_count", self.stateful_step_count))
-                  if value is not None}
-        return settings(parent, **budget, deadline=None, phases=phases, report_multiple_bugs=False,
+        return settings(parent, max_examples=self.max_examples or parent.max_examples,
+                        stateful_step_count=self.stateful_step_count or parent.stateful_step_count,
+                        deadline=None, phases=phases, report_multiple_bugs=False,
                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
     def run_seed(self) -> int:
@@ -212,7 +211,8 @@ def _run(test_factory: Callable[[], Any], layout: str, config: ConformanceConfig
     seeded = hypothesis_seed(run_seed)(test_factory)
     error: ConformanceError | None = None
     try:
-        run_state_machine_as_test(seeded, settings=config.hypothesis_settings())
+        # Hypothesis takes any zero-argument factory (its docstring); its annotation says a class
+        run_state_machine_as_test(seeded, settings=config.hypothesis_settings())  # type: ignore[arg-type]
     except failure_type as failure:
         error = ConformanceError(layout, names_of(failure), str(failure).splitlines(), _steps(failure), run_seed)
     except Exception as exc:

@@ -191,8 +191,8 @@ class Tracked:
     native: Any = None
     synced: int = 0
     """How many tokens the native request holds (the rest are appended before the next call)."""
-    hint: int | None = None
-    """The DP shard hint the scheduler gives this request (None without DP)."""
+    decode_block: int | None = None
+    """The block the page being decoded copies (see `ManagerMachine.decode_token`)."""
 
 
 def window_pages_real(config: spec.ManagerConfig, hit: spec.Hit) -> bool:
@@ -443,10 +443,14 @@ class ManagerMachine(RuleBasedStateMachine):
                  delay: bool = False, hint: int | None = None) -> bool:
         """allocate_slots on both sides; returns whether it succeeded."""
         view, pre = self.view(rid), self.spec
-        spec_call = lambda s: spec.allocate_slots(s, view, num_new, computed_new, spec_hits, lookahead,  # noqa: E731
-                                                  delay, hint, self.dp)
-        impl_call = lambda: self.impl.allocate(self.native(rid), num_new, computed_new, hits, lookahead,  # noqa: E731
-                                               delay, dp_shard_hint=hint, data_parallel_size=self.dp)
+
+        def spec_call(s: spec.ManagerState) -> tuple[spec.ManagerState, tuple[tuple[int, ...], ...] | None]:
+            return spec.allocate_slots(s, view, num_new, computed_new, spec_hits, lookahead, delay, hint, self.dp)
+
+        def impl_call() -> Any:
+            return self.impl.allocate(self.native(rid), num_new, computed_new, hits, lookahead, delay,
+                                      dp_shard_hint=hint, data_parallel_size=self.dp)
+
         try:
             want_state, want = spec_call(pre)
         except PreconditionError as exc:
@@ -542,12 +546,16 @@ class ManagerMachine(RuleBasedStateMachine):
         self.check()
 
     def decode_token(self, rid: str, block: int) -> None:
-        """Append one sampled token: the next token of block ``block`` at this position, so a
-        decoded page can equal a prompt page (as real outputs repeat text); ``len(BLOCKS)``
-        means a token outside every block."""
+        """Append one sampled token. A page that decoding starts copies block ``block`` (drawn
+        at its first token; ``len(BLOCKS)`` means tokens outside every block), so a decoded page
+        can equal a later prompt's page, as real outputs repeat text (how eSurge's Q1 false hit
+        is reached)."""
         tracked = self.requests[rid]
         tokens = tracked.view.tokens
-        token = BLOCKS[block][len(tokens) % len(BLOCKS[block])] if block < len(BLOCKS) else 3
+        position = len(tokens) % len(BLOCKS[0])
+        if position == 0 or tracked.decode_block is None:
+            tracked.decode_block = block
+        token = BLOCKS[tracked.decode_block][position] if tracked.decode_block < len(BLOCKS) else 3
         tracked.view = replace(tracked.view, tokens=tokens + (token,))
 
     def step_request(self, rid: str, chunk: int, lookahead: int, delay: bool, block: int,
