@@ -197,9 +197,16 @@ def _clip(line: str) -> str:
 
 
 def _steps(error: BaseException) -> list[str]:
-    """The operation sequence Hypothesis attached to a failure (its notes), without headers."""
+    """The operation sequence Hypothesis attached to a failure (its notes), without headers; a
+    drawn value Hypothesis printed over several lines is joined back into one."""
     notes: Iterable[str] = getattr(error, "__notes__", ())
-    return [line.strip() for note in notes for line in note.splitlines() if line.lstrip().startswith(("state", "Draw"))]
+    steps: list[str] = []
+    for line in (line.strip() for note in notes for line in note.splitlines()):
+        if line.startswith(("state", "Draw")):
+            steps.append(line)
+        elif steps and steps[-1].startswith("Draw") and steps[-1].count("(") > steps[-1].count(")"):
+            steps[-1] += " " + line
+    return steps
 
 
 def _run(test_factory: Callable[[], Any], layout: str, config: ConformanceConfig,

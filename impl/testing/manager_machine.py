@@ -89,8 +89,9 @@ error or the state differs from the spec's)."""
 
 STEP_DRAWS = st.tuples(st.integers(1, 8), st.sampled_from((0, 0, 0, 1, 3, 8)), st.sampled_from((False,) * 5 + (True,)),
                        st.integers(0, len(BLOCKS)))
-"""One running request's scheduler step: prefill chunk, lookahead slots, delayed caching, and
-the block the next decoded token comes from (one draw, so a report shows one line per step)."""
+"""One running request's scheduler step, shown in reports as ``Draw n (r0 step): (chunk,
+lookahead, delay, block)``: prefill chunk, lookahead slots, delayed caching, and the block a
+decoded page copies (one draw, so a report shows one line per request and step)."""
 
 Mode = Literal["white-box", "black-box", "policy-free"]
 MODES: tuple[str, ...] = ("white-box", "black-box", "policy-free")
@@ -539,7 +540,7 @@ class ManagerMachine(RuleBasedStateMachine):
         one decode token (plus speculative lookahead slots); a request the pool cannot
         serve is preempted (freed, to be recomputed later)."""
         for rid in list(self.running):
-            chunk, lookahead, delay, block = data.draw(STEP_DRAWS, label=f"{rid} chunk, lookahead, delay, block")
+            chunk, lookahead, delay, block = data.draw(STEP_DRAWS, label=f"{rid} step")
             self.step_request(rid, chunk, lookahead, delay, block, self.draw_hint(data, rid))
             if self.failures:
                 break
