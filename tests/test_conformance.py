@@ -114,7 +114,8 @@ def test_failure_reports_names_and_a_shrunk_sequence() -> None:
     assert any(step.startswith(("state.abort", "state.preempt", "state.finish")) for step in error.steps)
     assert len(error.steps) <= 12, error.steps
     message = str(error)
-    assert message.startswith("layout 'full', seed 0: INV-REF-COUNT, REFINEMENT") and "Minimal failing sequence" in message
+    assert message.startswith("layout 'full', seed 0: INV-REF-COUNT, REFINEMENT")
+    assert "Minimal failing sequence" in message
     assert "layout 'full', seed 0: INV-REF-COUNT, REFINEMENT" in DOC.read_text()  # the failure the docs show
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from hypothesis import HealthCheck, Phase, settings
@@ -46,12 +46,11 @@ from verikv.spec import invariants as inv
 from verikv.spec import manager as spec
 from verikv.spec.abstraction import abstract_manager
 from verikv.spec.pool import NULL_PAGE, PreconditionError
-from verikv.spec.pool import usage as pool_usage
 from verikv.testing.adapter import (
     AdapterFactory,
     CacheManagerAdapter,
     KeyFailure,
-    build_cache_manager,
+    build_cache_manager,  # noqa: F401  (re-exported: verikv.proofs.manager_mutants imports it from here)
     page_ids_of,
 )
 
