@@ -24,7 +24,8 @@ def _prove(args: argparse.Namespace) -> int:
 
 
 def _size(args: argparse.Namespace) -> int:
-    # Until verikv.sizing.cli exposes configure_parser/run, its own parser reads the arguments.
+    # `verikv size`'s own parser (verikv.sizing.cli.configure_parser) reads the arguments; it is
+    # built only when the subcommand runs, so `verikv --help` does not import the sizing modules.
     from verikv.sizing import cli as sizing_cli
 
     return sizing_cli.main(args.size_argv)
