@@ -48,7 +48,7 @@ def _dtype_name(dtype: object) -> str:
         if known is not None:
             return known.name
     try:
-        name = np.dtype(dtype).name  # type: ignore[call-overload]
+        name = np.dtype(dtype).name
     except (TypeError, ValueError):
         name = None
     if isinstance(dtype, type) and name in (None, "object"):
@@ -510,7 +510,7 @@ def _config_get(config: object, key: str) -> Any:
         return config.get(key)
     try:
         return getattr(config, key, None)
-    except Exception as exc:  # noqa: BLE001  (a config object's property that raises is a bad config)
+    except Exception as exc:  # a config object's property that raises is a bad config
         raise CacheSpecError(f"config.{key} cannot be read: {type(exc).__name__}") from None
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, replace
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -107,7 +107,7 @@ class AllPagesCleared:
     """Every content key was dropped (``reset_prefix_cache`` succeeded)."""
 
 
-KVEvent = Union[PageStored, PageRemoved, AllPagesCleared]
+KVEvent: TypeAlias = PageStored | PageRemoved | AllPagesCleared
 
 
 def describe_key(key: Any) -> tuple[int, int | None, tuple[int, ...]]:

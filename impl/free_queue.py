@@ -42,21 +42,22 @@ data-parallel shard, so up to three times the pool size) are stored as int32."""
 class PageRecords:
     """Per-page reference counts and content keys, indexed by page id.
 
-    ``ref`` and ``key`` are flat sequences (two lists for a pool, dicts for a lone page). ``null_id`` is the null page's id (or ``None``); ``queue`` is the free
-    queue the pages are linked in, if any. ``owned`` marks a pool's table: its views are
+    ``ref`` and ``key`` are flat sequences (two lists for a pool, dicts for a lone page).
+    ``null_id`` is the null page's id (or ``None``); ``queue`` is the free queue the pages
+    are linked in, if any. ``owned`` marks a pool's table: its views are
     read-only, because the pool keeps its cached map and free lists consistent with them.
     """
 
-    __slots__ = ("ref", "key", "null_id", "queue", "owned")
+    __slots__ = ("key", "null_id", "owned", "queue", "ref")
 
     def __init__(self, ref: MutableSequence[int] | MutableMapping[int, int],
                  key: MutableSequence[Any] | MutableMapping[int, Any],
                  null_id: int | None, owned: bool) -> None:
-        self.ref = ref
-        self.key = key
-        self.null_id = null_id
+        self.ref: MutableSequence[int] | MutableMapping[int, int] = ref
+        self.key: MutableSequence[Any] | MutableMapping[int, Any] = key
+        self.null_id: int | None = null_id
         self.queue: FreeCachePageQueue | None = None
-        self.owned = owned
+        self.owned: bool = owned
 
     @classmethod
     def for_pool(cls, num_pages: int, *, owned: bool = False) -> PageRecords:
@@ -83,7 +84,7 @@ def page_list(pages: object, what: str) -> list[Any]:
     return list(pages)
 
 
-def int_array(values: np.ndarray) -> array:
+def int_array(values: np.ndarray) -> array[int]:
     """``values`` as an ``array('i')`` (a bulk copy: milliseconds for millions of ids)."""
     out = array("i")
     out.frombytes(values.astype(np.intc, copy=False).tobytes())
@@ -97,7 +98,7 @@ class CachePage:
     as dict keys (eSurge's dataclass compared every field and was unhashable).
     """
 
-    __slots__ = ("page_id", "_records")
+    __slots__ = ("_records", "page_id")
 
     def __init__(self, page_id: int, ref_cnt: int = 0, page_hash: Any = None, *,
                  is_null: bool = False) -> None:
@@ -106,8 +107,8 @@ class CachePage:
         if not isinstance(is_null, bool):
             raise InvalidArgumentError(f"is_null must be a bool, got {type(is_null).__name__}")
         check_key(page_hash)
-        self.page_id = pid
-        self._records = PageRecords({pid: ref}, {pid: page_hash}, pid if is_null else None, owned=False)
+        self.page_id: int = pid
+        self._records: PageRecords = PageRecords({pid: ref}, {pid: page_hash}, pid if is_null else None, owned=False)
 
     @classmethod
     def view(cls, records: PageRecords, page_id: int) -> CachePage:
@@ -198,14 +199,14 @@ class IdLinks:
     the owner's job, done before any mutation) and cost O(1) per id.
     """
 
-    __slots__ = ("capacity", "prev", "next", "lengths")
+    __slots__ = ("capacity", "lengths", "next", "prev")
 
     def __init__(self, capacity: int, num_lists: int = 1) -> None:
         size = capacity + 2 * num_lists
-        self.capacity = capacity
-        self.prev = int_array(np.full(size, UNLINKED, dtype=np.intc))
-        self.next = int_array(np.full(size, UNLINKED, dtype=np.intc))
-        self.lengths = [0] * num_lists
+        self.capacity: int = capacity
+        self.prev: array[int] = int_array(np.full(size, UNLINKED, dtype=np.intc))
+        self.next: array[int] = int_array(np.full(size, UNLINKED, dtype=np.intc))
+        self.lengths: list[int] = [0] * num_lists
         for li in range(num_lists):
             head, tail = capacity + 2 * li, capacity + 2 * li + 1
             self.next[head] = tail
@@ -322,7 +323,7 @@ class FreeCachePageQueue:
 
     inv: [self.links.prev[p] for p in [*self.ids(), self.links.capacity + 1]] == [self.links.capacity, *self.ids()]
     inv: len(self) == len(self.ids()) and all(self.is_linked(p) == (p in self.ids()) for p in range(self.links.capacity))
-    """
+    """  # noqa: E501 -- a CrossHair contract is one line; splitting it would renumber its checks
 
     def __init__(self, pages: list[CachePage]) -> None:
         pages = page_list(pages, "pages")
@@ -360,10 +361,10 @@ class FreeCachePageQueue:
         return queue
 
     def _setup(self, records: PageRecords, links: IdLinks, page_of: Callable[[int], CachePage]) -> None:
-        self._records = records
-        self.links = links
-        self._page_of = page_of
-        self._null = UNLINKED if records.null_id is None else records.null_id
+        self._records: PageRecords = records
+        self.links: IdLinks = links
+        self._page_of: Callable[[int], CachePage] = page_of
+        self._null: int = UNLINKED if records.null_id is None else records.null_id
         records.queue = self
 
     @property

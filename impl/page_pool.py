@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, MutableMapping, MutableSequence, Sequence
 from functools import partial
 from itertools import repeat, takewhile
 from operator import countOf, is_not
@@ -65,24 +65,24 @@ class PagePool:
             raise InvalidArgumentError("enable_caching and enable_kv_events must be bools")
         if not isinstance(free_order, str) or free_order not in FREE_ORDERS:
             raise InvalidArgumentError(f"free_order must be one of {FREE_ORDERS}, got {describe(free_order)}")
-        self.num_pages = n
-        self.enable_caching = enable_caching
-        self.free_order = free_order
-        self._records = PageRecords.for_pool(n, owned=True)
-        self._ref = self._records.ref
-        self._key = self._records.key
+        self.num_pages: int = n
+        self.enable_caching: bool = enable_caching
+        self.free_order: str = free_order
+        self._records: PageRecords = PageRecords.for_pool(n, owned=True)
+        self._ref: MutableSequence[int] | MutableMapping[int, int] = self._records.ref
+        self._key: MutableSequence[Any] | MutableMapping[int, Any] = self._records.key
         self._views: dict[int, CachePage] = {}
-        self.free_page_queue = FreeCachePageQueue.for_range(self._records, 1, n, self._view)
-        self._free = self.free_page_queue.links
+        self.free_page_queue: FreeCachePageQueue = FreeCachePageQueue.for_range(self._records, 1, n, self._view)
+        self._free: IdLinks = self.free_page_queue.links
         self._cached: dict[Hashable, int | dict[int, None]] = {}
-        self.null_page = self._view(NULL_PAGE_ID)
+        self.null_page: CachePage = self._view(NULL_PAGE_ID)
         self._dp: int | None = None
-        self._pps = 0
+        self._pps: int = 0
         self._shards: IdLinks | None = None
-        self.prefix_cache_stats = PrefixCacheStats()
+        self.prefix_cache_stats: PrefixCacheStats = PrefixCacheStats()
         #: bumped whenever the cached map changes (a key registered or evicted, a reset), so a
         #: lookup result computed at one value is still the result while the value is unchanged
-        self.key_version = 0
+        self.key_version: int = 0
         self._events: EventLog | None = EventLog() if enable_kv_events else None
 
     # --- introspection (read-only; the abstraction protocol of verikv.spec.abstraction) ----
@@ -97,7 +97,8 @@ class PagePool:
 
     def key_of(self, page_id: int) -> Hashable | None:
         """The content key ``page_id`` is registered under, or ``None``."""
-        return self._key[self._checked_id(page_id)]
+        key: Hashable | None = self._key[self._checked_id(page_id)]  # only hashable keys are stored
+        return key
 
     def free_list_ids(self) -> list[int]:
         """The free page ids, head (next handed out) to tail. O(free pages)."""
@@ -139,8 +140,9 @@ class PagePool:
 
         raises: OutOfPagesError, InvalidArgumentError
         post: dp_shard_hint is not None or (abstract_pool(self), tuple(__return__)) == spec_pool.allocate(abstract_pool(__old__.self), num_pages)
-        """
-        count = num_pages if type(num_pages) is int and num_pages >= 0 else checked_int(num_pages, "num_pages", minimum=0)
+        """  # noqa: E501 -- a CrossHair contract is one line
+        count = (num_pages if type(num_pages) is int and num_pages >= 0
+                 else checked_int(num_pages, "num_pages", minimum=0))
         active = (None if data_parallel_size is None and dp_shard_hint is None
                   else self._active_shard(dp_shard_hint, data_parallel_size))
         free, shards = self._free, self._shards
@@ -242,11 +244,11 @@ class PagePool:
             entry = self._cached.setdefault(key, page_id)  # hashes the key once
         except TypeError:
             raise InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
-        if entry is page_id and key != key:  # noqa: PLR0124  (NaN: no lookup could ever find it again)
+        if entry is page_id and key != key:  # NaN: no lookup could ever find it again
             del self._cached[key]  # found by identity
             raise InvalidArgumentError(f"cache key {describe(key)} is not equal to itself")
         if entry is not page_id:  # equal pages already cached: this one joins them, last
-            if type(entry) is int:
+            if isinstance(entry, int):  # stored entries are exact ints or dicts
                 self._cached[key] = {entry: None, page_id: None}
             else:
                 entry[page_id] = None
@@ -378,7 +380,8 @@ class PagePool:
         if hasher is not None and not isinstance(hasher, PageHasher):
             raise InvalidArgumentError(f"hasher must be a PageHasher or None, got {type(hasher).__name__}")
         if type(page_hashes) is not list:
-            raise InvalidArgumentError(f"page_hashes must be the request's list of keys, got {type(page_hashes).__name__}")
+            raise InvalidArgumentError(
+                f"page_hashes must be the request's list of keys, got {type(page_hashes).__name__}")
         pages = page_list(pages, "pages")
         if first >= last:
             return
@@ -460,7 +463,7 @@ class PagePool:
 
     def _own_ids(self, pages: Iterable[CachePage]) -> list[int]:
         records = self._records
-        ids = []
+        ids: list[int] = []
         for page in page_list(pages, "pages"):
             if not isinstance(page, CachePage) or page._records is not records:
                 raise ForeignPageError(f"{describe(page)} is not a page of this pool")
@@ -486,11 +489,11 @@ class PagePool:
         key = self._key[pid]
         self.key_version += 1
         entry = self._cached.pop(key, None)
-        if entry is None or not (entry == pid if type(entry) is int else pid in entry):
+        if entry is None or not (entry == pid if isinstance(entry, int) else pid in entry):
             if entry is not None:  # the key now equals another key: that entry is not ours
                 self._cached[key] = entry
             entry = self._pop_changed_key(key)
-        if type(entry) is not int:  # equal pages: put the others back
+        if not isinstance(entry, int):  # equal pages: put the others back
             del entry[pid]
             self._cached[key] = next(iter(entry)) if len(entry) == 1 else entry
         self._key[pid] = None

@@ -62,16 +62,17 @@ class PageTable:
     """Page ids of up to ``max_num_reqs`` request rows, ``max_num_pages_per_req`` per row."""
 
     def __init__(self, max_num_reqs: int, max_num_pages_per_req: int, max_num_batched_tokens: int) -> None:
-        self.max_num_reqs = checked_int(max_num_reqs, "max_num_reqs", minimum=1)
-        self.max_num_pages_per_req = checked_int(max_num_pages_per_req, "max_num_pages_per_req", minimum=1)
-        self.max_num_batched_tokens = checked_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1)
+        self.max_num_reqs: int = checked_int(max_num_reqs, "max_num_reqs", minimum=1)
+        self.max_num_pages_per_req: int = checked_int(max_num_pages_per_req, "max_num_pages_per_req", minimum=1)
+        self.max_num_batched_tokens: int = checked_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1)
         if self.max_num_reqs * self.max_num_pages_per_req > _MAX_CELLS:
             raise InvalidArgumentError(
                 f"a {self.max_num_reqs} x {self.max_num_pages_per_req} page table exceeds {_MAX_CELLS} entries "
                 f"(int32 indexing)")
-        self._table = np.full((self.max_num_reqs, self.max_num_pages_per_req), PAGE_TABLE_PADDING_VAL, np.int32)
-        self._num_pages = np.zeros(self.max_num_reqs, dtype=np.int32)
-        self._version = 0
+        self._table: np.ndarray = np.full(
+            (self.max_num_reqs, self.max_num_pages_per_req), PAGE_TABLE_PADDING_VAL, np.int32)
+        self._num_pages: np.ndarray = np.zeros(self.max_num_reqs, dtype=np.int32)
+        self._version: int = 0
 
     @property
     def cpu_version(self) -> int:
@@ -228,7 +229,7 @@ class PageTable:
             raise InvalidArgumentError(
                 f"position {int(positions[token])} of request {int(owner[token])} falls on the null page"
             )
-        slots = page_ids * size + positions % size
+        slots: np.ndarray = page_ids * size + positions % size
         if int(slots.max()) > _INT32_MAX:
             raise InvalidArgumentError(f"slot {int(slots.max())} does not fit int32")
         return slots.astype(np.int32)
@@ -252,10 +253,11 @@ class MultiGroupPageTable:
         if isinstance(page_sizes, np.ndarray):
             page_sizes = page_sizes.tolist()
         if isinstance(page_sizes, (str, bytes)) or not isinstance(page_sizes, Sequence) or not page_sizes:
-            raise InvalidArgumentError(f"page_sizes must be a non-empty sequence of integers, got {describe(page_sizes)}")
-        self.max_model_len = model_len
-        self.page_sizes = tuple(checked_int(ps, "page size", minimum=1) for ps in page_sizes)
-        self.page_tables = tuple(
+            raise InvalidArgumentError(
+                f"page_sizes must be a non-empty sequence of integers, got {describe(page_sizes)}")
+        self.max_model_len: int = model_len
+        self.page_sizes: tuple[int, ...] = tuple(checked_int(ps, "page size", minimum=1) for ps in page_sizes)
+        self.page_tables: tuple[PageTable, ...] = tuple(
             PageTable(max_num_reqs, -(-model_len // ps), max_num_batched_tokens) for ps in self.page_sizes
         )
 

@@ -25,8 +25,15 @@ POOL_INVARIANTS: Mapping[str, Callable[[pool.PoolState], bool]] = {
 
 INVARIANTS: dict[str, Callable[[Any], bool]] = dict(POOL_INVARIANTS)
 
+
+
+def _on_pool(holds: Callable[[pool.PoolState], bool]) -> Callable[[manager.ManagerState], bool]:
+    """The pool predicate ``holds`` read on a manager state's pool."""
+    return lambda s: holds(s.pool)
+
+
 MANAGER_INVARIANTS: Mapping[str, Callable[[manager.ManagerState], bool]] = {
-    **{name: (lambda s, holds=holds: holds(s.pool)) for name, holds in POOL_INVARIANTS.items()},
+    **{name: _on_pool(holds) for name, holds in POOL_INVARIANTS.items()},
     "INV-REF-COUNT": manager.inv_ref_count,
 }
 """Predicates over one `ManagerState`: the pool invariants lifted to its pool, and INV-REF-COUNT.

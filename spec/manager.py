@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from verikv.spec import pool
 from verikv.spec.hit_rules import KINDS, Kind, Span, common_hit_length, group_rule
@@ -286,7 +286,8 @@ def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
     for g in range(len(cfg.groups)):
         first, end = span(g, length)
         ids = found(g, length)
-        pages.append(tuple(NULL_PAGE if j < first else ids[j] for j in range(end)))
+        # `Span`: pages [first, end) are cache hits, so their lookups found a page (not None)
+        pages.append(tuple(NULL_PAGE if j < first else cast(int, ids[j]) for j in range(end)))
     return Hit(tuple(pages), length)
 
 

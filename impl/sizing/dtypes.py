@@ -39,9 +39,9 @@ DTYPES: dict[str, KVDType] = {
 """The types sizing accepts, by vLLM KV cache name."""
 
 ALIASES: dict[str, str] = {
-    other: t.kv_cache_name
+    other: _t.kv_cache_name
     for other in [*dtypes.ALIASES, *dtypes.ELEMENT_TYPES]
-    if (t := dtypes.element_type(other)) is not None and t.kv_cache_name and other != t.kv_cache_name
+    if (_t := dtypes.element_type(other)) is not None and _t.kv_cache_name and other != _t.kv_cache_name
 }
 """Other accepted spellings of the names in ``DTYPES`` (``bf16``, ``fp8``, ``float8_e4m3fn``, ...)."""
 

@@ -9,7 +9,7 @@ Records validate themselves on construction and raise ``SizingError``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import TypeAlias
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import SizingError
@@ -116,7 +116,7 @@ class MambaLayer:
         return "mamba"
 
 
-Layer = Union[AttentionLayer, MLALayer, MambaLayer]
+Layer: TypeAlias = AttentionLayer | MLALayer | MambaLayer
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,8 @@ class ModelGeometry:
                 raise SizingError(f"layer {index} is not a layer record: {layer!r}")
         if all(isinstance(layer, MambaLayer) for layer in layers):
             raise SizingError("a model without attention layers has no paged KV cache to size")
-        if any(isinstance(l, MLALayer) for l in layers) and any(isinstance(l, AttentionLayer) for l in layers):
+        if any(isinstance(layer, MLALayer) for layer in layers) and any(
+                isinstance(layer, AttentionLayer) for layer in layers):
             raise SizingError("mixing MLA and standard attention layers in one model is not supported")
         object.__setattr__(self, "layers", layers)
         object.__setattr__(self, "dtype", _dtype_name(self.dtype, "dtype"))

@@ -339,7 +339,8 @@ FAMILIES: dict[str, _Family] = {
     "bamba": _Family(_bamba_layers, _MAMBA_FIELDS | {"attn_layer_indices"}),
     "granitemoehybrid": _Family(_granite_hybrid_layers, _MAMBA_FIELDS | {"layer_types"}),
     "nemotron_h": _Family(_nemotron_h_layers, _MAMBA_FIELDS | {
-        "hybrid_override_pattern", "layers_block_type", "layer_types", "mtp_layers_block_type", "mtp_hybrid_override_pattern",
+        "hybrid_override_pattern", "layers_block_type", "layer_types", "mtp_layers_block_type",
+        "mtp_hybrid_override_pattern",
         "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "expand",
         "attention_head_dim"}),
     "falcon_h1": _Family(_falcon_h1_layers, _MAMBA_FIELDS),

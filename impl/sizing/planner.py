@@ -305,7 +305,8 @@ def plan_kv_cache(
         model=model.name, device=acc.name, platform=acc.platform, kernel=kern.name, kv_dtype=dtype.name,
         page_size=ps, tp=tp, dp=dp, memory_bytes=memory, memory_source=memory_source,
         utilization=float(util), utilization_rule=utilization_of, weights_bytes_per_device=weights_dev,
-        in_use_bytes=in_use, reserved_bytes=reserved_total, workspace_bytes=workspace, budget_bytes=budget, page_bytes_per_device=page_bytes,
+        in_use_bytes=in_use, reserved_bytes=reserved_total, workspace_bytes=workspace, budget_bytes=budget,
+        page_bytes_per_device=page_bytes,
         unpadded_page_bytes_per_device=unpadded, pages_per_shard=per_shard, num_pages=num_pages,
         limited_by=limited_by, kv_bytes_per_device=per_shard * page_bytes, max_model_len=mml,
         max_num_batched_tokens=mnbt, pages_per_request=estimate.pages_per_request,
@@ -417,7 +418,7 @@ def _pad_to_uniform_pages(model: ModelGeometry, arrays: list[tuple[PageArray, ..
         else:
             result.append(layer_pages)
     if any(isinstance(layer, MambaLayer) for layer in model.layers):
-        state = max(a[0].unpadded_bytes for a, l in zip(result, model.layers) if isinstance(l, MambaLayer))
+        state = max(a[0].unpadded_bytes for a, layer in zip(result, model.layers) if isinstance(layer, MambaLayer))
         notes.append(f"Mamba state pages padded from {state:,} B to the attention page of {page:,} B")
     return result
 

@@ -19,7 +19,7 @@ two common API families:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, TypedDict, cast, runtime_checkable
 
 from verikv.spec.abstraction import ManagerLike
 from verikv.spec.manager import GroupLayout, ManagerConfig, RequestView
@@ -107,6 +107,16 @@ def page_ids_of(result: Any) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(group) for group in ids)
 
 
+class _AttentionGeometry(TypedDict):
+    """The keyword arguments every attention spec takes (`build_cache_manager`'s geometry)."""
+
+    page_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: str
+    use_mla: bool
+
+
 def build_cache_manager(config: ManagerConfig, **options: Any) -> Any:
     """A `verikv.CacheManager` for a spec configuration (small made-up layer geometry);
     ``options`` go to the constructor (e.g. ``hash_scheme``)."""
@@ -120,7 +130,8 @@ def build_cache_manager(config: ManagerConfig, **options: Any) -> Any:
     )
 
     def kv_spec(g: GroupLayout) -> Any:
-        geometry = dict(page_size=g.page_size, num_kv_heads=1, head_size=8, dtype="float16", use_mla=False)
+        geometry = _AttentionGeometry(page_size=g.page_size, num_kv_heads=1, head_size=8, dtype="float16",
+                                      use_mla=False)
         if g.kind == "full":
             return FullAttentionSpec(**geometry)
         if g.kind == "sliding":
@@ -144,7 +155,7 @@ class CacheManagerAdapter:
 
     def __init__(self, config: ManagerConfig,
                  make_manager: Callable[[ManagerConfig], Any] = build_cache_manager) -> None:
-        self.manager = make_manager(config)
+        self.manager: Any = make_manager(config)
 
     def new_request(self, view: RequestView) -> Any:
         from verikv.request import Request
@@ -204,8 +215,8 @@ class ArmableHash:
     def __init__(self) -> None:
         from verikv.hashing import PageHasher
 
-        self.countdown = 0
-        self.inner = PageHasher("sha256", seed=0)
+        self.countdown: int = 0
+        self.inner: PageHasher = PageHasher("sha256", seed=0)
 
     def arm(self, after: int) -> None:
         self.countdown = after
@@ -227,7 +238,7 @@ class KeyFailingAdapter(CacheManagerAdapter):
     failing-key-computation rule can make key computation fail at a chosen call."""
 
     def __init__(self, config: ManagerConfig) -> None:
-        self.hasher = ArmableHash()
+        self.hasher: ArmableHash = ArmableHash()
         super().__init__(config, lambda cfg: build_cache_manager(cfg, hash_scheme=self.hasher))
 
     def arm_key_failure(self, after: int) -> None:

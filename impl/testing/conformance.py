@@ -34,8 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis import seed as hypothesis_seed
+from hypothesis import HealthCheck, Phase, seed as hypothesis_seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from verikv.errors import InvalidArgumentError
@@ -179,11 +178,11 @@ class ConformanceError(AssertionError):
 
     def __init__(self, layout: str, names: Sequence[str], details: Sequence[str], steps: Sequence[str],
                  seed: int) -> None:
-        self.layout = layout
-        self.names = list(names)
-        self.details = list(details)
-        self.steps = list(steps)
-        self.seed = seed
+        self.layout: str = layout
+        self.names: list[str] = list(names)
+        self.details: list[str] = list(details)
+        self.steps: list[str] = list(steps)
+        self.seed: int = seed
         shown = [_clip(line) for line in self.details[:MAX_DETAIL_LINES]]
         if len(self.details) > MAX_DETAIL_LINES:
             shown.append(f"... {len(self.details) - MAX_DETAIL_LINES} more")

@@ -37,13 +37,11 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, Phase, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
 from verikv.errors import InvalidArgumentError, VeriKVError
-from verikv.spec import invariants as inv
-from verikv.spec import manager as spec
+from verikv.spec import invariants as inv, manager as spec
 from verikv.spec.abstraction import abstract_manager
 from verikv.spec.pool import NULL_PAGE, PreconditionError
 from verikv.testing.adapter import (
@@ -153,7 +151,7 @@ class ConformanceFailure(AssertionError):
     """The implementation departed from the spec; ``names`` lists the checks that failed."""
 
     def __init__(self, failures: list[tuple[str, str]]) -> None:
-        self.names = sorted({name for name, _ in failures})
+        self.names: list[str] = sorted({name for name, _ in failures})
         super().__init__("\n".join(f"{name}: {detail}" for name, detail in failures))
 
 
@@ -220,28 +218,30 @@ class ManagerMachine(RuleBasedStateMachine):
                  options: MachineOptions = MachineOptions()) -> None:
         super().__init__()
         config = layout.config
-        self.layout, self.config, self.options = layout, config, options
+        self.layout: Layout = layout
+        self.config: spec.ManagerConfig = config
+        self.options: MachineOptions = options
         self.impl: Any = make_adapter(config)
-        self.spec = spec.init(config)
-        self.dp = config.data_parallel_size if config.data_parallel_size > 1 else None
-        self.wrong_dp = next((d for d in range(2, config.num_pages + 1)
+        self.spec: spec.ManagerState = spec.init(config)
+        self.dp: int | None = config.data_parallel_size if config.data_parallel_size > 1 else None
+        self.wrong_dp: int | None = next((d for d in range(2, config.num_pages + 1)
                               if config.num_pages % d == 0 and d != config.data_parallel_size), None)
-        self.enforced = CHECK_NAMES if options.checks is None else options.checks
+        self.enforced: frozenset[str] = CHECK_NAMES if options.checks is None else options.checks
         if "chunked-window-rule" in options.waivers and any(g.kind == "chunked" for g in config.groups):
             self.enforced = self.enforced - {"REFINEMENT", "INV-HIT-SHAPE"}
         if "usage-formula" in options.waivers:
             self.enforced = self.enforced - {"INV-USAGE"}
-        self.follow_choice = options.mode == "policy-free" or "free-order" in options.waivers
+        self.follow_choice: bool = options.mode == "policy-free" or "free-order" in options.waivers
         self.requests: dict[str, Tracked] = {}
         self.waiting: list[str] = []
         self.running: list[str] = []
-        self.next_id = 0
+        self.next_id: int = 0
         self.forward: dict[Hashable, Hashable] = {}
         self.backward: dict[Hashable, Hashable] = {}
         self.computed: dict[int, spec.PoolKey] = {}
         """Ghost: the content each page holds, written when its holder computed its tokens."""
         self.failures: list[tuple[str, str]] = []
-        self.keys_failing = False
+        self.keys_failing: bool = False
         """True while the failing-key-computation rule runs a call (its errors then propagate)."""
 
     # ---- requests --------------------------------------------------------------------
@@ -347,7 +347,7 @@ class ManagerMachine(RuleBasedStateMachine):
         seen, want = self.observe(), self.spec
         spec_tables = {rid: e.pages for rid, e in want.entries}
         for rid, table in seen.tables:
-            if any(table) and rid not in spec_tables or rid in spec_tables and table != spec_tables[rid]:
+            if (any(table) and rid not in spec_tables) or (rid in spec_tables and table != spec_tables[rid]):
                 self.fail("REFINEMENT", f"page table of {rid}: implementation {table} != "
                                         f"spec {spec_tables.get(rid, ())}")
             for g, layout in enumerate(self.config.groups):
@@ -498,7 +498,7 @@ class ManagerMachine(RuleBasedStateMachine):
         features = self.options.features
         rid = f"r{self.next_id}"
         self.next_id += 1
-        if "images" not in features or mm and mm[0][1] + mm[0][2] > len(prompt):
+        if "images" not in features or (mm and mm[0][1] + mm[0][2] > len(prompt)):
             mm = ()
         self.requests[rid] = Tracked(spec.RequestView(
             rid, prompt, cache_salt=salt if "salt" in features else None,

@@ -31,9 +31,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis import HealthCheck, Phase, settings, strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from verikv.errors import DoubleFreeError, ForeignPageError, NullPageError, OutOfPagesError, PageStateError
 from verikv.hashing import PageHash, PageHashWithGroupId
@@ -91,10 +97,13 @@ def make_pool_machine(factory: PoolFactory,
         def __init__(self) -> None:
             super().__init__()
             self.pool: Any = None
-            self.state: spec.PoolState | None = None
+            # None only until the @initialize rule `build` runs, which Hypothesis does before any
+            # rule or invariant (`conforms` still checks); typing it optional would make every
+            # rule narrow a value that cannot be None there.
+            self.state: spec.PoolState = None  # type: ignore[assignment]
             self.requests: list[list[int]] = []
             self.dp: int | None = None
-            self.steps = 0
+            self.steps: int = 0
 
         # --- helpers -------------------------------------------------------------------
 
@@ -154,7 +163,8 @@ def make_pool_machine(factory: PoolFactory,
             n = data.draw(st.integers(0, min(available, 6)), label="n")
             self.state, expected = spec.allocate(self.state, n, bounds)
             if views and hasattr(self.pool, "get_new_pages"):
-                got = [pg.page_id for pg in self.expect_ok("allocate", lambda: self.pool.get_new_pages(n, **self.dp_kwargs(hint)))]
+                got = [pg.page_id for pg in self.expect_ok(
+                    "allocate", lambda: self.pool.get_new_pages(n, **self.dp_kwargs(hint)))]
             else:
                 got = list(self.expect_ok("allocate", lambda: self.pool.get_new_page_ids(n, **self.dp_kwargs(hint))))
             if tuple(got) != expected:
@@ -204,7 +214,8 @@ def make_pool_machine(factory: PoolFactory,
                 expected_count = sum(1 for p in ids if p != 0 and self.state.ref[p] == 0)
                 got_count = self.expect_ok("count_free", lambda: self.pool.count_free_ids(ids))
                 if got_count != expected_count:
-                    self.fail(["result:count_free_ids"], f"count_free_ids({ids}) gave {got_count}, spec {expected_count}")
+                    self.fail(["result:count_free_ids"],
+                              f"count_free_ids({ids}) gave {got_count}, spec {expected_count}")
             if bounds is not None:
                 expected_free = sum(1 for p in self.state.free if bounds[0] <= p < bounds[1])
                 got_free = self.expect_ok("num_free", lambda: self.pool.get_num_free_pages(**self.dp_kwargs(hint)))
@@ -234,7 +245,7 @@ def make_pool_machine(factory: PoolFactory,
         @rule(kind=st.sampled_from(BAD_INPUTS), data=st.data())
         def bad_input(self, kind: str, data: st.DataObject) -> None:
             """One call the spec rejects; the pool must raise the matching error and not change."""
-            held = [self.requests[0][0]] if self.requests and data.draw(st.booleans(), label="with held") else []
+            held = [self.requests[0][0]] if bool(self.requests) and data.draw(st.booleans(), label="with held") else []
             if kind == "over-allocate":
                 hint = data.draw(st.one_of(st.none(), st.integers(0, 7)), label="hint")
                 bounds = self.bounds(hint)
@@ -266,7 +277,7 @@ def make_pool_machine(factory: PoolFactory,
                 while self.requests:
                     pages = self.requests.pop()[::-1]
                     self.state = spec.free(self.state, tuple(pages))
-                    self.expect_ok("free", lambda: self.pool.free_page_ids(pages))
+                    self.expect_ok("free", lambda: self.pool.free_page_ids(pages))  # noqa: B023 (called at once)
             self.state, done = spec.reset_prefix_cache(self.state)
             got = self.expect_ok("reset_prefix_cache", self.pool.reset_prefix_cache)
             if got is not done:
