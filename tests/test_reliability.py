@@ -396,3 +396,42 @@ def test_a_failed_first_dp_call_adopts_nothing() -> None:
 def test_a_manager_given_a_dp_size_keeps_it() -> None:
     m = manager(8, data_parallel_size=1)
     rejected(m, lambda: m.get_computed_pages(Request("r", range(9)), dp_shard_hint=0, data_parallel_size=2))
+
+
+# ---- the layers below the manager check what they are given -------------------------------------
+
+
+def _layers() -> tuple[CacheManager, Any, Any, list[Any]]:
+    m = manager(16, [FULL, SLIDING])
+    r = Request("a", range(9))
+    m.allocate_slots(r, 9)
+    return m, m.coordinator, m.coordinator.single_type_managers[1], list(m.page_hashes_of("a"))
+
+
+@pytest.mark.parametrize("case", [
+    "coord-alloc-hits-foreign", "coord-alloc-hits-shape", "coord-alloc-held-with-hits", "coord-alloc-slots",
+    "coord-cache-few-keys", "coord-free-id", "coord-common-unknown", "coord-lookup-negative",
+    "group-remove-beyond", "group-save-existing", "group-save-foreign", "group-alloc-huge",
+    "group-cache-bad-keys", "group-lookup-keys", "group-lookup-groups", "group-common-unknown",
+])
+def test_coordinator_and_group_managers_reject_bad_arguments_without_change(case: str) -> None:
+    m, c, sliding, keys = _layers()
+    calls = {
+        "coord-alloc-hits-foreign": lambda: c.allocate_slots("b", 0, 8, ([99], [])),
+        "coord-alloc-hits-shape": lambda: c.allocate_slots("b", 0, 8, ([],)),
+        "coord-alloc-held-with-hits": lambda: c.allocate_slots("a", 9, 12, ([1], [])),
+        "coord-alloc-slots": lambda: c.allocate_slots("b", 0, -1, None),
+        "coord-cache-few-keys": lambda: c.cache_pages("a", keys[:1], 8),
+        "coord-free-id": lambda: c.free(["a"]),
+        "coord-common-unknown": lambda: c.get_num_common_prefix_pages("zz", 1),
+        "coord-lookup-negative": lambda: c.find_longest_cache_hit(keys, -1),
+        "group-remove-beyond": lambda: sliding.remove_skipped_pages("a", 0, 9),
+        "group-save-existing": lambda: sliding.save_new_computed_pages("a", []),
+        "group-save-foreign": lambda: sliding.save_new_computed_pages("b", [99]),
+        "group-alloc-huge": lambda: sliding.allocate_new_pages("b", 10**5000),
+        "group-cache-bad-keys": lambda: sliding.cache_pages("a", ["not a key"] * 3, 12),
+        "group-lookup-keys": lambda: sliding.find_longest_cache_hit([[1]] * 3, 8, (1,)),
+        "group-lookup-groups": lambda: sliding.find_longest_cache_hit(keys, 8, "x"),
+        "group-common-unknown": lambda: c.single_type_managers[0].get_num_common_prefix_pages("zz", 1),
+    }
+    rejected(m, calls[case], VeriKVError)
