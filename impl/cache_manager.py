@@ -20,10 +20,15 @@ from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
 
-from verikv.cache_specs import CacheGroupSpec, CacheGroupsConfig
+from verikv.cache_specs import CacheGroupsConfig, CacheGroupSpec
 from verikv.coordinators import CacheCoordinator, PageIds, get_kv_cache_coordinator
 from verikv.dp_sharding import checked_int, dp_shard_page_bounds
-from verikv.errors import ForeignPageError, InvalidArgumentError, UnknownRequestError, describe
+from verikv.errors import (
+    ForeignPageError,
+    InvalidArgumentError,
+    UnknownRequestError,
+    describe,
+)
 from verikv.events import KVEvent, PrefixCacheStats
 from verikv.free_queue import CachePage
 from verikv.hashing import PageHash, PageHasher

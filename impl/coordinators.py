@@ -21,12 +21,28 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from verikv.cache_specs import CacheGroupSpec, CacheGroupsConfig, ChunkedLocalAttentionSpec, MambaSpec, split_cache_groups
+from verikv.cache_specs import (
+    CacheGroupsConfig,
+    CacheGroupSpec,
+    ChunkedLocalAttentionSpec,
+    MambaSpec,
+    split_cache_groups,
+)
 from verikv.dp_sharding import checked_int
-from verikv.errors import CacheSpecError, ForeignPageError, InvalidArgumentError, UnknownRequestError, describe
+from verikv.errors import (
+    CacheSpecError,
+    ForeignPageError,
+    InvalidArgumentError,
+    UnknownRequestError,
+    describe,
+)
 from verikv.hashing import PageHash
 from verikv.page_pool import PagePool
-from verikv.single_type_managers import NULL_PAGE, SingleTypeCacheManager, get_manager_for_kv_cache_spec
+from verikv.single_type_managers import (
+    NULL_PAGE,
+    SingleTypeCacheManager,
+    get_manager_for_kv_cache_spec,
+)
 
 PageIds = tuple[list[int], ...]
 
@@ -229,7 +245,7 @@ class CacheCoordinator:
                     raise InvalidArgumentError(f"group {m.kv_cache_group_id}: the null page cannot be a full-attention hit")
 
     def _check_allocation(self, request_id: object, num_computed_tokens: object, num_slots: object,
-                          new_computed_pages: object) -> None:
+                          new_computed_pages: Sequence[Sequence[int]] | None) -> None:
         """The arguments of `allocate_slots`, checked before its plan (plain ints at no cost)."""
         if not isinstance(request_id, str):
             raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")

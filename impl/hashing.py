@@ -23,6 +23,7 @@ tenants; the chain carries it to later pages).
 from __future__ import annotations
 
 import hashlib
+import math
 import numbers
 import operator
 import os
@@ -33,7 +34,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import xxhash
-
 from verikv.dp_sharding import checked_int
 from verikv.errors import HashingError, InvalidArgumentError, describe
 
@@ -122,7 +122,7 @@ def key_value(value: object, what: str = "extra key", depth: int = 0) -> Any:
             raise InvalidArgumentError(f"{what} is nested deeper than {MAX_KEY_DEPTH} levels")
         return tuple([key_value(item, what, depth + 1) for item in value])
     if isinstance(value, float):
-        if value != value:
+        if math.isnan(value):
             raise InvalidArgumentError(f"{what} contains NaN, which is not equal to itself")
         return float.__float__(value)
     return key_atom(value, what)
@@ -187,7 +187,7 @@ def token_list(token_ids: object, what: str = "token ids") -> list[int]:
     if isinstance(token_ids, (str, bytes)) or not hasattr(token_ids, "__iter__"):
         raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(token_ids).__name__}")
     try:
-        return array("Q", token_ids).tolist()  # type: ignore[arg-type]
+        return array("Q", token_ids).tolist()
     except (TypeError, OverflowError, ValueError) as exc:  # a non-int, an id out of range, a 0-d array
         raise InvalidArgumentError(f"{what} must be integers in [0, 2**64): {describe(exc)}") from None
 
@@ -414,7 +414,7 @@ def _guarded(fn: Callable[[Any], object]) -> Callable[[Any], int]:
     def call(args: Any) -> int:
         try:
             value = fn(args)
-        except Exception as exc:  # noqa: BLE001 - any failure of user code becomes one typed error
+        except Exception as exc:  # any failure of user code becomes one typed error
             raise HashingError(f"hash function {describe(fn)} failed: {describe(exc)}") from exc
         if type(value) is int:
             return value

@@ -29,7 +29,13 @@ from typing import overload
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import InvalidArgumentError, describe
-from verikv.hashing import TOKEN_ID_LIMIT, CheckedTokens, MMFeature, key_atom, mm_feature
+from verikv.hashing import (
+    TOKEN_ID_LIMIT,
+    CheckedTokens,
+    MMFeature,
+    key_atom,
+    mm_feature,
+)
 
 
 class RequestStatus(enum.IntEnum):
@@ -146,7 +152,10 @@ def _checked_salt(value: object) -> str | bytes | None:
         return None
     if not isinstance(value, (str, bytes)):
         raise InvalidArgumentError(f"cache_salt must be str, bytes or None, got {type(value).__name__}")
-    return key_atom(value, "cache_salt")  # type: ignore[return-value]
+    salt = key_atom(value, "cache_salt")
+    if isinstance(salt, int):  # (key_atom accepts ints; a salt is text or bytes, checked above)
+        raise InvalidArgumentError("cache_salt must be str or bytes")
+    return salt
 
 
 def _checked_lora(value: object) -> int | None:

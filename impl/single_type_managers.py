@@ -34,7 +34,13 @@ from verikv.cache_specs import (
     SlidingWindowSpec,
 )
 from verikv.dp_sharding import checked_int
-from verikv.errors import CacheSpecError, InvalidArgumentError, OutOfPagesError, UnknownRequestError, describe
+from verikv.errors import (
+    CacheSpecError,
+    InvalidArgumentError,
+    OutOfPagesError,
+    UnknownRequestError,
+    describe,
+)
 from verikv.hashing import PageHash, PageHashWithGroupId
 
 if TYPE_CHECKING:

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from verikv import (
     CacheGroupSpec,
     CacheManager,
@@ -375,7 +374,7 @@ def test_cache_pages_added_to_something_else_is_typed() -> None:
 def test_an_untouched_manager_adopts_the_dp_size_of_its_first_dp_call() -> None:
     m = manager(8, hash_seed=None)
     assert m.data_parallel_size == 1
-    hits, n = m.get_computed_pages(Request("r", range(9)), dp_shard_hint=1, data_parallel_size=2)
+    m.get_computed_pages(Request("r", range(9)), dp_shard_hint=1, data_parallel_size=2)
     assert m.data_parallel_size == 2
     r = Request("r", range(9))
     new = m.allocate_slots(r, 9, dp_shard_hint=1, data_parallel_size=2)
