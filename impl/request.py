@@ -295,8 +295,8 @@ class Request(CheckedTokens):
     def _set_num_computed_tokens(self, value: int) -> None:
         if type(value) is not int:
             value = checked_int(value, "num_computed_tokens")
-        if not 0 <= value < TOKEN_ID_LIMIT:  # a count beyond 2**64 is no token count
-            raise InvalidArgumentError(f"num_computed_tokens must be in [0, 2**64), got {describe(value)}")
+        if value < 0:
+            raise InvalidArgumentError(f"num_computed_tokens must be >= 0, got {describe(value)}")
         self._num_computed_tokens = value
 
     num_computed_tokens = property(

@@ -252,20 +252,25 @@ class SingleTypeCacheManager:
         key was evicted when they were popped), so each gets its first key here. ``keys`` must
         cover the last full page (the caller extends the request's key list first).
         """
-        num_full = _count(num_tokens, "num_tokens") // self.page_size
-        pages = self._pages_of(request_id)
-        cached = self.num_cached_page[request_id]  # type: ignore[index]
-        if num_full <= cached:
+        if type(num_tokens) is not int or num_tokens < 0:  # (inline checks: this runs once per filled page)
+            num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
+        num_full = num_tokens // self.page_size
+        cached = self.num_cached_page.get(request_id) if type(request_id) is str else None
+        if cached is None:
+            self._pages_of(request_id)  # raises UnknownRequestError
+        if num_full <= cached:  # type: ignore[operator]
             return
-        if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+        pages = self.req_to_pages[request_id]
+        if type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)):
             raise InvalidArgumentError(f"keys must be a sequence of PageHash, got {type(keys).__name__}")
         if num_full > len(pages) or len(keys) < num_full * self._stride:
             raise InvalidArgumentError(
                 f"caching {describe(num_full)} pages needs as many held pages and {describe(num_full * self._stride)} "
                 f"keys; request {request_id!r} has {len(pages)} pages and {len(keys)} keys")
-        _key_list(keys[cached * self._stride:num_full * self._stride])  # only the keys read here (O(new pages))
-        cache = self.page_pool.cache_page_id
         stride = self._stride
+        if countOf(map(type, keys[cached * stride:num_full * stride]), PageHash) != (num_full - cached) * stride:
+            _key_list(keys[cached * stride:num_full * stride])  # only the keys read here: raises
+        cache = self.page_pool.cache_page_id
         gid = self.kv_cache_group_id
         new_key = tuple.__new__  # PageHashWithGroupId(...) without the NamedTuple's Python __new__
         for j in range(cached, num_full):
@@ -276,7 +281,9 @@ class SingleTypeCacheManager:
 
     def keys_needed(self, num_tokens: int) -> int:
         """How many request keys `cache_pages` reads to cache up to ``num_tokens`` tokens."""
-        return (_count(num_tokens, "num_tokens") // self.page_size) * self._stride
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
+        return (num_tokens // self.page_size) * self._stride
 
     def free(self, request_id: str) -> None:
         """Release the request's pages, last page first (chain tails are evicted first), and

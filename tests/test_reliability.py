@@ -269,7 +269,7 @@ def test_zero_groups_keep_counting_computed_tokens() -> None:
     ("lora_id", -1), ("lora_id", True), ("lora_id", 1.0), ("lora_id", "x"),
     ("cache_salt", 5), ("cache_salt", bytearray(b"x")),
     ("mm_features", [("img", 0, 99)]), ("mm_features", np.array([1, 0, 2])), ("mm_features", np.array(3)),
-    ("num_computed_tokens", -1), ("num_computed_tokens", 2**64), ("num_computed_tokens", 1.0),
+    ("num_computed_tokens", -1), ("num_computed_tokens", -(2**70)), ("num_computed_tokens", 1.0),
     ("status", 3), ("prompt_logprobs", 1),
 ])
 def test_request_fields_are_validated_on_assignment(field: str, value: Any) -> None:
