@@ -54,6 +54,8 @@ class RequestStatus(enum.IntEnum):
     @staticmethod
     def is_finished(status: RequestStatus) -> bool:
         """True for the FINISHED_* states."""
+        if not isinstance(status, RequestStatus):
+            raise InvalidArgumentError(f"status must be a RequestStatus, got {describe(status)}")
         return status > RequestStatus.PREEMPTED
 
 
@@ -75,7 +77,12 @@ class TokenView(Sequence[int]):
     def __getitem__(self, index: slice) -> list[int]: ...
 
     def __getitem__(self, index: int | slice) -> int | list[int]:
-        return self._tokens[index]
+        """As a list: an int index (IndexError past the end, as the sequence protocol wants)
+        or a slice; any other index is an `InvalidArgumentError`."""
+        try:
+            return self._tokens[index]
+        except TypeError:
+            raise InvalidArgumentError(f"token index must be an int or a slice, got {type(index).__name__}") from None
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._tokens)

@@ -434,3 +434,16 @@ def test_coordinator_and_group_managers_reject_bad_arguments_without_change(case
         "group-common-unknown": lambda: c.single_type_managers[0].get_num_common_prefix_pages("zz", 1),
     }
     rejected(m, calls[case], VeriKVError)
+
+
+def test_status_and_token_view_misuse_is_typed() -> None:
+    from verikv import RequestStatus
+
+    with pytest.raises(InvalidArgumentError):
+        RequestStatus.is_finished("x")  # type: ignore[arg-type]
+    view = Request("r", [1, 2]).all_token_ids
+    with pytest.raises(InvalidArgumentError):
+        view["a"]  # type: ignore[call-overload]
+    with pytest.raises(IndexError):  # the sequence protocol: iteration stops on IndexError
+        view[2]
+    assert list(view) == [1, 2] and view[-1] == 2 and view[:1] == [1]
