@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from operator import countOf
 
 from verikv.cache_specs import (
     CacheGroupsConfig,
@@ -119,7 +120,7 @@ class CacheCoordinator:
         managers = self.single_type_managers
         if type(max_cache_hit_length) is not int or max_cache_hit_length < 0:
             max_cache_hit_length = checked_int(max_cache_hit_length, "max_cache_hit_length", minimum=0)
-        if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+        if type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)):
             raise InvalidArgumentError(f"keys must be a sequence of PageHash, got {type(keys).__name__}")
         start = max_cache_hit_length // self._lcm_page_size * self._lcm_page_size
         if len(managers) == 1 and managers[0].hit_is_stable and not self.use_eagle:
@@ -160,10 +161,16 @@ class CacheCoordinator:
 
     def get_num_pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: PageIds) -> int:
         """Free-list pages the request takes to cover ``num_tokens`` slots (all groups)."""
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
         self._check_hit_shape(new_computed_pages)
+        return self._pages_to_allocate(request_id, num_tokens, new_computed_pages)
+
+    def _pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: PageIds) -> int:
+        """`get_num_pages_to_allocate` for hits already checked."""
         total = 0
         for m, hits in zip(self.single_type_managers, new_computed_pages):
-            total += m.get_num_pages_to_allocate(request_id, num_tokens, hits)
+            total += m._pages_needed(request_id, num_tokens, hits)
         return total
 
     def allocate_slots(
@@ -182,9 +189,17 @@ class CacheCoordinator:
         (or the request's shard) cannot supply the plan. Window frees whose pages reach ref 0
         count as available to the same call.
         """
+        self._check_allocation(request_id, num_computed_tokens, num_slots, new_computed_pages)
+        return self._allocate_checked(request_id, num_computed_tokens, num_slots, new_computed_pages, shard, dp)
+
+    def _allocate_checked(
+        self, request_id: str, num_computed_tokens: int, num_slots: int, new_computed_pages: PageIds | None,
+        shard: int | None, dp: int | None,
+    ) -> PageIds | None:
+        """`allocate_slots` for arguments already checked (by `_check_allocation`, or by the
+        `CacheManager`, which checks hits against the request's own keys)."""
         managers = self.single_type_managers
         pool = self.page_pool
-        self._check_allocation(request_id, num_computed_tokens, num_slots, new_computed_pages)
         skips = None
         reclaimed = 0
         if self._windowed:
@@ -208,7 +223,7 @@ class CacheCoordinator:
             if need == 0 and known and skips is None:  # the decode fast path: nothing to do
                 return ([],) if len(managers) == 1 else tuple([] for _ in managers)
         else:
-            need = self.get_num_pages_to_allocate(request_id, num_slots, new_computed_pages)
+            need = self._pages_to_allocate(request_id, num_slots, new_computed_pages)
         if need > reclaimed:
             available = pool.get_num_free_pages() if shard is None else pool.get_num_free_pages(
                 dp_shard_hint=shard, data_parallel_size=dp)
@@ -222,27 +237,28 @@ class CacheCoordinator:
                 if hits:
                     pool.touch_ids(hits)
             for m, hits in zip(managers, new_computed_pages):
-                m.save_new_computed_pages(request_id, hits)
+                m._save_hits(request_id, hits)
         if len(managers) == 1:
             return (managers[0].allocate_new_pages(request_id, num_slots, shard, dp),)
         return tuple([m.allocate_new_pages(request_id, num_slots, shard, dp) for m in managers])
 
     def _check_hit_shape(self, new_computed_pages: object) -> None:
-        """Hits are one sequence of page ids per group, each id a page of this pool (the null
-        page only in a group that drops pages)."""
+        """Hits are one sequence of int page ids per group, with no null page in a group that
+        never drops pages. (Ranges are checked by the pool when the plan counts the revived
+        hits, before anything changes.)"""
         groups = self.single_type_managers
-        if (isinstance(new_computed_pages, (str, bytes)) or not isinstance(new_computed_pages, Sequence)
-                or len(new_computed_pages) != len(groups)):
+        if type(new_computed_pages) is not tuple and (
+                isinstance(new_computed_pages, (str, bytes)) or not isinstance(new_computed_pages, Sequence)):
             raise InvalidArgumentError(f"new_computed_pages must hold one page-id list per group ({len(groups)})")
-        n = self.page_pool.num_pages
-        for m, hits in zip(groups, new_computed_pages):
-            if isinstance(hits, (str, bytes)) or not isinstance(hits, Sequence):
+        if len(new_computed_pages) != len(groups):  # type: ignore[arg-type]
+            raise InvalidArgumentError(f"new_computed_pages must hold one page-id list per group ({len(groups)})")
+        for m, hits in zip(groups, new_computed_pages):  # type: ignore[call-overload]
+            if type(hits) is not list and (isinstance(hits, (str, bytes)) or not isinstance(hits, Sequence)):
                 raise InvalidArgumentError(f"group {m.kv_cache_group_id}: hits must be a sequence of page ids")
-            for page in hits:
-                if type(page) is not int or not 0 <= page < n:
-                    raise ForeignPageError(f"hit page {describe(page)} is not a page id of this pool (0..{n - 1})")
-                if page == NULL_PAGE and not m.frees_skipped_pages:
-                    raise InvalidArgumentError(f"group {m.kv_cache_group_id}: the null page cannot be a full-attention hit")
+            if countOf(map(type, hits), int) != len(hits):
+                raise ForeignPageError(f"group {m.kv_cache_group_id}: hit page ids must be ints, got {describe(hits)}")
+            if not m.frees_skipped_pages and NULL_PAGE in hits:
+                raise InvalidArgumentError(f"group {m.kv_cache_group_id}: the null page cannot be a full-attention hit")
 
     def _check_allocation(self, request_id: object, num_computed_tokens: object, num_slots: object,
                           new_computed_pages: Sequence[Sequence[int]] | None) -> None:
@@ -256,7 +272,7 @@ class CacheCoordinator:
         if new_computed_pages is not None:
             self._check_hit_shape(new_computed_pages)
             managers = self.single_type_managers
-            if any(new_computed_pages) and managers and request_id in managers[0].req_to_pages:
+            if managers and request_id in managers[0].req_to_pages:
                 raise InvalidArgumentError(f"request {request_id!r} already holds pages; hits are only taken first")
 
     def remove_skipped_pages(self, request_id: str, num_computed_tokens: int) -> None:

@@ -63,7 +63,7 @@ def _count(value: object, name: str) -> int:
 
 def _key_list(keys: object) -> Sequence[PageHash]:
     """``keys`` if it is a sequence of `PageHash` (checked at C speed), else InvalidArgumentError."""
-    if (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)
+    if ((type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)))
             or countOf(map(type, keys), PageHash) != len(keys)):
         raise InvalidArgumentError(f"keys must be a sequence of PageHash, got {type(keys).__name__}")
     return keys
@@ -178,11 +178,15 @@ class SingleTypeCacheManager:
     def get_num_pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: Sequence[int]) -> int:
         """Free-list pages this group consumes to cover ``num_tokens`` slots: the new pages,
         plus the hit pages that are currently free (touching them takes them off the list)."""
-        held = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
         if (isinstance(new_computed_pages, (str, bytes)) or not isinstance(new_computed_pages, Sequence)
                 or countOf(map(type, new_computed_pages), int) != len(new_computed_pages)):
             raise InvalidArgumentError(f"new_computed_pages must be a sequence of page ids, got {describe(new_computed_pages)}")
-        need = cdiv(_count(num_tokens, "num_tokens"), self.page_size) - len(new_computed_pages) - (len(held) if held else 0)
+        return self._pages_needed(request_id, _count(num_tokens, "num_tokens"), new_computed_pages)
+
+    def _pages_needed(self, request_id: str, num_tokens: int, new_computed_pages: Sequence[int]) -> int:
+        """`get_num_pages_to_allocate` for arguments the coordinator has checked."""
+        held = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
+        need = cdiv(num_tokens, self.page_size) - len(new_computed_pages) - (len(held) if held else 0)
         revived = self.page_pool.count_free_ids(new_computed_pages) if new_computed_pages else 0
         return (need if need > 0 else 0) + revived
 
@@ -216,10 +220,13 @@ class SingleTypeCacheManager:
             raise InvalidArgumentError(f"new_computed_pages must be a sequence of page ids, got {describe(new_computed_pages)}")
         hits = list(new_computed_pages)
         n = self.page_pool.num_pages
-        for page in hits:
-            if type(page) is not int or not 0 <= page < n:
-                raise InvalidArgumentError(f"hit page {describe(page)} is not a page id of this pool (0..{n - 1})")
-        self.req_to_pages[request_id] = hits
+        if hits and (countOf(map(type, hits), int) != len(hits) or min(hits) < 0 or max(hits) >= n):
+            raise InvalidArgumentError(f"hits {describe(hits)} are not page ids of this pool (0..{n - 1})")
+        self._save_hits(request_id, hits)
+
+    def _save_hits(self, request_id: str, hits: Sequence[int]) -> None:
+        """`save_new_computed_pages` for arguments the coordinator has checked."""
+        self.req_to_pages[request_id] = list(hits)
         self.num_cached_page[request_id] = len(hits)
 
     def allocate_new_pages(
@@ -255,7 +262,7 @@ class SingleTypeCacheManager:
         if type(num_tokens) is not int or num_tokens < 0:  # (inline checks: this runs once per filled page)
             num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
         num_full = num_tokens // self.page_size
-        cached = self.num_cached_page.get(request_id) if type(request_id) is str else None
+        cached = self.num_cached_page.get(request_id) if isinstance(request_id, str) else None
         if cached is None:
             self._pages_of(request_id)  # raises UnknownRequestError
         if num_full <= cached:  # type: ignore[operator]
