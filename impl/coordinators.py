@@ -196,8 +196,7 @@ class CacheCoordinator:
         self, request_id: str, num_computed_tokens: int, num_slots: int, new_computed_pages: PageIds | None,
         shard: int | None, dp: int | None,
     ) -> PageIds | None:
-        """`allocate_slots` for arguments already checked (by `_check_allocation`, or by the
-        `CacheManager`, which checks hits against the request's own keys)."""
+        """`allocate_slots` once `_check_allocation` has passed: plan, then apply."""
         managers = self.single_type_managers
         pool = self.page_pool
         skips = None
