@@ -408,9 +408,28 @@ def _request_tokens(request: Any) -> list[int]:
     return token_list(tokens, "all_token_ids")
 
 
+_STABLE_ATOMS = (int, str, bytes, float, bool, type(None))
+
+
+def _is_stable(value: object) -> bool:
+    """True if ``value`` is built from exact builtin immutable values only (tuples of them,
+    nested to any depth; checked without recursion), so its hash can never change."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is tuple:
+            stack.extend(item)  # type: ignore[arg-type]
+        elif kind not in _STABLE_ATOMS:
+            return False
+    return True
+
+
 def _guarded(fn: Callable[[Any], object]) -> Callable[[Any], int]:
     """A user hash function whose failures are `HashingError` and whose results are exact ints
-    (a key's hash value must not be a user object: its hash could change)."""
+    (an integer of another type is converted) or values built from exact builtins (e.g. the
+    injective "hash" that returns its argument, used by the proofs): a key's hash value must
+    not be a user object, whose hash could change."""
     def call(args: Any) -> int:
         try:
             value = fn(args)
@@ -418,9 +437,12 @@ def _guarded(fn: Callable[[Any], object]) -> Callable[[Any], int]:
             raise HashingError(f"hash function {describe(fn)} failed: {describe(exc)}") from exc
         if type(value) is int:
             return value
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise HashingError(f"hash function {describe(fn)} returned {type(value).__name__}, not an int")
-        return operator.index(value)
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return operator.index(value)
+        if not _is_stable(value):
+            raise HashingError(f"hash function {describe(fn)} returned {type(value).__name__}, "
+                               f"not an int or a value of builtin immutables")
+        return value  # type: ignore[return-value]
     return call
 
 
