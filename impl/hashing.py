@@ -23,6 +23,7 @@ tenants; the chain carries it to later pages).
 from __future__ import annotations
 
 import hashlib
+import math
 import numbers
 import operator
 import os
@@ -33,7 +34,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import xxhash
-
 from verikv.dp_sharding import checked_int
 from verikv.errors import HashingError, InvalidArgumentError, describe
 
@@ -122,7 +122,7 @@ def key_value(value: object, what: str = "extra key", depth: int = 0) -> Any:
             raise InvalidArgumentError(f"{what} is nested deeper than {MAX_KEY_DEPTH} levels")
         return tuple([key_value(item, what, depth + 1) for item in value])
     if isinstance(value, float):
-        if value != value:
+        if math.isnan(value):
             raise InvalidArgumentError(f"{what} contains NaN, which is not equal to itself")
         return float.__float__(value)
     return key_atom(value, what)
@@ -187,7 +187,7 @@ def token_list(token_ids: object, what: str = "token ids") -> list[int]:
     if isinstance(token_ids, (str, bytes)) or not hasattr(token_ids, "__iter__"):
         raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(token_ids).__name__}")
     try:
-        return array("Q", token_ids).tolist()  # type: ignore[arg-type]
+        return array("Q", token_ids).tolist()
     except (TypeError, OverflowError, ValueError) as exc:  # a non-int, an id out of range, a 0-d array
         raise InvalidArgumentError(f"{what} must be integers in [0, 2**64): {describe(exc)}") from None
 
@@ -408,19 +408,41 @@ def _request_tokens(request: Any) -> list[int]:
     return token_list(tokens, "all_token_ids")
 
 
+_STABLE_ATOMS = (int, str, bytes, float, bool, type(None))
+
+
+def _is_stable(value: object) -> bool:
+    """True if ``value`` is built from exact builtin immutable values only (tuples of them,
+    nested to any depth; checked without recursion), so its hash can never change."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is tuple:
+            stack.extend(item)  # type: ignore[arg-type]
+        elif kind not in _STABLE_ATOMS:
+            return False
+    return True
+
+
 def _guarded(fn: Callable[[Any], object]) -> Callable[[Any], int]:
     """A user hash function whose failures are `HashingError` and whose results are exact ints
-    (a key's hash value must not be a user object: its hash could change)."""
+    (an integer of another type is converted) or values built from exact builtins (e.g. the
+    injective "hash" that returns its argument, used by the proofs): a key's hash value must
+    not be a user object, whose hash could change."""
     def call(args: Any) -> int:
         try:
             value = fn(args)
-        except Exception as exc:  # noqa: BLE001 - any failure of user code becomes one typed error
+        except Exception as exc:  # any failure of user code becomes one typed error
             raise HashingError(f"hash function {describe(fn)} failed: {describe(exc)}") from exc
         if type(value) is int:
             return value
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise HashingError(f"hash function {describe(fn)} returned {type(value).__name__}, not an int")
-        return operator.index(value)
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return operator.index(value)
+        if not _is_stable(value):
+            raise HashingError(f"hash function {describe(fn)} returned {type(value).__name__}, "
+                               f"not an int or a value of builtin immutables")
+        return value  # type: ignore[return-value]
     return call
 
 
