@@ -49,6 +49,8 @@ PageIds = tuple[list[int], ...]
 
 #: page ids are int32 (device page tables): every id, and the count, must fit
 MAX_NUM_PAGES = 2**31 - 1
+#: token positions and slot numbers are int32 on the device too (slot mappings, positions)
+MAX_MODEL_LEN = 2**31 - 1
 
 
 class CacheCoordinator:
@@ -71,7 +73,7 @@ class CacheCoordinator:
     ) -> None:
         checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_NUM_PAGES)
         groups = CacheGroupsConfig(num_pages, kv_cache_groups).kv_cache_groups
-        self.max_model_len = checked_int(max_model_len, "max_model_len", minimum=1)
+        self.max_model_len = checked_int(max_model_len, "max_model_len", minimum=1, maximum=MAX_MODEL_LEN)
         if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
             raise InvalidArgumentError("use_eagle and enable_caching must be bools")
         if enable_caching:

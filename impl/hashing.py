@@ -295,13 +295,14 @@ class PageHasher:
 
         ``parent=None`` means the page is the first of its chain (its parent is ``root``).
         """
-        parent_value = self.root if parent is None else checked_int(parent, "parent")
+        parent_value = self.root if parent is None else _parent_value(parent)
         tokens = tuple(token_list(token_ids))
         extra = key_value(extra_keys)
         return PageHash(self._digest(parent_value, _token_array(tokens).tobytes(), tokens, extra), tokens, extra)
 
     def page_extra_keys(self, request: Any, page_index: int, page_size: int) -> tuple[Any, ...] | None:
         """The extra keys of page ``page_index`` of ``request`` (``None`` when it has none)."""
+        _require_request(request)
         index = checked_int(page_index, "page_index", minimum=0)
         size = checked_int(page_size, "page_size", minimum=1)
         return _ExtraKeys(request).for_page(index, size)
@@ -330,7 +331,7 @@ class PageHasher:
         if first > 0 and parent is None:
             raise InvalidArgumentError("parent is required when hashing from a page other than the first")
         value: int | None = parent.hash_value if isinstance(parent, PageHash) else (
-            None if parent is None else checked_int(parent, "parent"))
+            None if parent is None else _parent_value(parent))
         if first == last:
             return []
         ids = tokens[first * ps:last * ps]
@@ -377,6 +378,8 @@ class PageHasher:
         """
         if not isinstance(hashes, list):
             raise InvalidArgumentError(f"hashes must be the list of the request's keys, got {type(hashes).__name__}")
+        if hashes and not isinstance(hashes[-1], PageHash):  # only the last key is read: the parent
+            raise InvalidArgumentError(f"hashes must hold PageHash keys, the last is {describe(hashes[-1])}")
         if (isinstance(request, CheckedTokens) and type(page_size) is int and page_size > 0
                 and len(request._tokens) // page_size == len(hashes)):
             return []  # no page filled since the last call (the common decode step)
@@ -399,13 +402,27 @@ def _message(parent: int, tokens: bytes, extra: Any) -> bytes:
     return b"".join((_PAGE_TAG, _int_bytes(parent), _pack_u32(len(tokens) // 8), tokens, tail))
 
 
-def _request_tokens(request: Any) -> list[int]:
-    """A duck-typed request's ``all_token_ids`` as validated exact ints."""
+def _require_request(request: Any) -> Any:
+    """A duck-typed request's ``all_token_ids`` (anything without them is not a request)."""
     try:
-        tokens = request.all_token_ids
+        return request.all_token_ids
     except AttributeError:
         raise InvalidArgumentError(f"{type(request).__name__} has no all_token_ids") from None
-    return token_list(tokens, "all_token_ids")
+
+
+def _request_tokens(request: Any) -> list[int]:
+    """A duck-typed request's ``all_token_ids`` as validated exact ints."""
+    return token_list(_require_request(request), "all_token_ids")
+
+
+#: the hash values a parent can have: builtin ``hash`` is a signed 64-bit int, sha256 digests
+#: are read as 256-bit unsigned ints (xxh3_128 as 128-bit)
+_PARENT_MIN, _PARENT_MAX = -(2**63), 2**256 - 1
+
+
+def _parent_value(parent: object) -> int:
+    """A parent hash value given as an int, checked to be one a scheme can produce."""
+    return checked_int(parent, "parent", minimum=_PARENT_MIN, maximum=_PARENT_MAX)
 
 
 _STABLE_ATOMS = (int, str, bytes, float, bool, type(None))
