@@ -803,7 +803,7 @@ def test_every_public_callable_is_exercised() -> None:
         # exception classes: any message is fine; they are raised by the library, not fed by users
         "VeriKVError", "InvalidArgumentError", "UnknownRequestError", "ForeignPageError", "CacheSpecError",
         "OutOfPagesError", "PageStateError", "DoubleFreeError", "NullPageError", "CorruptedStateError",
-        "SizingError", "DoesNotFitError", "KVCacheDoesNotFitError",
+        "SizingError", "DoesNotFitError", "KVCacheDoesNotFitError", "HashingError",
         # abstract bases, results and enums: not constructed by users with data
         "CacheSpec", "AttentionSpec", "KVEvent", "RequestStatus", "KVCachePlan", "RuntimePageBudgetEstimate",
         "AttentionTypeGroups", "MMFeature", "PageHash", "PageHashWithGroupId", "AllPagesCleared",
