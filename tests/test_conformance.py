@@ -5,15 +5,20 @@ eSurge-style adapter printed in docs/model-testing.md (under 50 lines) runs as p
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import unittest
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from broken_managers import BROKEN, OBSERVABLE, RefcountsNeverDecremented
 
 from verikv.errors import InvalidArgumentError
-from verikv.proofs.pool_mutants import UsageCountsNullPage
+from verikv.page_pool import PagePool
+from verikv.proofs.pool_mutants import DoubleFreeAccepted, FreedPagesReversed, UsageCountsNullPage
+from verikv.spec.manager import GroupLayout, Hit, ManagerConfig
 from verikv.testing.conformance import (
     CHECK_NAMES,
     CacheManagerAdapter,
@@ -21,11 +26,12 @@ from verikv.testing.conformance import (
     ConformanceError,
     PageManagerAdapter,
     WhiteBoxAdapter,
+    build_cache_manager,
     check_conformance,
-    conformance_machine,
+    check_pool_conformance,
     conformance_test,
 )
-from verikv.testing.manager_machine import LAYOUTS, build_cache_manager
+from verikv.testing.manager_machine import FEATURES, LAYOUTS, ManagerMachine, window_pages_real
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "model-testing.md"
 MULTI_GROUP = "full+sliding(window>page)"
@@ -35,7 +41,8 @@ BLACK_BOX_NAMES = {
     "hit-of-wrong-content": "INV-HIT-SAFE",
     "non-atomic-multi-group": "INV-ATOMIC",
 }
-"""What a black-box run reports for each broken manager (it sees the bug through a count)."""
+"""What a black-box or policy-free run reports for each broken manager (it sees the bug through
+a count, a hit's content, or a state change after a failed allocation)."""
 
 
 def fast(**kw: Any) -> ConformanceConfig:
@@ -55,9 +62,11 @@ def pool_swapped(cls: type) -> Any:
 # --- verikv conforms, in both modes, on every layout (collected by pytest as unittest cases) ---
 
 TestVeriKVWhiteBox = conformance_test(CacheManagerAdapter,
-                                      ConformanceConfig(free_order=None, max_examples=25, profile="ci"))
+                                      ConformanceConfig(free_order=None, max_examples=12, profile="ci"))
 TestVeriKVBlackBox = conformance_test(CacheManagerAdapter, ConformanceConfig(
-    free_order=None, mode="black-box", max_examples=25, profile="ci"))
+    free_order=None, mode="black-box", max_examples=12, profile="ci"))
+TestVeriKVPolicyFree = conformance_test(CacheManagerAdapter, ConformanceConfig(
+    free_order=None, mode="policy-free", max_examples=10, profile="ci"))
 
 
 def test_every_layout_is_a_test_method() -> None:
@@ -68,7 +77,7 @@ def test_every_layout_is_a_test_method() -> None:
 
 # --- every broken manager is caught, by name ----------------------------------------------------
 
-@pytest.mark.parametrize("mode", ["white-box", "black-box"])
+@pytest.mark.parametrize("mode", ["white-box", "black-box", "policy-free"])
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_broken_manager_is_caught_by_name(name: str, mode: str) -> None:
     factory, white_box_name = BROKEN[name]
@@ -91,7 +100,7 @@ def test_black_box_page_checks_can_fail(bug: str) -> None:
     INV-NULL (page 0 handed out) are not vacuous: enforced alone, each catches its bug."""
     factory, name = OBSERVABLE[bug]
     with pytest.raises(ConformanceError) as caught:
-        check_conformance(factory, MULTI_GROUP, fast(mode="black-box", checks=frozenset({name})))
+        check_conformance(factory, "full+sliding(window<=page)", fast(mode="black-box", checks=frozenset({name})))
     assert caught.value.names == [name], str(caught.value)
 
 
@@ -101,12 +110,13 @@ def test_failure_reports_names_and_a_shrunk_sequence() -> None:
         check_conformance(factory, "full", ConformanceConfig(profile="ci"))
     error = caught.value
     assert error.names == ["INV-REF-COUNT", "REFINEMENT"]
-    assert error.steps[0] == "state = Conformance[full]()" and error.steps[-1] == "state.teardown()"
+    assert error.steps[0] == "state = ManagerMachine()" and error.steps[-1] == "state.teardown()"
     assert any(step.startswith(("state.abort", "state.preempt", "state.finish")) for step in error.steps)
     assert len(error.steps) <= 12, error.steps
     message = str(error)
-    assert message.startswith("layout 'full': INV-REF-COUNT, REFINEMENT") and "Minimal failing sequence" in message
-    assert "layout 'full': INV-REF-COUNT, REFINEMENT" in DOC.read_text()  # the failure the docs show
+    assert message.startswith("layout 'full', seed 0: INV-REF-COUNT, REFINEMENT")
+    assert "Minimal failing sequence" in message
+    assert "layout 'full', seed 0: INV-REF-COUNT, REFINEMENT" in DOC.read_text()  # the failure the docs show
 
 
 def test_generated_test_case_fails_with_the_invariant_name() -> None:
@@ -130,10 +140,21 @@ def test_checks_select_what_is_enforced() -> None:
     check_conformance(factory, "full", fast(checks=CHECK_NAMES - {"INV-USAGE"}, max_examples=30))
 
 
+class CountingBadInputs(ManagerMachine):
+    bad_calls = 0
+
+    def bad_call(self, rid: str, case: str) -> Any:
+        CountingBadInputs.bad_calls += 1
+        return super().bad_call(rid, case)
+
+
 def test_bad_inputs_can_be_turned_off() -> None:
-    layout = ConformanceConfig().resolve("full")
-    assert callable(conformance_machine(CacheManagerAdapter, layout, fast()).bad_input)
-    assert conformance_machine(CacheManagerAdapter, layout, fast(bad_inputs=False)).bad_input is None
+    CountingBadInputs.bad_calls = 0
+    check_conformance(CacheManagerAdapter, "full", fast(max_examples=10), machine=CountingBadInputs)
+    assert CountingBadInputs.bad_calls > 0
+    CountingBadInputs.bad_calls = 0
+    check_conformance(CacheManagerAdapter, "full", fast(max_examples=10, bad_inputs=False), machine=CountingBadInputs)
+    assert CountingBadInputs.bad_calls == 0
 
 
 def test_claimed_free_order_selects_and_converts_layouts() -> None:
@@ -150,7 +171,8 @@ def test_claimed_free_order_selects_and_converts_layouts() -> None:
 @pytest.mark.parametrize("bad", [
     dict(checks=frozenset({"INV-NOPE"})), dict(layouts=("no-such-layout",)), dict(skip_layouts=("nope",)),
     dict(layouts=("full+sliding(unhashed-first)",), free_order="esurge"), dict(free_order="lifo"),
-    dict(mode="grey-box"), dict(max_examples=0),
+    dict(mode="grey-box"), dict(max_examples=0), dict(stateful_step_count=True), dict(seed="7"),
+    dict(waivers=frozenset({"everything"})), dict(features=frozenset({"audio"})),
 ])
 def test_bad_configuration_is_rejected(bad: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgumentError):
@@ -186,7 +208,7 @@ def test_doc_adapter_is_under_50_lines_as_the_docs_say() -> None:
 def test_doc_adapter_passes_black_box_against_verikv() -> None:
     adapter = doc_adapter()
     assert isinstance(adapter(LAYOUTS["full"].config), PageManagerAdapter)
-    config = ConformanceConfig(mode="black-box", skip_layouts=("dp2",), max_examples=25, profile="ci")
+    config = ConformanceConfig(mode="black-box", skip_layouts=("dp2",), max_examples=12, profile="ci")
     for layout in config.resolved_layouts():
         check_conformance(adapter, layout, config)
 
@@ -202,3 +224,139 @@ def test_doc_adapter_catches_a_manager_that_leaks_pages() -> None:
     with pytest.raises(ConformanceError) as caught:
         check_conformance(Leaky, "full", fast(mode="black-box", free_order="esurge"))
     assert "INV-CONSERVE" in caught.value.names
+
+
+# --- budget, seed, report ------------------------------------------------------------------------
+
+settings.register_profile("conformance-tiny", max_examples=3, database=None, deadline=None)
+TINY_RUNS = 6
+"""Runs under max_examples=3: Hypothesis may add a few (a run that only shrinks data, an
+overrun), never anywhere near its default budget of 100."""
+
+
+class CountingRuns(ManagerMachine):
+    runs = 0
+
+    def teardown(self) -> None:
+        CountingRuns.runs += 1
+
+
+def runs_under(config: ConformanceConfig) -> int:
+    CountingRuns.runs = 0
+    check_conformance(CacheManagerAdapter, "full", config, machine=CountingRuns)
+    return CountingRuns.runs
+
+
+def test_the_active_profile_sets_the_budget_unless_the_config_does() -> None:
+    previous = settings.get_current_profile_name()
+    settings.load_profile("conformance-tiny")
+    try:
+        assert runs_under(ConformanceConfig()) <= TINY_RUNS
+        assert runs_under(ConformanceConfig(max_examples=40)) >= 40
+    finally:
+        settings.load_profile(previous)
+    assert runs_under(ConformanceConfig(profile="conformance-tiny")) <= TINY_RUNS
+
+
+def test_a_seed_replays_the_same_failure_and_is_printed() -> None:
+    factory, _ = BROKEN["never-decrements-refcounts"]
+    config = ConformanceConfig(profile="conformance-tiny", max_examples=50, seed=1234, shrink=False)
+    errors = []
+    for _ in range(2):
+        with pytest.raises(ConformanceError) as caught:
+            check_conformance(factory, "full", config)
+        errors.append(caught.value)
+    assert errors[0].steps == errors[1].steps and errors[0].seed == 1234
+    assert str(errors[0]).startswith("layout 'full', seed 1234: ")
+
+
+def test_a_failure_report_fits_on_one_screen(tmp_path: Path) -> None:
+    """Run as a user would: pytest on a conformance test of a broken manager. The failure
+    section shows the report, not the harness' source (issue 15: it used to print 121 lines of
+    harness code before the error)."""
+    test_file = tmp_path / "test_broken_conformance.py"
+    test_file.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from broken_managers import BROKEN\n"
+        "from verikv.testing.conformance import ConformanceConfig, conformance_test\n"
+        "TestBroken = conformance_test(BROKEN['never-decrements-refcounts'][0],\n"
+        "                              ConformanceConfig(layouts=('full',), profile='ci'))\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    failure = run.stdout[run.stdout.index("___ "):run.stdout.index("Captured")]
+    lines = failure.splitlines()
+    assert "ConformanceError: layout 'full', seed 0: INV-REF-COUNT, REFINEMENT" in failure, failure
+    assert len(lines) <= 30 and "def run_state_machine" not in failure and "Traceback" not in failure, failure
+
+
+# --- modes, waivers, features ----------------------------------------------------------------------
+
+def test_policy_free_mode_accepts_another_legal_free_order() -> None:
+    """A pool that links freed pages in the opposite order (a legal policy: any free page may
+    be handed out) fails the exact comparison and passes the policy-free one, and the
+    ``free-order`` waiver does the same in white-box mode."""
+    factory = pool_swapped(FreedPagesReversed)
+    with pytest.raises(ConformanceError) as caught:
+        check_conformance(factory, MULTI_GROUP, fast())
+    assert caught.value.names == ["REFINEMENT"], str(caught.value)
+    check_conformance(factory, MULTI_GROUP, fast(mode="policy-free", max_examples=40))
+    check_conformance(factory, MULTI_GROUP, fast(waivers=frozenset({"free-order"}), max_examples=40))
+
+
+def test_a_waiver_lifts_its_check_only() -> None:
+    """Usage counting the null page (eSurge's formula) is declared once by name; the other
+    checks still run (a second bug is still caught)."""
+    factory = pool_swapped(UsageCountsNullPage)
+    check_conformance(factory, "full", fast(waivers=frozenset({"usage-formula"}), max_examples=30))
+    usage_and_leak = pool_swapped(type("LeakyUsage", (UsageCountsNullPage, RefcountsNeverDecremented), {}))
+    with pytest.raises(ConformanceError) as caught:
+        check_conformance(usage_and_leak, "full", fast(waivers=frozenset({"usage-formula"})))
+    assert "INV-USAGE" not in caught.value.names and "INV-REF-COUNT" in caught.value.names
+
+
+class NoSaltAdapter(CacheManagerAdapter):
+    """An engine without per-tenant salts: it refuses requests that carry one."""
+
+    def new_request(self, view: Any) -> Any:
+        if view.cache_salt is not None:
+            raise NotImplementedError("this engine has no cache_salt")
+        return super().new_request(view)
+
+
+def test_features_an_engine_lacks_can_be_switched_off() -> None:
+    with pytest.raises(ConformanceError):
+        check_conformance(NoSaltAdapter, "full", fast())
+    check_conformance(NoSaltAdapter, "full", fast(features=FEATURES - {"salt"}, max_examples=30))
+
+
+def test_a_windowed_hit_needs_real_pages_inside_the_window() -> None:
+    config = LAYOUTS["full+sliding(window>page)"].config  # window 9, page 4: the last 2 pages
+    assert window_pages_real(config, Hit(((1, 2, 3), (0, 5, 6)), 12))
+    assert not window_pages_real(config, Hit(((1, 2, 3), (0, 0, 6)), 12))
+    first = LAYOUTS["sliding+full(window<=page)"].config  # window 3 <= page: the last page
+    assert not window_pages_real(first, Hit(((4, 0), (1, 2)), 8))
+    chunked = LAYOUTS["full+chunked"].config  # chunk 8: pages of the current chunk
+    assert window_pages_real(chunked, Hit(((1, 2, 3), (0, 0, 7)), 12))
+    assert not window_pages_real(chunked, Hit(((1, 2, 3), (0, 0, 0)), 12))
+
+
+# --- the pool harness: a double free through an engine's own manager ---------------------------
+
+def engine_pool(pool_class: type) -> Any:
+    """A pool factory for the pool machine: the page pool of a freshly built manager."""
+    def make(num_pages: int, free_order: str) -> Any:
+        config = ManagerConfig((GroupLayout("full", 4),), num_pages, 8, free_order=free_order)  # type: ignore[arg-type]
+        manager = build_cache_manager(config)
+        manager.page_pool.__class__ = pool_class
+        return manager.page_pool
+    return make
+
+
+def test_pool_harness_finds_a_double_free_through_the_managers_pool() -> None:
+    check_pool_conformance(engine_pool(PagePool), fast(max_examples=30))
+    with pytest.raises(ConformanceError) as caught:
+        check_pool_conformance(engine_pool(DoubleFreeAccepted), fast())
+    assert "rejects:double-free" in caught.value.names, str(caught.value)
+    assert caught.value.layout == "pool"

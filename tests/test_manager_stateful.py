@@ -1,10 +1,11 @@
 """CacheManager against the manager spec, through the scheduler-shaped state machine.
 
-One test per group layout (`LAYOUTS`), each 400 examples of up to 60 steps, at least 200 of them 50+ steps long (the initialize step
-included), derandomized under the ``ci`` profile. `test_runs_are_long_and_reach_the_paths`
-shows the runs are not vacuous: many reach the step limit (Hypothesis also tries short
-programs first, so not all do), and prefix hits, failed allocations, preemptions and null
-placeholders all occur.
+One test per group layout (`LAYOUTS`), each `EXAMPLES` examples of up to 60 steps, at least
+`LONG_RUNS` of them 50+ steps long (the initialize step included).
+`test_runs_are_long_and_reach_the_paths` shows the runs are not vacuous: many reach the step
+limit (Hypothesis also tries short programs first, so not all do), and prefix hits, failed
+allocations, preemptions and null placeholders all occur. `test_key_computation_failures`
+adds the failing-key-computation rule (issue 12).
 """
 
 from __future__ import annotations
@@ -13,65 +14,127 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from verikv.testing.manager_machine import LAYOUTS, manager_machine
+from verikv.testing.adapter import KeyFailingAdapter
+from verikv.testing.manager_machine import LAYOUTS, PROMPTS, MachineOptions, ManagerMachine, machine_factory
 
 STEPS = 60
-EXAMPLES = 400
+EXAMPLES = 280
 LONG_RUNS = 200  # issue 3: at least 200 runs of 50+ steps per layout
+
+
+class Counted(ManagerMachine):
+    """The machine, counting its checked steps and the runs that reach 50."""
+
+    long_runs = 0
+
+    def check(self) -> None:
+        super().check()
+        self.steps = getattr(self, "steps", 0) + 1
+
+    def teardown(self) -> None:
+        Counted.long_runs += getattr(self, "steps", 0) >= 50
+        super().teardown()
 
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_cache_manager_refines_the_spec(name: str) -> None:
-    long_runs = 0
+    Counted.long_runs = 0
+    run_state_machine_as_test(machine_factory(LAYOUTS[name], machine=Counted),  # type: ignore[arg-type]
+                              settings=settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None))
+    assert Counted.long_runs >= LONG_RUNS, f"{name}: only {Counted.long_runs} runs reached 50 steps"
 
-    class Counted(manager_machine(LAYOUTS[name])):  # type: ignore[misc, valid-type]
-        def check(self) -> None:
-            super().check()
-            self.steps = getattr(self, "steps", 0) + 1
 
-        def teardown(self) -> None:
-            nonlocal long_runs
-            long_runs += getattr(self, "steps", 0) >= 50
-            super().teardown()
+class Counting(ManagerMachine):
+    """The machine, counting which paths its runs reach (class-level counter, reset per test)."""
 
-    run_state_machine_as_test(Counted, settings=settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None))
-    assert long_runs >= LONG_RUNS, f"{name}: only {long_runs} runs reached 50 steps"
+    seen: Counter[str] = Counter()
+
+    def check(self) -> None:
+        super().check()
+        self.steps = getattr(self, "steps", 0) + 1
+        self.seen["null placeholder held"] += any(0 in pages for _, e in self.spec.entries for pages in e.pages)
+
+    def lookup(self, rid: str, hint: Any) -> Any:
+        pages, hit = super().lookup(rid, hint)
+        self.seen["prefix hit"] += hit.num_tokens > 0
+        return pages, hit
+
+    def allocate(self, rid: str, *args: Any, **kwargs: Any) -> bool:
+        held = self.spec.entry(rid) is not None
+        done = super().allocate(rid, *args, **kwargs)
+        self.seen["allocation refused"] += not done
+        self.seen["held request given a DP hint"] += held and kwargs.get("hint") is not None
+        self.seen["decode step under DP"] += held and self.dp is not None and done
+        return done
+
+    def decode_token(self, rid: str, block: int) -> None:
+        super().decode_token(rid, block)
+        tokens = self.view(rid).tokens
+        self.seen["decoding completed a prompt's first page"] += (
+            len(tokens) % 4 == 0 and tokens[-4:] in {prompt[:4] for prompt in PROMPTS})
+
+    def preempt_request(self, rid: str) -> None:
+        super().preempt_request(rid)
+        self.seen["preemption"] += 1
+
+    def bad_call(self, rid: str, case: str) -> Any:
+        calls = super().bad_call(rid, case)
+        self.seen[f"bad input {case}"] += calls is not None
+        return calls
+
+    def teardown(self) -> None:
+        self.seen["runs"] += 1
+        self.seen["runs of 50+ steps"] += getattr(self, "steps", 0) >= 50
+        self.seen["longest run"] = max(self.seen["longest run"], getattr(self, "steps", 0))
+
+
+def count_paths(name: str, examples: int) -> Counter[str]:
+    Counting.seen = Counter()
+    run_state_machine_as_test(machine_factory(LAYOUTS[name], machine=Counting),  # type: ignore[arg-type]
+                              settings=settings(max_examples=examples, stateful_step_count=STEPS, deadline=None,
+                                                derandomize=True, database=None))
+    return Counting.seen
 
 
 def test_runs_are_long_and_reach_the_paths() -> None:
-    seen: Counter[str] = Counter()
-    base = manager_machine(LAYOUTS["full+sliding(window<=page)"])
-
-    class Counting(base):  # type: ignore[misc, valid-type]
-        def check(self) -> None:
-            super().check()
-            self.steps = getattr(self, "steps", 0) + 1
-            seen["null placeholder held"] += any(0 in pages for _, e in self.spec.entries for pages in e.pages)
-
-        def lookup(self, rid: str, hint: Any) -> Any:
-            pages, hit = super().lookup(rid, hint)
-            seen["prefix hit"] += hit.num_tokens > 0
-            return pages, hit
-
-        def allocate(self, *args: Any, **kwargs: Any) -> bool:
-            done = super().allocate(*args, **kwargs)
-            seen["allocation refused"] += not done
-            return done
-
-        def preempt_request(self, rid: str) -> None:
-            super().preempt_request(rid)
-            seen["preemption"] += 1
-
-        def teardown(self) -> None:
-            seen["runs"] += 1
-            seen["runs of 50+ steps"] += getattr(self, "steps", 0) >= 50
-            seen["longest run"] = max(seen["longest run"], getattr(self, "steps", 0))
-
-    run_state_machine_as_test(Counting, settings=settings(max_examples=60, stateful_step_count=STEPS,
-                                                          deadline=None, derandomize=True, database=None))
+    seen = count_paths("full+sliding(window<=page)", 60)
     assert seen["longest run"] == STEPS and seen["runs of 50+ steps"] >= seen["runs"] // 3, seen
     for path in ("prefix hit", "allocation refused", "preemption", "null placeholder held"):
         assert seen[path] > 0, seen
+
+
+def test_decoded_pages_repeat_prompt_pages_with_a_short_window() -> None:
+    """Decoding copies page-sized blocks, so a decoded page can equal another prompt's first
+    page: the shape of eSurge's Q1 false hit (a window that fits in a page)."""
+    seen = count_paths("sliding-only(window<=page)", 60)
+    assert seen["decoding completed a prompt's first page"] > 0, seen
+
+
+def test_bad_token_counts_are_sent_without_data_parallelism() -> None:
+    """The zero / negative / too-long / lookahead cases run in a non-DP layout (they used to be
+    skipped there); the DP-size case needs a DP size that divides the pool."""
+    seen = count_paths("full", 40)
+    for case in ("zero", "negative", "too-long", "lookahead", "dp-size"):
+        assert seen[f"bad input {case}"] > 0, seen
+
+
+def test_data_parallel_hybrid_reaches_hints_on_held_requests_and_decode() -> None:
+    seen = count_paths("dp2+sliding(unhashed-first)", 40)
+    for path in ("held request given a DP hint", "decode step under DP", "prefix hit", "null placeholder held"):
+        assert seen[path] > 0, seen
+
+
+@pytest.mark.xfail(strict=True, reason="needs manager-lane fix: allocate_slots/get_computed_pages must compute "
+                                       "every key before changing state and reject bad request attributes "
+                                       "with a typed error (issue 12)")
+@pytest.mark.parametrize("name", ["full", "full+sliding(window>page)"])
+def test_failing_key_computation_changes_nothing(name: str) -> None:
+    """INV-ATOMIC across failing key computation: a hash function that raises mid-call, a
+    ``lora_id`` that is not an int, a salt that cannot be encoded (issue 12)."""
+    machine = machine_factory(LAYOUTS[name], KeyFailingAdapter, MachineOptions(key_failures=True))
+    run_state_machine_as_test(machine, settings=settings(  # type: ignore[arg-type]
+        max_examples=100, stateful_step_count=40, deadline=None, derandomize=True, database=None,
+        phases=(Phase.explicit, Phase.generate)))

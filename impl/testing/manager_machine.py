@@ -1,60 +1,71 @@
-"""A scheduler-shaped Hypothesis state machine that checks a cache manager against the spec.
+"""A scheduler-shaped Hypothesis state machine that checks a page manager against the spec.
 
-`manager_machine(layout, make_manager)` returns a `RuleBasedStateMachine` class that drives an
-implementation (built by ``make_manager(layout.config)``; `verikv.CacheManager` by default)
-and the spec (`verikv.spec.manager`) side by side, the way an eSurge/vLLM scheduler does:
-requests arrive, are admitted with a prefix lookup, prefill in chunks, decode (with
-speculative lookahead slots), are preempted, finish or are aborted; the prefix cache is reset;
-bad inputs are thrown at every entry point.
+`ManagerMachine` is one module-level `RuleBasedStateMachine`, configured per instance by a
+`Layout`, an adapter factory (`verikv.testing.adapter`; verikv's `CacheManagerAdapter` by
+default) and `MachineOptions`. `machine_factory(...)` returns the zero-argument factory
+Hypothesis' ``run_state_machine_as_test`` wants. It drives the manager and the spec
+(`verikv.spec.manager`) side by side, the way an eSurge/vLLM scheduler does: requests arrive,
+are admitted with a prefix lookup, prefill in chunks, decode (with speculative lookahead
+slots and, under data parallelism, shard hints), are preempted, finish or are aborted; the
+prefix cache is reset; bad inputs are thrown at every entry point; optionally key computation
+fails on demand.
 
 After every step it checks, and reports by name (`ConformanceFailure.names`):
 
-- ``REFINEMENT``: `abstract_manager(impl)` equals the spec state, with the implementation's
-  key digests renamed to the spec's contents (the renaming is learnt page by page and must
-  stay injective: two digests for one content is a refinement failure, one digest for two
-  contents is an ``INV-HIT-SAFE`` failure, since a lookup could then return foreign KV);
-  every return value and every error agrees;
+- ``REFINEMENT``: the implementation's state (white-box: `abstract_manager`, with the
+  implementation's key digests renamed to the spec's contents, the renaming learnt page by page
+  and kept injective; black-box: free count and page tables) equals the spec's; every return
+  value and every error agrees;
 - every pool invariant and ``INV-REF-COUNT`` on the implementation's abstraction and on the
-  spec state, ``INV-HIT-SAFE`` (state form) on the spec state, ``INV-USAGE`` on the reported
-  usage;
-- ``INV-HIT-SAFE`` and ``INV-HIT-SHAPE`` on what the implementation's lookup really returned,
-  judged by the spec's ghost page contents; ``INV-ATOMIC`` when an allocation returns None or
-  a call raises (the implementation's abstract state must be unchanged).
+  spec state, ``INV-USAGE`` on the reported usage, ``INV-CONSERVE`` on observed counts;
+- ``INV-HIT-SAFE`` on what a lookup really returned, judged by the harness' own ghost: the
+  content each page holds, recorded when the request holding it has computed the page's tokens
+  (not when a key is written, so keying the wrong page is caught); a windowed hit must hold
+  real pages inside the window; ``INV-HIT-SHAPE`` on its shape; ``INV-ATOMIC`` when a call is
+  rejected or an allocation returns None (the observed state must be unchanged).
 
-Small token alphabets and a handful of prompts built from shared blocks make prefix hits,
-evictions and full-pool paths frequent. The implementation is reached only through eSurge's
-method names and the read-only protocol of `verikv.spec.abstraction`, so another engine's
-manager can be plugged in with a thin adapter.
+Modes: ``white-box`` (the adapter offers ``abstraction()``), ``black-box`` (what a scheduler
+sees, page ids compared exactly) and ``policy-free`` (black-box, and the spec follows the
+implementation's choice of free pages, so any legal free-list policy passes; hits are compared
+by length and checked for safety instead of by page id).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
-from verikv.errors import InvalidArgumentError
+from verikv.errors import InvalidArgumentError, VeriKVError
 from verikv.spec import invariants as inv
 from verikv.spec import manager as spec
 from verikv.spec.abstraction import abstract_manager
-from verikv.spec.pool import PreconditionError
-from verikv.spec.pool import usage as pool_usage
-
-_BLOCKS = ((0, 1, 2, 0), (1, 1, 0, 2), (2, 0, 1, 1))
-PROMPTS: tuple[tuple[int, ...], ...] = (
-    _BLOCKS[0] + _BLOCKS[1],
-    _BLOCKS[0] + _BLOCKS[1] + (2, 2),
-    _BLOCKS[0] + _BLOCKS[2] + _BLOCKS[1],
-    _BLOCKS[1] + _BLOCKS[0],
-    _BLOCKS[0] + _BLOCKS[0] + _BLOCKS[1] + (0,),
-    _BLOCKS[0][:3],
-    _BLOCKS[1] + _BLOCKS[0] + _BLOCKS[0][:1],
+from verikv.spec.pool import NULL_PAGE, PreconditionError
+from verikv.testing.adapter import (
+    AdapterFactory,
+    CacheManagerAdapter,
+    KeyFailure,
+    build_cache_manager,  # noqa: F401  (re-exported: verikv.proofs.manager_mutants imports it from here)
+    page_ids_of,
 )
-"""Prompts that share page-aligned blocks (page size 4), so prefixes hit across requests."""
+
+BLOCKS: tuple[tuple[int, ...], ...] = ((0, 1, 2, 0), (1, 1, 0, 2), (2, 0, 1, 1))
+"""Page-sized token blocks (page size 4) that prompts and decoded tokens are made of."""
+PROMPTS: tuple[tuple[int, ...], ...] = (
+    BLOCKS[0] + BLOCKS[1],
+    BLOCKS[0] + BLOCKS[1] + (2, 2),
+    BLOCKS[0] + BLOCKS[2] + BLOCKS[1],
+    BLOCKS[1] + BLOCKS[0],
+    BLOCKS[0] + BLOCKS[0] + BLOCKS[1] + (0,),
+    BLOCKS[0][:3],
+    BLOCKS[1] + BLOCKS[0] + BLOCKS[0][:1],
+)
+"""Prompts that share page-aligned blocks, so prefixes hit across requests."""
 
 MM_CHOICES: tuple[tuple[tuple[str, int, int], ...], ...] = ((),) * 6 + ((("img-a", 2, 3),), (("img-b", 2, 3),))
 """Mostly text-only; sometimes an image over positions 2..4 (same tokens, different KV)."""
@@ -63,6 +74,41 @@ BAD_CALLS: tuple[str, ...] = ("zero", "negative", "too-long", "lookahead", "dp-s
                               "cache-too-far", "cache-no-pages", "page-ids")
 """Invalid calls the machine makes: token counts, DP size, hits for a request holding pages,
 caching past the request's tokens or without pages, page ids of a request without pages."""
+KEY_FAILURES: tuple[str, ...] = ("hasher-raises", "lora-not-int", "salt-not-encodable")
+"""How the failing-key-computation rule breaks a key: the hash function raises on its n-th
+call, or a request gets an attribute no key can be computed from after construction."""
+BAD_ATTRIBUTES: dict[str, tuple[str, Any]] = {"lora-not-int": ("lora_id", "x"),
+                                              "salt-not-encodable": ("cache_salt", "\ud800")}
+
+CHECK_NAMES: frozenset[str] = frozenset(
+    {*inv.MANAGER_INVARIANTS, *inv.GHOST_INVARIANTS, *inv.LOOKUP_INVARIANTS, *inv.TRANSITION_INVARIANTS,
+     "REFINEMENT"})
+"""Every name a run can report: the ``INV-*`` catalogue and ``REFINEMENT`` (a return value, an
+error or the state differs from the spec's)."""
+
+STEP_DRAWS = st.tuples(st.integers(1, 8), st.sampled_from((0, 0, 0, 1, 3, 8)), st.sampled_from((False,) * 5 + (True,)),
+                       st.integers(0, len(BLOCKS)))
+"""One running request's scheduler step, shown in reports as ``Draw n (r0 step): (chunk,
+lookahead, delay, block)``: prefill chunk, lookahead slots, delayed caching, and the block a
+decoded page copies (one draw, so a report shows one line per request and step)."""
+
+Mode = Literal["white-box", "black-box", "policy-free"]
+MODES: tuple[str, ...] = ("white-box", "black-box", "policy-free")
+FEATURES: frozenset[str] = frozenset({"salt", "lora", "images", "logprobs", "cache-calls"})
+"""Features the machine uses; leave out the ones an engine lacks: request salts, LoRA ids,
+images (multimodal items), prompt logprobs, and ``cache-calls`` (the scheduler registers
+computed pages itself with ``cache_pages``, as an asynchronous scheduler does)."""
+WAIVERS: dict[str, str] = {
+    "usage-formula": "the manager reports usage by another formula: INV-USAGE is not checked on it",
+    "per-call-dp-size": "the manager takes data_parallel_size per call: another DP size is not sent as a bad input",
+    "shard-inference": "a request holding pages keeps the shard of its pages: held requests get no DP hint",
+    "chunked-window-rule": "chunked-local groups follow another window rule: REFINEMENT and INV-HIT-SHAPE "
+                           "are not enforced in layouts with a chunked group (INV-HIT-SAFE still is)",
+    "free-order": "another legal free-list policy: the spec takes the free pages the manager chose",
+    "window-free-on-failure": "an allocation that does not fit still frees the out-of-window pages (eSurge): "
+                              "that one change is expected of a None result; INV-ATOMIC holds otherwise",
+}
+"""Known departures a user can declare by name; each lifts one thing in one scope."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +125,10 @@ def _layout(name: str, *groups: spec.GroupLayout, num_pages: int = 12, max_model
 
 
 FULL = spec.GroupLayout("full", 4)
+SHORT_WINDOW = spec.GroupLayout("sliding", 4, 3)
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     _layout("full", FULL, num_pages=8),
-    _layout("full+sliding(window<=page)", FULL, spec.GroupLayout("sliding", 4, 3), num_pages=9),
+    _layout("full+sliding(window<=page)", FULL, SHORT_WINDOW, num_pages=9),
     _layout("full+sliding(window>page)", FULL, spec.GroupLayout("sliding", 4, 9)),
     _layout("full+chunked", FULL, spec.GroupLayout("chunked", 4, 8)),
     _layout("full+mamba", FULL, spec.GroupLayout("mamba", 20), num_pages=10),
@@ -92,6 +139,13 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     _layout("no-groups", num_pages=6),
     _layout("full(page 8)+sliding(page 4)", spec.GroupLayout("full", 8), spec.GroupLayout("sliding", 4, 5),
             max_model_len=24),
+    _layout("sliding-only(window<=page)", SHORT_WINDOW, num_pages=7),
+    _layout("chunked-only", spec.GroupLayout("chunked", 4, 8), num_pages=7),
+    _layout("sliding+full(window<=page)", SHORT_WINDOW, FULL, num_pages=9),
+    _layout("full+sliding+chunked", FULL, spec.GroupLayout("sliding", 4, 6), spec.GroupLayout("chunked", 4, 8),
+            num_pages=13),
+    _layout("dp2+sliding(unhashed-first)", FULL, spec.GroupLayout("sliding", 4, 5), num_pages=16,
+            data_parallel_size=2, free_order="unhashed-first"),
 )}
 
 
@@ -103,366 +157,597 @@ class ConformanceFailure(AssertionError):
         super().__init__("\n".join(f"{name}: {detail}" for name, detail in failures))
 
 
-def build_cache_manager(config: spec.ManagerConfig) -> Any:
-    """A `verikv.CacheManager` for a spec configuration (small made-up layer geometry)."""
-    from verikv import (
-        CacheGroupSpec,
-        CacheManager,
-        ChunkedLocalAttentionSpec,
-        FullAttentionSpec,
-        MambaSpec,
-        SlidingWindowSpec,
-    )
+@dataclass(frozen=True)
+class MachineOptions:
+    """How the machine judges: ``mode``; ``checks`` to enforce (None: all); declared
+    ``waivers`` (names of `WAIVERS`); request ``features`` the engine has; whether to send
+    ``bad_inputs``; whether to make key computation fail (``key_failures``: needs an adapter
+    with ``arm_key_failure``/``disarm_key_failure`` for the hasher case); and the exception
+    types that count as a rejection (anything else escapes as a crash)."""
 
-    def kv_spec(g: spec.GroupLayout) -> Any:
-        geometry = dict(page_size=g.page_size, num_kv_heads=1, head_size=8, dtype="float16", use_mla=False)
-        if g.kind == "full":
-            return FullAttentionSpec(**geometry)
-        if g.kind == "sliding":
-            return SlidingWindowSpec(**geometry, sliding_window=g.span)
-        if g.kind == "chunked":
-            return ChunkedLocalAttentionSpec(**geometry, attention_chunk_size=g.span)
-        return MambaSpec(page_size=g.page_size, shapes=((4,),), dtype="float32")
-
-    return CacheManager(config.num_pages, [CacheGroupSpec(kv_spec(g)) for g in config.groups],
-                        config.max_model_len, enable_caching=config.enable_caching,
-                        use_eagle=config.use_eagle, free_order=config.free_order,
-                        data_parallel_size=config.data_parallel_size)
+    mode: Mode = "white-box"
+    checks: frozenset[str] | None = None
+    waivers: frozenset[str] = frozenset()
+    features: frozenset[str] = FEATURES
+    bad_inputs: bool = True
+    key_failures: bool = False
+    rejection: tuple[type[BaseException], ...] = (InvalidArgumentError,)
 
 
-def build_request(rid: str, tokens: tuple[int, ...], salt: str | None, lora_id: int | None,
-                  mm: tuple[tuple[str, int, int], ...], prompt_logprobs: bool) -> Any:
-    """A `verikv.Request` for the machine's draws."""
-    from verikv.request import Request
+@dataclass(frozen=True)
+class Observation:
+    """What a scheduler sees of a manager: free count, usage, each live request's page table."""
 
-    return Request(rid, tokens, cache_salt=salt, lora_id=lora_id, mm_features=mm, prompt_logprobs=prompt_logprobs)
-
-
-def view_of(request: Any) -> spec.RequestView:
-    """The spec's view of an implementation request (eSurge attribute names)."""
-    return spec.RequestView(
-        request.request_id, tuple(request.all_token_ids), request.num_computed_tokens,
-        request.cache_salt, request.lora_id,
-        tuple((f.mm_hash, f.offset, f.length) for f in request.mm_features),
-        request.prompt_logprobs, request.is_finished(),
-    )
+    num_free: int
+    usage: float
+    tables: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...] = ()
 
 
-def _ids(pages: Any) -> tuple[tuple[int, ...], ...]:
-    """Per-group page ids of a ``CachePages`` result."""
-    return tuple(tuple(group) for group in pages.get_page_ids())
+@dataclass
+class Tracked:
+    """One request as the scheduler knows it, and the engine's own request for it."""
+
+    view: spec.RequestView
+    native: Any = None
+    synced: int = 0
+    """How many tokens the native request holds (the rest are appended before the next call)."""
+    decode_block: int | None = None
+    """The block the page being decoded copies (see `ManagerMachine.decode_token`)."""
 
 
-def manager_machine(layout: Layout, make_manager: Callable[[spec.ManagerConfig], Any] = build_cache_manager,
-                    make_request: Callable[..., Any] = build_request) -> type[RuleBasedStateMachine]:
-    """The state machine class for one layout and one implementation factory."""
-    config = layout.config
-    dp = config.data_parallel_size if config.data_parallel_size > 1 else None
-    wrong_dp = next((d for d in range(2, config.num_pages + 1)
-                     if config.num_pages % d == 0 and d != config.data_parallel_size), None)
-    hints = st.sampled_from((None, 0, 1)) if dp else st.just(None)
+def window_pages_real(config: spec.ManagerConfig, hit: spec.Hit) -> bool:
+    """A windowed hit holds real pages inside the window of the next token: the last
+    ``cdiv(window - 1, page_size)`` pages (at least one) for sliding, the current chunk's pages
+    for chunked local attention. A null page there would feed masked-out KV to attention."""
+    for layout, pages in zip(config.groups, hit.pages):
+        if not pages:
+            continue
+        if layout.kind == "sliding":
+            inside = pages[-max(1, -(-(layout.span - 1) // layout.page_size)):]
+        elif layout.kind == "chunked":
+            inside = pages[(hit.num_tokens // layout.span) * layout.span // layout.page_size:]
+        else:
+            continue
+        if NULL_PAGE in inside:
+            return False
+    return True
 
-    class ManagerMachine(RuleBasedStateMachine):
-        """Scheduler-shaped conformance run of one manager against `verikv.spec.manager`."""
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.impl = make_manager(config)
-            self.spec = spec.init(config)
-            self.requests: dict[str, Any] = {}
-            self.waiting: list[str] = []
-            self.running: list[str] = []
-            self.next_id = 0
-            self.forward: dict[Hashable, Hashable] = {}
-            self.backward: dict[Hashable, Hashable] = {}
-            self.failures: list[tuple[str, str]] = []
+class ManagerMachine(RuleBasedStateMachine):
+    """Scheduler-shaped conformance run of one page manager against `verikv.spec.manager`."""
 
-        # ---- checking ------------------------------------------------------------------
+    def __init__(self, layout: Layout, make_adapter: AdapterFactory = CacheManagerAdapter,
+                 options: MachineOptions = MachineOptions()) -> None:
+        super().__init__()
+        config = layout.config
+        self.layout, self.config, self.options = layout, config, options
+        self.impl: Any = make_adapter(config)
+        self.spec = spec.init(config)
+        self.dp = config.data_parallel_size if config.data_parallel_size > 1 else None
+        self.wrong_dp = next((d for d in range(2, config.num_pages + 1)
+                              if config.num_pages % d == 0 and d != config.data_parallel_size), None)
+        self.enforced = CHECK_NAMES if options.checks is None else options.checks
+        if "chunked-window-rule" in options.waivers and any(g.kind == "chunked" for g in config.groups):
+            self.enforced = self.enforced - {"REFINEMENT", "INV-HIT-SHAPE"}
+        if "usage-formula" in options.waivers:
+            self.enforced = self.enforced - {"INV-USAGE"}
+        self.follow_choice = options.mode == "policy-free" or "free-order" in options.waivers
+        self.requests: dict[str, Tracked] = {}
+        self.waiting: list[str] = []
+        self.running: list[str] = []
+        self.next_id = 0
+        self.forward: dict[Hashable, Hashable] = {}
+        self.backward: dict[Hashable, Hashable] = {}
+        self.computed: dict[int, spec.PoolKey] = {}
+        """Ghost: the content each page holds, written when its holder computed its tokens."""
+        self.failures: list[tuple[str, str]] = []
+        self.keys_failing = False
+        """True while the failing-key-computation rule runs a call (its errors then propagate)."""
 
-        def fail(self, name: str, detail: str) -> None:
+    # ---- requests --------------------------------------------------------------------
+
+    def native(self, rid: str) -> Any:
+        """The engine's request for ``rid``, brought up to date the way a scheduler does."""
+        tracked = self.requests[rid]
+        view = tracked.view
+        if tracked.native is None:
+            tracked.native = self.impl.new_request(view)
+            tracked.synced = view.num_tokens
+        if view.num_tokens > tracked.synced:
+            tracked.native.append_output_token_ids(list(view.tokens[tracked.synced:]))
+            tracked.synced = view.num_tokens
+        tracked.native.num_computed_tokens = view.num_computed_tokens
+        return tracked.native
+
+    def view(self, rid: str) -> spec.RequestView:
+        return self.requests[rid].view
+
+    def set_computed(self, rid: str, num_computed_tokens: int) -> None:
+        tracked = self.requests[rid]
+        tracked.view = replace(tracked.view, num_computed_tokens=num_computed_tokens)
+        self.record_computed(rid)
+
+    # ---- checking ------------------------------------------------------------------
+
+    def fail(self, name: str, detail: str) -> None:
+        if name in self.enforced:
             self.failures.append((name, detail))
 
-        def impl_state(self, renamed: bool = True) -> spec.ManagerState:
-            rename = (lambda k: self.forward.get(k, ("unmapped", k))) if renamed else None
-            return abstract_manager(self.impl, rename)
+    def table(self, rid: str) -> tuple[tuple[int, ...], ...]:
+        """The request's page table as the manager reports it (empty if it holds no pages)."""
+        if self.requests[rid].native is None:
+            return ()
+        try:
+            table = page_ids_of(self.impl.page_ids(rid))
+        except self.options.rejection:  # the protocol: page_ids raises for a request without pages
+            return ()
+        return table if any(table) else ()  # empty lists per group: no pages either
 
-        def learn_keys(self) -> None:
-            """Extend the digest <-> content renaming from pages keyed on both sides."""
-            pool = self.impl.page_pool
-            for p in range(config.num_pages):
-                ki, ks = pool.key_of(p), self.spec.pool.key_of[p]
-                if ki is None or ks is None:
-                    continue
-                if self.forward.setdefault(ki, ks) != ks:
-                    self.fail("INV-HIT-SAFE", f"page {p}: one implementation key stands for two contents "
-                                              f"({self.forward[ki]!r} and {ks!r})")
-                if self.backward.setdefault(ks, ki) != ki:
-                    self.fail("REFINEMENT", f"page {p}: two implementation keys for one content {ks!r}")
+    def observe(self) -> Observation:
+        tables = tuple((rid, self.table(rid)) for rid in sorted(self.requests))
+        return Observation(self.impl.num_free_pages(), self.impl.usage(), tables)
 
-        def check(self) -> None:
-            """Refinement and every invariant; raise `ConformanceFailure` naming what failed."""
-            self.learn_keys()
-            got = self.impl_state()
-            want = self.spec
-            for what, a, b in (("config", got.config, want.config), ("ref", got.pool.ref, want.pool.ref),
-                               ("free list", got.pool.free, want.pool.free),
-                               ("keys", got.pool.key_of, want.pool.key_of),
-                               ("cached map", got.pool.cached, want.pool.cached),
-                               ("entries", dict(got.entries), dict(want.entries))):
-                if a != b:
-                    self.fail("REFINEMENT", f"{what}: implementation {a!r} != spec {b!r}")
-            for name in inv.violated_manager_invariants(got):
-                self.fail(name, "broken in the implementation's abstract state")
-            for name in inv.violated_manager_invariants(want, ghost=True):
-                self.fail(name, "broken in the spec state (a spec defect)")
-            reported = self.impl.usage
-            if abs(reported - pool_usage(got.pool)) > 1e-9:
-                self.fail("INV-USAGE", f"usage {reported} != 1 - free/(N-1) = {pool_usage(got.pool)}")
+    def snapshot(self) -> Any:
+        """What must stay unchanged across a rejected call (INV-ATOMIC)."""
+        if self.options.mode == "white-box":
+            return abstract_manager(self.impl.abstraction())
+        return self.observe()
+
+    def record_computed(self, rid: str) -> None:
+        """Ghost update: pages of ``rid`` whose tokens are all computed hold its content."""
+        view, tables = self.view(rid), self.table(rid)
+        for g, pages in enumerate(tables[:len(self.config.groups)]):
+            size = self.config.groups[g].page_size
+            for j, page in enumerate(pages[:view.num_computed_tokens // size]):
+                if page != NULL_PAGE:
+                    self.computed[page] = spec.page_key(self.spec, view, g, j)
+
+    def learn_keys(self, impl_pool: Any) -> None:
+        """Extend the digest <-> content renaming from pages keyed on both sides."""
+        for p in range(self.config.num_pages):
+            ki, ks = impl_pool.key_of(p), self.spec.pool.key_of[p]
+            if ki is None or ks is None:
+                continue
+            if self.forward.setdefault(ki, ks) != ks:
+                self.fail("INV-HIT-SAFE", f"page {p}: one implementation key stands for two contents "
+                                          f"({self.forward[ki]!r} and {ks!r})")
+            if self.backward.setdefault(ks, ki) != ki:
+                self.fail("REFINEMENT", f"page {p}: two implementation keys for one content {ks!r}")
+
+    def check(self) -> None:
+        """Refinement and every invariant; raise `ConformanceFailure` naming what failed."""
+        if self.options.mode == "white-box":
+            self.check_white_box()
+        else:
+            self.check_black_box()
+        for name in inv.violated_manager_invariants(self.spec, ghost=True):
+            self.fail(name, "broken in the spec state (a spec defect)")
+        if self.failures:
+            failures, self.failures = self.failures, []
+            raise ConformanceFailure(failures)
+
+    def check_white_box(self) -> None:
+        view = self.impl.abstraction()
+        self.learn_keys(view.page_pool)
+        got = abstract_manager(view, lambda k: self.forward.get(k, ("unmapped", k)))
+        want = self.spec
+        free = (sorted, sorted) if self.follow_choice else (tuple, tuple)
+        for what, a, b in (("config", got.config, want.config), ("ref", got.pool.ref, want.pool.ref),
+                           ("free list", free[0](got.pool.free), free[1](want.pool.free)),
+                           ("keys", got.pool.key_of, want.pool.key_of),
+                           ("cached map", got.pool.cached, want.pool.cached),
+                           ("entries", dict(got.entries), dict(want.entries))):
+            if a != b:
+                self.fail("REFINEMENT", f"{what}: implementation {a!r} != spec {b!r}")
+        for name in inv.violated_manager_invariants(got):
+            self.fail(name, "broken in the implementation's abstract state")
+        self.check_usage(self.impl.usage(), len(got.pool.free))
+
+    def check_black_box(self) -> None:
+        seen, want = self.observe(), self.spec
+        spec_tables = {rid: e.pages for rid, e in want.entries}
+        for rid, table in seen.tables:
+            if any(table) and rid not in spec_tables or rid in spec_tables and table != spec_tables[rid]:
+                self.fail("REFINEMENT", f"page table of {rid}: implementation {table} != "
+                                        f"spec {spec_tables.get(rid, ())}")
+            for g, layout in enumerate(self.config.groups):
+                if layout.kind == "full" and g < len(table) and NULL_PAGE in table[g]:
+                    self.fail("INV-NULL", f"{rid}: null page in the full-attention table {table[g]}")
+        if seen.num_free != len(want.pool.free):
+            self.fail("REFINEMENT", f"free pages: implementation {seen.num_free} != spec {len(want.pool.free)}")
+        held = {p for _, table in seen.tables for group in table for p in group if p != NULL_PAGE}
+        if seen.num_free + len(held) != self.config.num_pages - 1:
+            self.fail("INV-CONSERVE", f"{seen.num_free} free + {len(held)} held != "
+                                      f"{self.config.num_pages - 1} usable pages")
+        self.check_usage(seen.usage, seen.num_free)
+
+    def check_usage(self, reported: float, num_free: int) -> None:
+        n = self.config.num_pages
+        expected = 0.0 if n <= 1 else 1.0 - num_free / (n - 1)
+        if abs(reported - expected) > 1e-9:
+            self.fail("INV-USAGE", f"usage {reported} != 1 - free/(N-1) = {expected}")
+
+    def check_new_pages(self, rid: str, new: tuple[tuple[int, ...], ...]) -> None:
+        """Pages an allocation hands out: never the null page, each held by this request alone
+        (it was free), and their old content is gone (the ghost forgets it)."""
+        flat = [p for pages in new for p in pages]
+        if NULL_PAGE in flat:
+            self.fail("INV-NULL", f"{rid}: allocation handed out the null page: {new}")
+        for p in flat:
+            self.computed.pop(p, None)
+        if self.options.mode == "white-box":
+            return  # INV-REF-COUNT and INV-FREE-IFF-ZERO see it in the abstract state
+        holders = Counter(p for _, table in self.observe().tables for group in table for p in group)
+        shared = sorted(p for p in set(flat) if p != NULL_PAGE and holders[p] > 1)
+        if shared:
+            self.fail("INV-FREE-IFF-ZERO", f"{rid}: allocation handed out pages {shared} that are also "
+                                           f"held elsewhere (they were free while in use)")
+
+    def expect_rejected(self, what: str, impl_call: Callable[[], Any], spec_call: Callable[[], Any]) -> None:
+        """Both sides reject the call; the implementation changes nothing (INV-ATOMIC)."""
+        before = self.snapshot()
+        try:
+            spec_call()
+            self.fail("REFINEMENT", f"{what}: the spec accepts it (machine defect)")
+        except PreconditionError:
+            pass
+        try:
+            impl_call()
+            self.fail("REFINEMENT", f"{what}: accepted by the implementation, rejected by the spec")
+        except self.options.rejection:
+            pass
+        if self.snapshot() != before:
+            self.fail("INV-ATOMIC", f"{what}: rejected, yet the implementation's state changed")
+
+    # ---- the calls, each checked ------------------------------------------------------
+
+    def lookup(self, rid: str, hint: int | None) -> tuple[Any, spec.Hit]:
+        """The implementation's lookup, checked for shape, safety and against the spec."""
+        view = self.view(rid)
+        pages, num_tokens = self.impl.lookup(self.native(rid), dp_shard_hint=hint, data_parallel_size=self.dp)
+        got = spec.Hit(page_ids_of(pages), num_tokens)
+        want = spec.lookup(self.spec, view, hint, self.dp)
+        self.check_hit(rid, view, got)
+        same = got.num_tokens == want.num_tokens if self.options.mode == "policy-free" else got == want
+        if not same:
+            self.fail("REFINEMENT", f"{rid}: lookup {got} != spec {want}")
+        return pages, got if self.options.mode == "policy-free" else want
+
+    def check_hit(self, rid: str, view: spec.RequestView, hit: spec.Hit) -> None:
+        if not spec.inv_hit_shape(self.spec, view, hit):
+            self.fail("INV-HIT-SHAPE", f"{rid}: lookup returned {hit} (num_tokens {view.num_tokens})")
+            return
+        if not window_pages_real(self.config, hit):
+            self.fail("INV-HIT-SAFE", f"{rid}: lookup returned {hit}: a null page inside the window")
+        for g, pages in enumerate(hit.pages):
+            for j, page in enumerate(pages):
+                if page != NULL_PAGE and self.computed.get(page) != spec.page_key(self.spec, view, g, j):
+                    self.fail("INV-HIT-SAFE", f"{rid}: lookup returned page {page} at position {j} of group "
+                                              f"{g}; it holds other content")
+
+    def choose_like_impl(self, pre: spec.ManagerState, rid: str, new: tuple[tuple[int, ...], ...]
+                         ) -> spec.ManagerState:
+        """``pre`` with the pages the implementation chose moved to the free-list head, so the
+        spec's allocation takes the same pages (policy-free comparison)."""
+        planned = spec.remove_skipped(pre, rid, self.view(rid).num_computed_tokens)
+        chosen = tuple(p for pages in new for p in pages)
+        held = [p for p in chosen if p not in planned.pool.free]
+        if held:
+            self.fail("INV-FREE-IFF-ZERO", f"{rid}: allocation handed out pages {held} that were not free")
+            return pre
+        rest = tuple(p for p in planned.pool.free if p not in chosen)
+        return replace(planned, pool=replace(planned.pool, free=chosen + rest))
+
+    def allocate(self, rid: str, num_new: int, computed_new: int = 0, hits: Any = None,
+                 spec_hits: tuple[tuple[int, ...], ...] | None = None, lookahead: int = 0,
+                 delay: bool = False, hint: int | None = None) -> bool:
+        """allocate_slots on both sides; returns whether it succeeded."""
+        view, pre = self.view(rid), self.spec
+
+        def spec_call(s: spec.ManagerState) -> tuple[spec.ManagerState, tuple[tuple[int, ...], ...] | None]:
+            return spec.allocate_slots(s, view, num_new, computed_new, spec_hits, lookahead, delay, hint, self.dp)
+
+        def impl_call() -> Any:
+            return self.impl.allocate(self.native(rid), num_new, computed_new, hits, lookahead, delay,
+                                      dp_shard_hint=hint, data_parallel_size=self.dp)
+
+        try:
+            want_state, want = spec_call(pre)
+        except PreconditionError as exc:
+            self.expect_rejected(f"allocate_slots({rid}) outside the spec's precondition ({exc})",
+                                 impl_call, lambda: spec_call(pre))
+            return False
+        before = self.snapshot()
+        try:
+            result = impl_call()
+        except self.options.rejection as exc:
+            if self.keys_failing:
+                raise
+            self.fail("REFINEMENT", f"{rid}: allocate_slots raised {exc!r}; the spec accepts the call")
+            if self.snapshot() != before:
+                self.fail("INV-ATOMIC", f"{rid}: allocate_slots raised and changed the state")
+            return False
+        got = None if result is None else page_ids_of(result)
+        if got is None and want is None and "window-free-on-failure" in self.options.waivers:
+            pre = want_state = spec.remove_skipped(pre, rid, view.num_computed_tokens)
+        elif got is None and self.snapshot() != before:
+            self.fail("INV-ATOMIC", f"{rid}: allocate_slots returned None and changed the state")
+        if got is not None:
+            self.check_new_pages(rid, got)
+            if self.follow_choice and want is not None:
+                want_state, want = spec_call(self.choose_like_impl(pre, rid, got))
+        if not spec.inv_atomic(pre, want_state, want):
+            self.fail("INV-ATOMIC", f"{rid}: the spec's failed allocation changed its state")
+        if got != want:
+            self.fail("REFINEMENT", f"{rid}: allocate_slots returned {got}, spec {want}")
+        self.spec = want_state
+        return want is not None
+
+    # ---- scheduler rules ------------------------------------------------------------
+
+    @initialize()
+    def start(self) -> None:
+        self.check()
+
+    @precondition(lambda self: len(self.requests) < MAX_LIVE_REQUESTS)
+    @rule(prompt=st.sampled_from(PROMPTS), salt=st.sampled_from((None,) * 4 + ("tenant-b",)),
+          lora=st.sampled_from((None,) * 5 + (7,)), mm=st.sampled_from(MM_CHOICES),
+          logprobs=st.sampled_from((False,) * 7 + (True,)))
+    def add_request(self, prompt: tuple[int, ...], salt: str | None, lora: int | None, mm: Any,
+                    logprobs: bool) -> None:
+        features = self.options.features
+        rid = f"r{self.next_id}"
+        self.next_id += 1
+        if "images" not in features or mm and mm[0][1] + mm[0][2] > len(prompt):
+            mm = ()
+        self.requests[rid] = Tracked(spec.RequestView(
+            rid, prompt, cache_salt=salt if "salt" in features else None,
+            lora_id=lora if "lora" in features else None, mm_features=mm,
+            prompt_logprobs=logprobs and "logprobs" in features))
+        self.waiting.append(rid)
+        self.check()
+
+    def draw_hint(self, data: st.DataObject, rid: str) -> int | None:
+        """A DP shard hint for a call about ``rid`` (None without DP). A request holding pages
+        is also given hints, which must not move it off its shard (unless waived)."""
+        if self.dp is None or (self.spec.entry(rid) is not None and "shard-inference" in self.options.waivers):
+            return None
+        return data.draw(st.sampled_from((None, 0, 1)), label="hint")
+
+    @precondition(lambda self: self.waiting)
+    @rule(data=st.data(), chunk=st.integers(1, 12), lookahead=st.sampled_from((0, 0, 2)))
+    def admit(self, data: st.DataObject, chunk: int, lookahead: int) -> None:
+        """Prefix lookup, then allocate the first prefill chunk (eSurge's waiting-queue path)."""
+        rid = data.draw(st.sampled_from(self.waiting))
+        hint = self.draw_hint(data, rid)
+        self.admit_request(rid, chunk, lookahead, hint)
+        self.check()
+
+    def admit_request(self, rid: str, chunk: int, lookahead: int, hint: int | None) -> None:
+        pages, hit = self.lookup(rid, hint)
+        num_new = min(chunk, self.view(rid).num_tokens - hit.num_tokens)
+        if num_new >= 1 and not self.failures and self.allocate(
+                rid, num_new, hit.num_tokens, pages, hit.pages, lookahead, hint=hint):
+            self.set_computed(rid, hit.num_tokens + num_new)
+            self.waiting.remove(rid)
+            self.running.append(rid)
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def schedule(self, data: st.DataObject) -> None:
+        """One scheduler step: each running request, oldest first, gets a prefill chunk or
+        one decode token (plus speculative lookahead slots); a request the pool cannot
+        serve is preempted (freed, to be recomputed later)."""
+        for rid in list(self.running):
+            chunk, lookahead, delay, block = data.draw(STEP_DRAWS, label=f"{rid} step")
+            self.step_request(rid, chunk, lookahead, delay, block, self.draw_hint(data, rid))
             if self.failures:
-                failures, self.failures = self.failures, []
-                raise ConformanceFailure(failures)
+                break
+        self.check()
 
-        def expect_rejected(self, what: str, impl_call: Callable[[], Any], spec_call: Callable[[], Any]) -> None:
-            """Both sides reject the call; the implementation changes nothing (INV-ATOMIC)."""
-            before = self.impl_state(renamed=False)
+    def decode_token(self, rid: str, block: int) -> None:
+        """Append one sampled token. A page that decoding starts copies block ``block`` (drawn
+        at its first token; ``len(BLOCKS)`` means tokens outside every block), so a decoded page
+        can equal a later prompt's page, as real outputs repeat text (how eSurge's Q1 false hit
+        is reached)."""
+        tracked = self.requests[rid]
+        tokens = tracked.view.tokens
+        position = len(tokens) % len(BLOCKS[0])
+        if position == 0 or tracked.decode_block is None:
+            tracked.decode_block = block
+        token = BLOCKS[tracked.decode_block][position] if tracked.decode_block < len(BLOCKS) else 3
+        tracked.view = replace(tracked.view, tokens=tokens + (token,))
+
+    def step_request(self, rid: str, chunk: int, lookahead: int, delay: bool, block: int,
+                     hint: int | None = None) -> None:
+        view = self.view(rid)
+        if view.num_computed_tokens == view.num_tokens:
+            if view.num_tokens >= self.config.max_model_len:
+                self.finish_request(rid, aborted=False)
+                return
+            self.decode_token(rid, block)
+            view = self.view(rid)
+        num_new = min(chunk, view.num_tokens - view.num_computed_tokens)
+        if self.allocate(rid, num_new, lookahead=lookahead, delay=delay, hint=hint):
+            self.set_computed(rid, view.num_computed_tokens + num_new)
+        elif not self.failures:
+            self.preempt_request(rid)
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def preempt(self, data: st.DataObject) -> None:
+        self.preempt_request(data.draw(st.sampled_from(self.running)))
+        self.check()
+
+    def preempt_request(self, rid: str) -> None:
+        self.impl.free(self.native(rid))
+        self.spec = spec.free_request(self.spec, rid)
+        self.set_computed(rid, 0)
+        self.running.remove(rid)
+        self.waiting.append(rid)
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def finish(self, data: st.DataObject) -> None:
+        self.finish_request(data.draw(st.sampled_from(self.running)), aborted=False)
+        self.check()
+
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data())
+    def abort(self, data: st.DataObject) -> None:
+        self.finish_request(data.draw(st.sampled_from(sorted(self.requests))), aborted=True)
+        self.check()
+
+    def finish_request(self, rid: str, aborted: bool) -> None:
+        """The request is done (stopped or aborted): free its pages, forget its keys."""
+        tracked = self.requests.pop(rid)
+        if tracked.native is not None:
+            self.impl.free(tracked.native)
+            self.impl.finish(tracked.native)
+        self.spec = spec.free_page_hashes(spec.free_request(self.spec, rid), rid)
+        for queue in (self.waiting, self.running):
+            if rid in queue:
+                queue.remove(rid)
+
+    @precondition(lambda self: self.running and "cache-calls" in self.options.features)
+    @rule(data=st.data(), back=st.integers(0, 6))
+    def cache_computed(self, data: st.DataObject, back: int) -> None:
+        """The async scheduler's ``cache_pages(request, computed - placeholders)``."""
+        rid = data.draw(st.sampled_from(self.running))
+        view = self.view(rid)
+        n = max(0, view.num_computed_tokens - back)
+        if self.spec.entry(rid) is None:  # running without pages: no cache group
+            self.expect_rejected(f"cache_pages({rid}) without pages", lambda: self.impl.cache(self.native(rid), n),
+                                 lambda: spec.cache_pages(self.spec, view, n))
+        else:
+            self.impl.cache(self.native(rid), n)
+            self.spec = spec.cache_pages(self.spec, view, n)
+        self.check()
+
+    @rule()
+    def reset_prefix_cache(self) -> None:
+        got = self.impl.reset()
+        self.spec, want = spec.reset_prefix_cache(self.spec)
+        if got != want:
+            self.fail("REFINEMENT", f"reset_prefix_cache returned {got}, spec {want}")
+        if want:
+            self.forward.clear()
+            self.backward.clear()
+        self.check()
+
+    # ---- bad inputs -------------------------------------------------------------------
+
+    @precondition(lambda self: self.options.bad_inputs and self.requests)
+    @rule(data=st.data(), case=st.sampled_from(BAD_CALLS))
+    def bad_input(self, data: st.DataObject, case: str) -> None:
+        """One invalid call; both sides reject it and the implementation changes nothing."""
+        rid = data.draw(st.sampled_from(sorted(self.requests)))
+        calls = self.bad_call(rid, case)
+        if calls is not None:
+            self.expect_rejected(f"{case} for {rid}", *calls)
+        self.check()
+
+    def bad_call(self, rid: str, case: str) -> tuple[Callable[[], Any], Callable[[], Any]] | None:
+        """The (implementation, spec) calls of one bad-input case, or None when ``case`` does
+        not apply to this request and layout."""
+        view, s, config = self.view(rid), self.spec, self.config
+        entry = s.entry(rid)
+        if case in ("hits-with-pages", "cache-too-far", "cache-no-pages", "page-ids") and (
+                (entry is None) != (case in ("cache-no-pages", "page-ids"))):
+            return None  # the case needs a request with (or without) pages
+        if case == "hits-with-pages" and entry is not None:
+            ps = config.groups[0].page_size
+            own = tuple((pages[0],) if config.groups[g].page_size == ps else () for g, pages in enumerate(entry.pages))
+            if any(len(group) * config.groups[g].page_size != ps for g, group in enumerate(own)):
+                return None
+            return (lambda: self.impl.allocate(self.native(rid), 1, ps, own, 0, False),
+                    lambda: spec.allocate_slots(s, view, 1, ps, own))
+        if case in ("cache-too-far", "cache-no-pages"):
+            n = view.num_tokens + 1 if case == "cache-too-far" else 1
+            return lambda: self.impl.cache(self.native(rid), n), lambda: spec.cache_pages(s, view, n)
+        if case == "page-ids":
+            return lambda: self.impl.page_ids(rid), lambda: spec.page_ids(s, rid)
+        num_new, computed_new, lookahead, dp_size = {
+            "zero": (0, 0, 0, self.dp),
+            "negative": (1, -4, 0, self.dp),
+            "too-long": (config.max_model_len + 1 - view.num_computed_tokens, 0, 0, self.dp),
+            "lookahead": (1, 0, -1, self.dp),
+            "dp-size": (1, 0, 0, self.wrong_dp),
+        }[case]
+        if case == "dp-size" and (dp_size is None or "per-call-dp-size" in self.options.waivers):
+            return None  # no DP size other than the manager's divides num_pages, or waived
+        return (lambda: self.impl.allocate(self.native(rid), num_new, computed_new, None, lookahead, False,
+                                           data_parallel_size=dp_size),
+                lambda: spec.allocate_slots(s, view, num_new, computed_new, None, lookahead,
+                                            data_parallel_size=dp_size))
+
+
+    # ---- failing key computation -----------------------------------------------------
+
+    @precondition(lambda self: self.options.key_failures and self.requests)
+    @rule(data=st.data(), how=st.sampled_from(KEY_FAILURES), after=st.integers(1, 3))
+    def failing_key_computation(self, data: st.DataObject, how: str, after: int) -> None:
+        """A scheduler call during which key computation fails: the hash function raises on its
+        ``after``-th call, or the request got an attribute no key can be made from. The manager
+        must reject it with a typed error (at the assignment or at the call) and change nothing
+        (INV-ATOMIC); the spec state stays as it was."""
+        rid = data.draw(st.sampled_from(sorted(self.requests)))
+        if how in BAD_ATTRIBUTES:
+            self.call_with_bad_attribute(data, rid, *BAD_ATTRIBUTES[how])
+        else:
+            self.impl.arm_key_failure(after)
             try:
-                spec_call()
-                self.fail("REFINEMENT", f"{what}: the spec accepts it (machine defect)")
-            except PreconditionError:
-                pass
-            try:
-                impl_call()
-                self.fail("REFINEMENT", f"{what}: accepted by the implementation, rejected by the spec")
-            except InvalidArgumentError:
-                pass
-            if self.impl_state(renamed=False) != before:
-                self.fail("INV-ATOMIC", f"{what}: rejected, yet the implementation's state changed")
+                self.call_while_keys_fail(data, rid, how)
+            finally:
+                self.impl.disarm_key_failure()
+        self.check()
 
-        def view(self, rid: str) -> spec.RequestView:
-            return view_of(self.requests[rid])
+    def call_with_bad_attribute(self, data: st.DataObject, rid: str, attribute: str, value: Any) -> None:
+        native, before = self.native(rid), self.snapshot()
+        old = getattr(native, attribute)
+        try:
+            setattr(native, attribute, value)
+        except VeriKVError:  # validated on assignment: the request keeps its old value
+            if getattr(native, attribute) != old or self.snapshot() != before:
+                self.fail("INV-ATOMIC", f"{attribute}={value!r} rejected, yet something changed")
+            return
+        try:
+            if self.call_while_keys_fail(data, rid, f"{attribute}={value!r}"):
+                self.fail("REFINEMENT", f"{rid}: a call with {attribute}={value!r} was accepted")
+        finally:
+            setattr(native, attribute, old)
 
-        def lookup(self, rid: str, hint: int | None) -> tuple[Any, spec.Hit]:
-            """The implementation's lookup, checked against the spec and the ghost contents."""
-            request, view = self.requests[rid], self.view(rid)
-            pages, num_tokens = self.impl.get_computed_pages(request, dp_shard_hint=hint, data_parallel_size=dp)
-            got = spec.Hit(_ids(pages), num_tokens)
-            want = spec.lookup(self.spec, view, hint, dp)
-            if not spec.inv_hit_safe(self.spec, view, got):
-                self.fail("INV-HIT-SAFE", f"{rid}: lookup returned {got} whose pages hold other content")
-            if not spec.inv_hit_shape(self.spec, view, got):
-                self.fail("INV-HIT-SHAPE", f"{rid}: lookup returned {got} (num_tokens {view.num_tokens})")
-            if got != want:
-                self.fail("REFINEMENT", f"{rid}: lookup {got} != spec {want}")
-            return pages, want
-
-        def allocate(self, rid: str, num_new: int, computed_new: int = 0, hits: Any = None,
-                     spec_hits: tuple[tuple[int, ...], ...] | None = None, lookahead: int = 0,
-                     delay: bool = False, hint: int | None = None) -> bool:
-            """allocate_slots on both sides; returns whether it succeeded."""
-            request, view = self.requests[rid], self.view(rid)
-            before = self.impl_state(renamed=False)
-            pre = self.spec
-            try:
-                want_state, want = spec.allocate_slots(pre, view, num_new, computed_new, spec_hits, lookahead,
-                                                       delay, hint, dp)
-            except PreconditionError as exc:
-                self.expect_rejected(f"allocate_slots({rid}) outside the spec's precondition ({exc})",
-                                     lambda: self.impl.allocate_slots(request, num_new, computed_new, hits, lookahead,
-                                                                      delay, dp_shard_hint=hint, data_parallel_size=dp),
-                                     lambda: spec.allocate_slots(pre, view, num_new, computed_new, spec_hits,
-                                                                 lookahead, delay, hint, dp))
-                return False
-            try:
-                result = self.impl.allocate_slots(request, num_new, computed_new, hits, lookahead, delay,
-                                                  dp_shard_hint=hint, data_parallel_size=dp)
-            except InvalidArgumentError as exc:
-                self.fail("REFINEMENT", f"{rid}: allocate_slots raised {exc!r}; the spec accepts the call")
-                if self.impl_state(renamed=False) != before:
-                    self.fail("INV-ATOMIC", f"{rid}: allocate_slots raised and changed the state")
-                return False
-            got = None if result is None else _ids(result)
-            if result is None and self.impl_state(renamed=False) != before:
-                self.fail("INV-ATOMIC", f"{rid}: allocate_slots returned None and changed the state")
-            if not spec.inv_atomic(pre, want_state, want):
-                self.fail("INV-ATOMIC", f"{rid}: the spec's failed allocation changed its state")
-            if got != want:
-                self.fail("REFINEMENT", f"{rid}: allocate_slots returned {got}, spec {want}")
-            self.spec = want_state
-            return want is not None
-
-        # ---- scheduler rules ------------------------------------------------------------
-
-        @initialize()
-        def start(self) -> None:
-            self.check()
-
-        @precondition(lambda self: len(self.requests) < MAX_LIVE_REQUESTS)
-        @rule(prompt=st.sampled_from(PROMPTS), salt=st.sampled_from((None,) * 4 + ("tenant-b",)),
-              lora=st.sampled_from((None,) * 5 + (7,)), mm=st.sampled_from(MM_CHOICES),
-              logprobs=st.sampled_from((False,) * 7 + (True,)))
-        def add_request(self, prompt: tuple[int, ...], salt: str | None, lora: int | None, mm: Any,
-                        logprobs: bool) -> None:
-            rid = f"r{self.next_id}"
-            self.next_id += 1
-            if mm and mm[0][1] + mm[0][2] > len(prompt):
-                mm = ()
-            self.requests[rid] = make_request(rid, prompt, salt, lora, mm, logprobs)
-            self.waiting.append(rid)
-            self.check()
-
-        @precondition(lambda self: self.waiting)
-        @rule(data=st.data(), chunk=st.integers(1, 12), lookahead=st.sampled_from((0, 0, 2)), hint=hints)
-        def admit(self, data: st.DataObject, chunk: int, lookahead: int, hint: int | None) -> None:
-            """Prefix lookup, then allocate the first prefill chunk (eSurge's waiting-queue path)."""
-            rid = data.draw(st.sampled_from(self.waiting))
-            request = self.requests[rid]
-            pages, hit = self.lookup(rid, hint)
-            num_new = min(chunk, request.num_tokens - hit.num_tokens)
-            if num_new >= 1 and not self.failures and self.allocate(
-                    rid, num_new, hit.num_tokens, pages, hit.pages, lookahead, hint=hint):
-                request.num_computed_tokens = hit.num_tokens + num_new
-                self.waiting.remove(rid)
-                self.running.append(rid)
-            self.check()
-
-        @precondition(lambda self: self.running)
-        @rule(data=st.data())
-        def schedule(self, data: st.DataObject) -> None:
-            """One scheduler step: each running request, oldest first, gets a prefill chunk or
-            one decode token (plus speculative lookahead slots); a request the pool cannot
-            serve is preempted (freed, to be recomputed later)."""
-            for rid in list(self.running):
-                self.step_request(rid, data.draw(st.integers(1, 8), label="chunk"),
-                                  data.draw(st.sampled_from((0, 0, 0, 1, 3, 8)), label="lookahead"),
-                                  data.draw(st.sampled_from((False,) * 5 + (True,)), label="delay"),
-                                  data.draw(st.integers(0, 2), label="token"))
-                if self.failures:
-                    break
-            self.check()
-
-        def step_request(self, rid: str, chunk: int, lookahead: int, delay: bool, token: int) -> None:
-            request = self.requests[rid]
-            if request.num_computed_tokens == request.num_tokens:
-                if request.num_tokens >= config.max_model_len:
-                    self.finish_request(rid, aborted=False)
-                    return
-                request.append_output_token_ids(token)
-            num_new = min(chunk, request.num_tokens - request.num_computed_tokens)
-            if self.allocate(rid, num_new, lookahead=lookahead, delay=delay):
-                request.num_computed_tokens += num_new
-            elif not self.failures:
-                self.preempt_request(rid)
-
-        @precondition(lambda self: self.running)
-        @rule(data=st.data())
-        def preempt(self, data: st.DataObject) -> None:
-            self.preempt_request(data.draw(st.sampled_from(self.running)))
-            self.check()
-
-        def preempt_request(self, rid: str) -> None:
-            request = self.requests[rid]
-            self.impl.free(request)
-            self.spec = spec.free_request(self.spec, rid)
-            request.num_computed_tokens = 0
-            self.running.remove(rid)
-            self.waiting.append(rid)
-
-        @precondition(lambda self: self.running)
-        @rule(data=st.data())
-        def finish(self, data: st.DataObject) -> None:
-            self.finish_request(data.draw(st.sampled_from(self.running)), aborted=False)
-            self.check()
-
-        @precondition(lambda self: self.requests)
-        @rule(data=st.data())
-        def abort(self, data: st.DataObject) -> None:
-            self.finish_request(data.draw(st.sampled_from(sorted(self.requests))), aborted=True)
-            self.check()
-
-        def finish_request(self, rid: str, aborted: bool) -> None:
-            from verikv.request import RequestStatus
-
-            request = self.requests.pop(rid)
-            self.impl.free(request)
-            self.impl.free_page_hashes(request)
-            self.spec = spec.free_page_hashes(spec.free_request(self.spec, rid), rid)
-            request.status = RequestStatus.FINISHED_ABORTED if aborted else RequestStatus.FINISHED_STOPPED
-            for queue in (self.waiting, self.running):
-                if rid in queue:
-                    queue.remove(rid)
-
-        @precondition(lambda self: self.running)
-        @rule(data=st.data(), back=st.integers(0, 6))
-        def cache_computed(self, data: st.DataObject, back: int) -> None:
-            """The async scheduler's ``cache_pages(request, computed - placeholders)``."""
-            rid = data.draw(st.sampled_from(self.running))
-            request = self.requests[rid]
-            n = max(0, request.num_computed_tokens - back)
-            if self.spec.entry(rid) is None:  # running without pages: no cache group
-                self.expect_rejected(f"cache_pages({rid}) without pages", lambda: self.impl.cache_pages(request, n),
-                                     lambda: spec.cache_pages(self.spec, self.view(rid), n))
+    def call_while_keys_fail(self, data: st.DataObject, rid: str, how: str) -> bool:
+        """Admit (waiting) or step (running) ``rid`` while its keys cannot be computed. True if
+        no call raised; on an error, check it is typed and that nothing changed."""
+        before, spec_before = self.snapshot(), self.spec
+        self.keys_failing = True
+        try:
+            if rid in self.waiting:
+                self.admit_request(rid, data.draw(st.integers(1, 12), label="chunk"), 0, None)
             else:
-                self.impl.cache_pages(request, n)
-                self.spec = spec.cache_pages(self.spec, self.view(rid), n)
-            self.check()
+                self.step_request(rid, data.draw(st.integers(1, 8), label="chunk"), 0, False,
+                                  data.draw(st.integers(0, len(BLOCKS)), label="block"))
+            return True
+        except Exception as exc:  # every error is judged: typed, and nothing changed
+            if not isinstance(exc, (KeyFailure, VeriKVError)):
+                self.fail("REFINEMENT", f"{how}: {rid}'s call raised {exc!r}, not a typed verikv error")
+            if self.snapshot() != before:
+                self.fail("INV-ATOMIC", f"{how}: {rid}'s call raised {exc!r} and changed the state")
+            self.spec = spec_before
+            return False
+        finally:
+            self.keys_failing = False
 
-        @rule()
-        def reset_prefix_cache(self) -> None:
-            got = self.impl.reset_prefix_cache()
-            self.spec, want = spec.reset_prefix_cache(self.spec)
-            if got != want:
-                self.fail("REFINEMENT", f"reset_prefix_cache returned {got}, spec {want}")
-            if want:
-                self.forward.clear()
-                self.backward.clear()
-            self.check()
 
-        # ---- bad inputs -------------------------------------------------------------------
-
-        @precondition(lambda self: self.requests)
-        @rule(data=st.data(), case=st.sampled_from(BAD_CALLS))
-        def bad_input(self, data: st.DataObject, case: str) -> None:
-            """One invalid call; both sides reject it and the implementation changes nothing."""
-            rid = data.draw(st.sampled_from(sorted(self.requests)))
-            request, view, s = self.requests[rid], self.view(rid), self.spec
-            entry = s.entry(rid)
-            if case in ("hits-with-pages", "cache-too-far", "cache-no-pages", "page-ids") and (
-                    (entry is None) != (case in ("cache-no-pages", "page-ids"))):
-                return  # the case needs a request with (or without) pages
-            if case == "hits-with-pages":
-                ps = config.groups[0].page_size
-                own = tuple((pages[0],) if config.groups[g].page_size == ps else () for g, pages in enumerate(entry.pages))
-                if any(len(group) * config.groups[g].page_size != ps for g, group in enumerate(own)):
-                    return
-                from verikv import CachePages
-                impl_call = lambda: self.impl.allocate_slots(request, 1, ps, CachePages([list(g) for g in own]))
-                spec_call = lambda: spec.allocate_slots(s, view, 1, ps, own)
-            elif case in ("cache-too-far", "cache-no-pages"):
-                n = view.num_tokens + 1 if case == "cache-too-far" else 1
-                impl_call = lambda: self.impl.cache_pages(request, n)
-                spec_call = lambda: spec.cache_pages(s, view, n)
-            elif case == "page-ids":
-                impl_call = lambda: self.impl.get_page_ids(rid)
-                spec_call = lambda: spec.page_ids(s, rid)
-            else:
-                num_new, computed_new, lookahead, dp_size = {
-                    "zero": (0, 0, 0, dp),
-                    "negative": (1, -4, 0, dp),
-                    "too-long": (config.max_model_len + 1 - view.num_computed_tokens, 0, 0, dp),
-                    "lookahead": (1, 0, -1, dp),
-                    "dp-size": (1, 0, 0, wrong_dp),
-                }[case]
-                if dp_size is None:
-                    return  # no DP size other than the manager's divides num_pages
-                impl_call = lambda: self.impl.allocate_slots(request, num_new, computed_new, None, lookahead,
-                                                             data_parallel_size=dp_size)
-                spec_call = lambda: spec.allocate_slots(s, view, num_new, computed_new, None, lookahead,
-                                                        data_parallel_size=dp_size)
-            self.expect_rejected(f"{case} for {rid}", impl_call, spec_call)
-            self.check()
-
-    ManagerMachine.__name__ = ManagerMachine.__qualname__ = f"ManagerMachine[{layout.name}]"
-    return ManagerMachine
+def machine_factory(layout: Layout, make_adapter: AdapterFactory = CacheManagerAdapter,
+                    options: MachineOptions = MachineOptions(),
+                    machine: type[ManagerMachine] = ManagerMachine) -> Callable[[], ManagerMachine]:
+    """The zero-argument factory ``run_state_machine_as_test`` wants, for one layout."""
+    def make() -> ManagerMachine:
+        return machine(layout, make_adapter, options)
+    make.__name__ = make.__qualname__ = f"{machine.__name__}[{layout.name}]"
+    return make
 
 
 def detection_settings() -> settings:
@@ -477,10 +762,12 @@ def find_manager_failure(make_manager: Callable[[spec.ManagerConfig], Any], layo
                          run_settings: settings | None = None) -> list[str]:
     """Run the manager machine for ``layout`` against ``make_manager``; the names of the checks
     that failed, or []. An unexpected exception escaping the machine is ``crash:<type>``."""
+    factory = machine_factory(layout, lambda config: CacheManagerAdapter(config, make_manager))
     try:
-        run_state_machine_as_test(manager_machine(layout, make_manager), settings=run_settings or detection_settings())
+        run_state_machine_as_test(factory, settings=run_settings or detection_settings())  # type: ignore[arg-type]
     except ConformanceFailure as failure:
         return failure.names
     except Exception as exc:  # a crash is a detection too; report it by type
         return [f"crash:{type(exc).__name__}"]
     return []
+

@@ -80,8 +80,10 @@ def pool_invariant_failures(pool: Any, state: spec.PoolState) -> list[str]:
     return failed
 
 
-def make_pool_machine(factory: PoolFactory) -> type[RuleBasedStateMachine]:
-    """A state machine class checking pools built by ``factory(num_pages, free_order)``."""
+def make_pool_machine(factory: PoolFactory,
+                      free_orders: tuple[str, ...] = tuple(sorted(spec.FREE_ORDERS))) -> type[RuleBasedStateMachine]:
+    """A state machine class checking pools built by ``factory(num_pages, free_order)``, for
+    each policy of ``free_orders`` (an engine with one policy passes only that one)."""
 
     class PoolMachine(RuleBasedStateMachine):
         """One pool and its spec state, driven by the same operations."""
@@ -139,7 +141,7 @@ def make_pool_machine(factory: PoolFactory) -> type[RuleBasedStateMachine]:
 
         # --- rules ---------------------------------------------------------------------
 
-        @initialize(num_pages=POOL_SIZES, free_order=st.sampled_from(sorted(spec.FREE_ORDERS)), dp=DP_SIZES)
+        @initialize(num_pages=POOL_SIZES, free_order=st.sampled_from(free_orders), dp=DP_SIZES)
         def build(self, num_pages: int, free_order: str, dp: int | None) -> None:
             self.pool = factory(num_pages, free_order)
             self.state = spec.init(num_pages, free_order)  # type: ignore[arg-type]
