@@ -5,8 +5,8 @@ sequence up to a stated depth over a small, fixed pool of requests is run on a r
 `CacheManager` and on `verikv.spec.manager` side by side, and after every step the checker of
 `verikv.testing.manager_machine.ManagerMachine` (white-box mode, every check enforced) compares
 the implementation's abstraction with the spec state (key digests renamed to contents) and
-evaluates every invariant. A failure names the
-invariant it breaks (``INV-...``) or ``REFINEMENT``, with the operation sequence that led there.
+evaluates every invariant. A failure names the invariant it breaks (``INV-...``) or
+``REFINEMENT``, with the operation sequence that led there.
 
 Operations (per node, all of them are tried): admit a new request from a tiny prompt set
 (lookup, then allocate the prefill with the hit, or a first chunk without it), resume a
@@ -23,9 +23,9 @@ Reductions (both sound for the properties checked, given the stated assumptions)
 
 - *state hashing*: breadth-first, so each state is expanded once, at its smallest depth; a
   state is the spec state (pool, entries, ghost contents and key lists), the machine's own
-  ghost (the content each page holds, which judges INV-HIT-SAFE) plus, per live request, its
-  tokens, computed count, queue and the implementation's key-list length. After a
-  step that passed the check, the implementation's abstraction equals the spec state, so this
+  ghost (the content each page holds, which judges INV-HIT-SAFE; it is not determined by the
+  spec state) plus, per live request, its tokens, computed count, queue and the
+  implementation's key-list length. After a step that passed the check, the implementation's abstraction equals the spec state, so this
   also fixes the implementation's abstraction. Assumption: what the implementation keeps
   outside its abstraction (its last lookup result, caching schedule, decode-path capacity) is
   determined by that state; two histories reaching one state are explored once;
