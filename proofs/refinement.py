@@ -27,9 +27,9 @@ Reductions (both sound for the properties checked, given the stated assumptions)
   spec state) plus, per live request, its tokens, computed count, queue and the
   implementation's key-list length. After a step that passed the check, the implementation's
   abstraction equals the spec state, so this also fixes the implementation's abstraction.
-  Assumption: what the implementation keeps
-  outside its abstraction (its last lookup result, caching schedule, decode-path capacity) is
-  determined by that state; two histories reaching one state are explored once;
+  Assumption: what the implementation keeps outside its abstraction (its last lookup result,
+  caching schedule, decode-path capacity) is determined by that state; two histories reaching
+  one state are explored once;
 - *symmetry*: request ids are dropped from the state (requests are an unordered multiset of
   their descriptions), since nothing the manager does depends on an id's spelling.
 
