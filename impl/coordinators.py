@@ -37,6 +37,7 @@ from verikv.errors import (
     UnknownRequestError,
     describe,
 )
+from verikv.free_queue import MAX_PAGE_ID
 from verikv.hashing import PageHash
 from verikv.page_pool import PagePool
 from verikv.single_type_managers import (
@@ -47,8 +48,6 @@ from verikv.single_type_managers import (
 
 PageIds = tuple[list[int], ...]
 
-#: page ids are int32 (device page tables): every id, and the count, must fit
-MAX_NUM_PAGES = 2**31 - 1
 #: token positions and slot numbers are int32 on the device too (slot mappings, positions)
 MAX_MODEL_LEN = 2**31 - 1
 
@@ -71,7 +70,7 @@ class CacheCoordinator:
         free_order: str = "esurge",
         enable_kv_events: bool = False,
     ) -> None:
-        checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_NUM_PAGES)
+        checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_PAGE_ID + 1)  # the pool's bound, checked first
         groups = CacheGroupsConfig(num_pages, kv_cache_groups).kv_cache_groups
         self.max_model_len = checked_int(max_model_len, "max_model_len", minimum=1, maximum=MAX_MODEL_LEN)
         if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):

@@ -23,7 +23,8 @@ from verikv import (
     SlidingWindowSpec,
     VeriKVError,
 )
-from verikv.coordinators import MAX_NUM_PAGES, get_kv_cache_coordinator
+from verikv.coordinators import get_kv_cache_coordinator
+from verikv.free_queue import MAX_PAGE_ID
 from verikv.hashing import PageHasher, encode_canonical, hash_page_tokens
 from verikv.spec.abstraction import abstract_manager
 
@@ -309,11 +310,13 @@ def test_changed_identity_drops_the_kept_keys_so_no_stale_hit_is_served() -> Non
 
 
 def test_num_pages_is_bounded_by_int32_page_ids() -> None:
+    """One bound, the pool's: ids and free-list links (up to three per page with DP shards) are int32."""
     for build in (lambda n: CacheManager(n, [FULL], 64),
                   lambda n: get_kv_cache_coordinator(n, [FULL], 64, False, True)):
-        with pytest.raises(InvalidArgumentError):
-            build(MAX_NUM_PAGES + 1)
-    assert MAX_NUM_PAGES == 2**31 - 1
+        for n in (MAX_PAGE_ID + 2, 2**31):
+            with pytest.raises(InvalidArgumentError):
+                build(n)
+    assert 3 * (MAX_PAGE_ID + 1) <= 2**31 - 1
 
 
 def test_query_with_a_non_str_id_is_typed() -> None:
