@@ -18,7 +18,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 from itertools import repeat
-from typing import Any
+from typing import Any, ClassVar
 
 from verikv.cache_specs import CacheGroupsConfig, CacheGroupSpec
 from verikv.coordinators import CacheCoordinator, PageIds, get_kv_cache_coordinator
@@ -61,7 +61,7 @@ class CachePages:
         if page_pool is not None and not isinstance(page_pool, PagePool):
             raise InvalidArgumentError(f"page_pool must be a PagePool, got {type(page_pool).__name__}")
         self.page_ids: PageIds = tuple(groups)
-        self.page_pool = page_pool
+        self.page_pool: PagePool | None = page_pool
 
     @classmethod
     def _of(cls, page_ids: PageIds, page_pool: PagePool | None) -> CachePages:
@@ -118,7 +118,7 @@ class CachePages:
             return NotImplemented
         return self.get_page_ids() == other.get_page_ids()
 
-    __hash__ = None  # type: ignore[assignment]  # holds mutable lists
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]  # holds mutable lists
 
     def __repr__(self) -> str:
         return f"CachePages({self.get_page_ids()!r})"
@@ -180,17 +180,17 @@ class RequestState:
     request's identity fields. A record with neither keys nor pages is dropped.
     """
 
-    __slots__ = ("request", "keys", "keys_version", "last_hits", "holds", "shard", "cache_at", "capacity")
+    __slots__ = ("cache_at", "capacity", "holds", "keys", "keys_version", "last_hits", "request", "shard")
 
     def __init__(self, request: Request) -> None:
-        self.request = request
+        self.request: Request = request
         self.keys: list[PageHash] | None = None
-        self.keys_version = request._identity_version
+        self.keys_version: int = request._identity_version
         self.last_hits: tuple[CachePages, int, int, int | None, PageIds] | None = None
-        self.holds = False
+        self.holds: bool = False
         self.shard: int | None = None
-        self.cache_at = 0
-        self.capacity = -1
+        self.cache_at: int = 0
+        self.capacity: int = -1
 
 
 class CacheManager:
@@ -220,7 +220,7 @@ class CacheManager:
         if not isinstance(enable_caching, bool) or not isinstance(use_eagle, bool):
             raise InvalidArgumentError("enable_caching and use_eagle must be bools")
         dp_size = 1 if data_parallel_size is None else checked_int(data_parallel_size, "data_parallel_size", minimum=1)
-        self.hasher = PageHasher(hash_scheme, seed=hash_seed)
+        self.hasher: PageHasher = PageHasher(hash_scheme, seed=hash_seed)
         self.coordinator: CacheCoordinator = get_kv_cache_coordinator(
             num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching,
             free_order=free_order, enable_kv_events=enable_kv_events,
@@ -231,7 +231,7 @@ class CacheManager:
         self.kv_cache_groups: tuple[CacheGroupSpec, ...] = coordinator.kv_cache_groups
         self.max_model_len: int = coordinator.max_model_len
         self.enable_caching: bool = coordinator.enable_caching  # False when there is no group
-        self.use_eagle = use_eagle
+        self.use_eagle: bool = use_eagle
         #: eSurge's attribute: the first group's page size when caching, else None
         self.page_size: int | None = self.kv_cache_groups[0].kv_cache_spec.page_size if self.enable_caching else None
         self._caching_key_size = coordinator.key_page_size is not None  # False: only Mamba groups
@@ -258,7 +258,7 @@ class CacheManager:
         #: constructed without a DP size: the first call whose DP is active fixes it (eSurge's
         #: scheduler passes the size with every call)
         self._dp_open = data_parallel_size is None
-        self.prefix_cache_stats = PrefixCacheStats()
+        self.prefix_cache_stats: PrefixCacheStats = PrefixCacheStats()
 
     @classmethod
     def from_plan(cls, plan: Any, max_model_len: int, **kwargs: Any) -> CacheManager:
@@ -292,7 +292,8 @@ class CacheManager:
 
     # ---- DP -------------------------------------------------------------------------------
 
-    def _shard_of(self, request_id: str, dp_shard_hint: object, data_parallel_size: object) -> tuple[int | None, int | None]:
+    def _shard_of(self, request_id: str, dp_shard_hint: object,
+                  data_parallel_size: object) -> tuple[int | None, int | None]:
         """(shard, dp) for a call: the request's remembered shard while it holds pages, else
         ``dp_shard_hint % dp`` when the call's DP is active (``data_parallel_size > 1`` divides
         ``num_pages``; it must then equal the construction value), else (None, None).
@@ -647,7 +648,8 @@ class CacheManager:
         size), so allocations skip the call.
         """
         request_id = req._request_id
-        self._cacher.cache_pages(request_id, self._store_keys(req, new_keys), num_tokens)  # the one group's manager, or the coordinator
+        # the one group's manager, or the coordinator
+        self._cacher.cache_pages(request_id, self._store_keys(req, new_keys), num_tokens)
         held = self._requests[request_id]
         held.cache_at = max(held.cache_at, (num_tokens // self._key_page_size + 1) * self._key_page_size)
 

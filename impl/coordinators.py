@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from operator import countOf
+from typing import TypedDict, cast
 
 from verikv.cache_specs import (
     CacheGroupsConfig,
@@ -71,8 +72,9 @@ class CacheCoordinator:
         enable_kv_events: bool = False,
     ) -> None:
         checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_PAGE_ID + 1)  # the pool's bound, checked first
-        groups = CacheGroupsConfig(num_pages, kv_cache_groups).kv_cache_groups
-        self.max_model_len = checked_int(max_model_len, "max_model_len", minimum=1, maximum=MAX_MODEL_LEN)
+        # CacheGroupsConfig validates any value and stores a tuple (eSurge callers pass lists)
+        groups = CacheGroupsConfig(num_pages, cast("tuple[CacheGroupSpec, ...]", kv_cache_groups)).kv_cache_groups
+        self.max_model_len: int = checked_int(max_model_len, "max_model_len", minimum=1, maximum=MAX_MODEL_LEN)
         if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
             raise InvalidArgumentError("use_eagle and enable_caching must be bools")
         if enable_caching:
@@ -87,10 +89,11 @@ class CacheCoordinator:
             if use_eagle and isinstance(spec, ChunkedLocalAttentionSpec):
                 raise CacheSpecError(f"EAGLE is not supported with chunked local attention (cache group {gid})")
         self.kv_cache_groups: tuple[CacheGroupSpec, ...] = groups
-        self.use_eagle = use_eagle
-        self.enable_caching = enable_caching
+        self.use_eagle: bool = use_eagle
+        self.enable_caching: bool = enable_caching
         try:
-            self.page_pool = PagePool(num_pages, enable_caching, free_order=free_order, enable_kv_events=enable_kv_events)
+            self.page_pool: PagePool = PagePool(num_pages, enable_caching, free_order=free_order,
+                                                enable_kv_events=enable_kv_events)
         except MemoryError:
             raise InvalidArgumentError(
                 f"num_pages {num_pages}: not enough host memory for the pool's bookkeeping") from None
@@ -213,7 +216,7 @@ class CacheCoordinator:
         if new_computed_pages is None:
             known = True
             for m in managers:
-                held = m.req_to_pages.get(request_id)
+                held: Sequence[int] | None = m.req_to_pages.get(request_id)
                 if held is None:
                     known = False
                     held = ()
@@ -250,9 +253,9 @@ class CacheCoordinator:
         if type(new_computed_pages) is not tuple and (
                 isinstance(new_computed_pages, (str, bytes)) or not isinstance(new_computed_pages, Sequence)):
             raise InvalidArgumentError(f"new_computed_pages must hold one page-id list per group ({len(groups)})")
-        if len(new_computed_pages) != len(groups):  # type: ignore[arg-type]
+        if len(new_computed_pages) != len(groups):
             raise InvalidArgumentError(f"new_computed_pages must hold one page-id list per group ({len(groups)})")
-        for m, hits in zip(groups, new_computed_pages):  # type: ignore[call-overload]
+        for m, hits in zip(groups, new_computed_pages):
             if type(hits) is not list and (isinstance(hits, (str, bytes)) or not isinstance(hits, Sequence)):
                 raise InvalidArgumentError(f"group {m.kv_cache_group_id}: hits must be a sequence of page ids")
             if countOf(map(type, hits), int) != len(hits):
@@ -368,6 +371,13 @@ class HybridCacheCoordinator(CacheCoordinator):
         super().__init__(num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching, **pool_options)  # type: ignore[arg-type]
 
 
+class _CoordinatorOptions(TypedDict):
+    """The keyword-only options every coordinator takes."""
+
+    free_order: str
+    enable_kv_events: bool
+
+
 def get_kv_cache_coordinator(
     num_pages: int,
     kv_cache_groups: Sequence[CacheGroupSpec],
@@ -384,7 +394,7 @@ def get_kv_cache_coordinator(
         raise InvalidArgumentError("use_eagle and enable_caching must be bools")
     if not isinstance(free_order, str):  # (the pool checks the name)
         raise InvalidArgumentError(f"free_order must be a str, got {type(free_order).__name__}")
-    options = {"free_order": free_order, "enable_kv_events": enable_kv_events}
+    options: _CoordinatorOptions = {"free_order": free_order, "enable_kv_events": enable_kv_events}
     if not enable_caching or (isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 0):
         return CacheCoordinatorNoPrefixCache(num_pages, kv_cache_groups, max_model_len, use_eagle, False, **options)
     if isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 1:

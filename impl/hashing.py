@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import xxhash
+
 from verikv.dp_sharding import checked_int
 from verikv.errors import HashingError, InvalidArgumentError, describe
 
@@ -169,7 +170,7 @@ def encode_canonical(obj: Any, out: bytearray, _depth: int = 0) -> None:
         raise InvalidArgumentError(f"cannot encode {type(obj).__name__} {describe(obj)} canonically")
 
 
-def _token_array(token_ids: Sequence[int]) -> array:
+def _token_array(token_ids: Sequence[int]) -> array[int]:
     """Tokens as a little-endian uint64 array (`InvalidArgumentError` for a non-int or an id
     outside ``[0, 2**64)``)."""
     try:
@@ -210,7 +211,8 @@ def _mm_items(features: Any) -> list[MMFeature]:
     for feature in features:
         if isinstance(feature, (tuple, list)):
             if len(feature) != 3:
-                raise InvalidArgumentError(f"mm_features item must be (mm_hash, offset, length), got {describe(feature)}")
+                raise InvalidArgumentError(
+                    f"mm_features item must be (mm_hash, offset, length), got {describe(feature)}")
             mm_hash, offset, length = feature
         else:
             try:
@@ -239,6 +241,7 @@ class CheckedTokens:
     the view) and has the attributes ``lora_id``, ``cache_salt`` and ``mm_features``."""
 
     __slots__ = ()
+    _tokens: list[int]  # declared for type checkers; the subclass holds the slot
 
 
 class PageHasher:
@@ -252,16 +255,17 @@ class PageHasher:
 
     def __init__(self, scheme: str | Callable[[Any], int] = "sha256", seed: int | str | bytes | None = None) -> None:
         if not callable(scheme) and (not isinstance(scheme, str) or scheme not in SCHEMES):
-            raise InvalidArgumentError(f"unknown hash scheme {describe(scheme)}; expected one of {SCHEMES} or a callable")
+            raise InvalidArgumentError(
+                f"unknown hash scheme {describe(scheme)}; expected one of {SCHEMES} or a callable")
         if seed is None:
             seed = os.urandom(32)
         else:
             seed = key_atom(seed, "seed")
-        self.scheme = scheme
-        self.seed = seed
+        self.scheme: str | Callable[[Any], int] = scheme
+        self.seed: int | str | bytes = seed
         digest = hashlib.sha256(_ROOT_TAG + _seed_bytes(seed)).digest()
         if scheme == "sha256":
-            self.root = int.from_bytes(digest, "little")
+            self.root: int = int.from_bytes(digest, "little")
         elif scheme == "xxh3_128":
             self.root = int.from_bytes(digest[:16], "little")
         else:
@@ -271,22 +275,23 @@ class PageHasher:
         #: the function of ``(parent, tokens, extra)`` for the builtin/callable schemes (None:
         #: a byte-level digest), called directly by `hash_request`
         self._tuple_hash: Callable[[Any], int] | None = (
-            None if scheme in ("sha256", "xxh3_128") else hash if scheme == "builtin" else _guarded(scheme))  # type: ignore[arg-type]
-        self._digest = self._make_digest()
+            None if scheme in ("sha256", "xxh3_128")
+            else hash if scheme == "builtin" else _guarded(scheme))  # type: ignore[arg-type]
+        self._digest: Callable[[int, bytes, Sequence[int], Any], int] = self._make_digest()
 
     def _make_digest(self) -> Callable[[int, bytes, Sequence[int], Any], int]:
         """The function (parent, token bytes, tokens, extra) -> hash value for the scheme."""
         scheme = self.scheme
         if scheme == "sha256":
-            def digest(parent: int, tokens: bytes, _ids: Sequence[int], extra: Any) -> int:
+            def digest(parent: int, tokens: bytes, ids: Sequence[int], extra: Any) -> int:
                 return int.from_bytes(hashlib.sha256(_message(parent, tokens, extra)).digest(), "little")
         elif scheme == "xxh3_128":
-            def digest(parent: int, tokens: bytes, _ids: Sequence[int], extra: Any) -> int:
+            def digest(parent: int, tokens: bytes, ids: Sequence[int], extra: Any) -> int:
                 return xxhash.xxh3_128_intdigest(_message(parent, tokens, extra))
         else:
             fn: Callable[[Any], int] = self._tuple_hash  # type: ignore[assignment]
 
-            def digest(parent: int, _tokens: bytes, ids: Sequence[int], extra: Any) -> int:
+            def digest(parent: int, tokens: bytes, ids: Sequence[int], extra: Any) -> int:
                 return fn((parent, tuple(ids), extra))
         return digest
 
@@ -395,7 +400,7 @@ class PageHasher:
 def _message(parent: int, tokens: bytes, extra: Any) -> bytes:
     """The canonical bytes hashed for one page: tag, parent, token count, tokens, extra keys."""
     if extra is None:
-        tail = b"N"  # encode_canonical(None)
+        tail: bytes | bytearray = b"N"  # encode_canonical(None)
     else:
         tail = bytearray()
         encode_canonical(extra, tail)
@@ -472,7 +477,7 @@ def _plain(request: Any) -> bool:
 class _ExtraKeys:
     """The per-page extra keys of one request, read once from its duck-typed attributes."""
 
-    __slots__ = ("lora", "salt", "mm")
+    __slots__ = ("lora", "mm", "salt")
 
     def __init__(self, request: Any) -> None:
         lora = getattr(request, "lora_id", None)

@@ -25,7 +25,7 @@ import operator
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter, countOf
-from typing import overload
+from typing import TYPE_CHECKING, ClassVar, overload
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import InvalidArgumentError, describe
@@ -94,13 +94,13 @@ class TokenView(Sequence[int]):
             return self._tokens == list(other)
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]  # the view tracks a mutable list
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]  # the view tracks a mutable list
 
     def __repr__(self) -> str:
         return f"TokenView({self._tokens!r})"
 
 
-def _checked_tokens(tokens: Iterable[int], what: str) -> list[int]:
+def _checked_tokens(tokens: object, what: str) -> list[int]:
     """The token ids as a list of Python ints in ``[0, 2**64)``, or InvalidArgumentError."""
     if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
         raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(tokens).__name__}")
@@ -179,18 +179,18 @@ class Request(CheckedTokens):
     """
 
     __slots__ = (
-        "_request_id",
-        "_tokens",
-        "_num_prompt_tokens",
-        "_num_computed_tokens",
-        "_status",
         "_cache_salt",
-        "_lora_id",
-        "_mm_features",
-        "_prompt_logprobs",
-        "_view",
         "_holders",
         "_identity_version",
+        "_lora_id",
+        "_mm_features",
+        "_num_computed_tokens",
+        "_num_prompt_tokens",
+        "_prompt_logprobs",
+        "_request_id",
+        "_status",
+        "_tokens",
+        "_view",
     )
 
     def __init__(
@@ -242,37 +242,79 @@ class Request(CheckedTokens):
     def _set_request_id(self, value: str) -> None:
         self._set_identity("_request_id", _checked_request_id(value))
 
-    request_id = property(attrgetter("_request_id"), _set_request_id,
-                          doc="The request's id (a non-empty str); fixed while it holds pages.")
+    # Each `if TYPE_CHECKING` block states what the C-level property in its `else` reads and
+    # accepts: a property built from attrgetter is typed Any by the checkers otherwise.
+    if TYPE_CHECKING:
+        @property
+        def request_id(self) -> str: ...
+
+        @request_id.setter
+        def request_id(self, value: str) -> None: ...
+    else:
+        request_id = property(attrgetter("_request_id"), _set_request_id,
+                              doc="The request's id (a non-empty str); fixed while it holds pages.")
 
     def _set_cache_salt(self, value: str | bytes | None) -> None:
         self._set_identity("_cache_salt", _checked_salt(value))
 
-    cache_salt = property(attrgetter("_cache_salt"), _set_cache_salt,
-                          doc="Per-tenant isolation salt (str, bytes or None), mixed into the first page's key.")
+    if TYPE_CHECKING:
+        @property
+        def cache_salt(self) -> str | bytes | None: ...
+
+        @cache_salt.setter
+        def cache_salt(self, value: str | bytes | None) -> None: ...
+    else:
+        cache_salt = property(attrgetter("_cache_salt"), _set_cache_salt,
+                              doc="Per-tenant isolation salt (str, bytes or None), mixed into the first page's key.")
 
     def _set_lora_id(self, value: int | None) -> None:
         self._set_identity("_lora_id", _checked_lora(value))
 
-    lora_id = property(attrgetter("_lora_id"), _set_lora_id,
-                       doc="The LoRA adapter id (an int >= 0, or None), part of every page's key.")
+    if TYPE_CHECKING:
+        @property
+        def lora_id(self) -> int | None: ...
+
+        @lora_id.setter
+        def lora_id(self, value: int | None) -> None: ...
+    else:
+        lora_id = property(attrgetter("_lora_id"), _set_lora_id,
+                           doc="The LoRA adapter id (an int >= 0, or None), part of every page's key.")
 
     def _set_mm_features(self, value: Iterable[MMFeature | tuple[str | bytes | int, int, int]]) -> None:
         self._set_identity("_mm_features", _checked_features(value, self._num_prompt_tokens))
 
-    mm_features = property(attrgetter("_mm_features"), _set_mm_features,
-                           doc="Multimodal items as `MMFeature` tuples sorted by offset, inside the prompt.")
+    if TYPE_CHECKING:
+        @property
+        def mm_features(self) -> tuple[MMFeature, ...]: ...
+
+        @mm_features.setter
+        def mm_features(self, value: Iterable[MMFeature | tuple[str | bytes | int, int, int]]) -> None: ...
+    else:
+        mm_features = property(attrgetter("_mm_features"), _set_mm_features,
+                               doc="Multimodal items as `MMFeature` tuples sorted by offset, inside the prompt.")
 
     def _set_prompt_logprobs(self, value: bool) -> None:
         if not isinstance(value, bool):
             raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(value).__name__}")
         self._prompt_logprobs = value
 
-    prompt_logprobs = property(attrgetter("_prompt_logprobs"), _set_prompt_logprobs,
-                               doc="Whether prompt logprobs are wanted (such requests skip the prefix lookup).")
+    if TYPE_CHECKING:
+        @property
+        def prompt_logprobs(self) -> bool: ...
+
+        @prompt_logprobs.setter
+        def prompt_logprobs(self, value: bool) -> None: ...
+    else:
+        prompt_logprobs = property(attrgetter("_prompt_logprobs"), _set_prompt_logprobs,
+                                   doc="Whether prompt logprobs are wanted (such requests skip the prefix lookup).")
 
     # Hot getters are C-level attrgetters (no Python frame): schedulers read them every step.
-    all_token_ids = property(attrgetter("_view"), doc="Prompt followed by the generated tokens, as a read-only view.")
+    if TYPE_CHECKING:
+        @property
+        def all_token_ids(self) -> TokenView: ...
+    else:
+        all_token_ids = property(attrgetter("_view"),
+                                 doc="Prompt followed by the generated tokens, as a read-only view.")
 
     @property
     def prompt_token_ids(self) -> TokenView:
@@ -306,16 +348,30 @@ class Request(CheckedTokens):
             raise InvalidArgumentError(f"num_computed_tokens must be >= 0, got {describe(value)}")
         self._num_computed_tokens = value
 
-    num_computed_tokens = property(
-        attrgetter("_num_computed_tokens"), _set_num_computed_tokens,
-        doc="Tokens whose KV is computed (or scheduled this step); set by the scheduler (validated).")
+    if TYPE_CHECKING:
+        @property
+        def num_computed_tokens(self) -> int: ...
+
+        @num_computed_tokens.setter
+        def num_computed_tokens(self, value: int) -> None: ...
+    else:
+        num_computed_tokens = property(
+            attrgetter("_num_computed_tokens"), _set_num_computed_tokens,
+            doc="Tokens whose KV is computed (or scheduled this step); set by the scheduler (validated).")
 
     def _set_status(self, value: RequestStatus) -> None:
         if not isinstance(value, RequestStatus):
             raise InvalidArgumentError(f"status must be a RequestStatus, got {describe(value)}")
         self._status = value
 
-    status = property(attrgetter("_status"), _set_status, doc="Where the request is in its lifecycle (validated).")
+    if TYPE_CHECKING:
+        @property
+        def status(self) -> RequestStatus: ...
+
+        @status.setter
+        def status(self, value: RequestStatus) -> None: ...
+    else:
+        status = property(attrgetter("_status"), _set_status, doc="Where the request is in its lifecycle (validated).")
 
     def is_finished(self) -> bool:
         """True once the request reached a FINISHED_* status."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import countOf
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from verikv.cache_specs import (
     CacheSpec,
@@ -73,7 +73,8 @@ class SingleTypeCacheManager:
     """Page bookkeeping of one cache group; subclasses add the attention type's rules."""
 
     #: the spec class this manager handles (exact type, as eSurge's dispatch table)
-    spec_type: type[CacheSpec] = CacheSpec
+    # (abstract on purpose: no spec is exactly a CacheSpec, so the base class manages nothing)
+    spec_type: type[CacheSpec] = CacheSpec  # type: ignore[type-abstract]
     #: whether `skipped_range` can ever return a non-empty range
     frees_skipped_pages: bool = False
     #: the attention kind's name in the spec (`verikv.spec.manager.GroupLayout`)
@@ -84,14 +85,14 @@ class SingleTypeCacheManager:
     hit_is_stable: bool = True
 
     __slots__ = (
-        "kv_cache_spec",
-        "page_size",
-        "kv_cache_group_id",
-        "page_pool",
-        "req_to_pages",
-        "num_cached_page",
-        "key_page_size",
         "_stride",
+        "key_page_size",
+        "kv_cache_group_id",
+        "kv_cache_spec",
+        "num_cached_page",
+        "page_pool",
+        "page_size",
+        "req_to_pages",
     )
 
     def __init__(
@@ -109,14 +110,14 @@ class SingleTypeCacheManager:
         key_ps = ps if key_page_size is None else key_page_size
         if ps % key_ps != 0:
             raise CacheSpecError(f"page size {ps} is not a multiple of the key page size {key_ps}")
-        self.kv_cache_spec = kv_cache_spec
-        self.page_size = ps
-        self.kv_cache_group_id = kv_cache_group_id
-        self.page_pool = page_pool
+        self.kv_cache_spec: CacheSpec = kv_cache_spec
+        self.page_size: int = ps
+        self.kv_cache_group_id: int = kv_cache_group_id
+        self.page_pool: PagePool = page_pool
         self.req_to_pages: dict[str, list[int]] = {}
         self.num_cached_page: dict[str, int] = {}
-        self.key_page_size = key_ps
-        self._stride = ps // key_ps
+        self.key_page_size: int = key_ps
+        self._stride: int = ps // key_ps
 
     @property
     def layout(self) -> tuple[str, int, int]:
@@ -127,7 +128,8 @@ class SingleTypeCacheManager:
         """The request's page list (`UnknownRequestError` when it has none in this group)."""
         pages = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
         if pages is None:
-            raise UnknownRequestError(f"request {describe(request_id)} holds no pages in group {self.kv_cache_group_id}")
+            raise UnknownRequestError(
+                f"request {describe(request_id)} holds no pages in group {self.kv_cache_group_id}")
         return pages
 
     # ---- queries (no state change) -------------------------------------------------------
@@ -180,7 +182,8 @@ class SingleTypeCacheManager:
         plus the hit pages that are currently free (touching them takes them off the list)."""
         if (isinstance(new_computed_pages, (str, bytes)) or not isinstance(new_computed_pages, Sequence)
                 or countOf(map(type, new_computed_pages), int) != len(new_computed_pages)):
-            raise InvalidArgumentError(f"new_computed_pages must be a sequence of page ids, got {describe(new_computed_pages)}")
+            raise InvalidArgumentError(
+                f"new_computed_pages must be a sequence of page ids, got {describe(new_computed_pages)}")
         return self._pages_needed(request_id, _count(num_tokens, "num_tokens"), new_computed_pages)
 
     def _pages_needed(self, request_id: str, num_tokens: int, new_computed_pages: Sequence[int]) -> int:
@@ -205,7 +208,8 @@ class SingleTypeCacheManager:
         pages = self._pages_of(request_id)
         if last > len(pages) or NULL_PAGE in pages[first:last]:
             raise InvalidArgumentError(
-                f"pages [{first}, {describe(last)}) are not held pages of request {request_id!r} (it holds {len(pages)})")
+                f"pages [{first}, {describe(last)}) are not held pages of request {request_id!r} "
+                f"(it holds {len(pages)})")
         freed = pages[first:last]
         freed.reverse()
         self.page_pool.free_page_ids(freed)  # (checks the ids before changing anything)
@@ -217,7 +221,8 @@ class SingleTypeCacheManager:
         if not isinstance(request_id, str) or request_id in self.req_to_pages:
             raise InvalidArgumentError(f"request {describe(request_id)} must be a str id with no pages in this group")
         if isinstance(new_computed_pages, (str, bytes)) or not isinstance(new_computed_pages, Sequence):
-            raise InvalidArgumentError(f"new_computed_pages must be a sequence of page ids, got {describe(new_computed_pages)}")
+            raise InvalidArgumentError(
+                f"new_computed_pages must be a sequence of page ids, got {describe(new_computed_pages)}")
         hits = list(new_computed_pages)
         n = self.page_pool.num_pages
         if hits and (countOf(map(type, hits), int) != len(hits) or min(hits) < 0 or max(hits) >= n):
@@ -245,8 +250,8 @@ class SingleTypeCacheManager:
         # the pool raises before changing anything; the entry is created only after it answered
         new = self.page_pool.get_new_page_ids(need, dp_shard_hint=shard, data_parallel_size=dp) if need > 0 else []
         if pages is None:
-            self.req_to_pages[request_id] = new if need > 0 else []  # type: ignore[index]
-            self.num_cached_page[request_id] = 0  # type: ignore[index]
+            self.req_to_pages[request_id] = new if need > 0 else []
+            self.num_cached_page[request_id] = 0
             return list(new)
         pages.extend(new)
         return new
@@ -265,7 +270,9 @@ class SingleTypeCacheManager:
         cached = self.num_cached_page.get(request_id) if isinstance(request_id, str) else None
         if cached is None:
             self._pages_of(request_id)  # raises UnknownRequestError
-        if num_full <= cached:  # type: ignore[operator]
+        # both maps have the same keys, so _pages_of raised above unless there is a count
+        cached = cast(int, cached)
+        if num_full <= cached:
             return
         pages = self.req_to_pages[request_id]
         if type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)):
@@ -310,7 +317,7 @@ class SingleTypeCacheManager:
 class FullAttentionManager(SingleTypeCacheManager):
     """Full attention: a request holds a page for every ``page_size`` tokens; hits are prefixes."""
 
-    spec_type = FullAttentionSpec
+    spec_type: type[CacheSpec] = FullAttentionSpec
     kind = "full"
     __slots__ = ()
 
@@ -352,7 +359,7 @@ class FullAttentionManager(SingleTypeCacheManager):
 class SlidingWindowManager(SingleTypeCacheManager):
     """Sliding window ``sw``: only the last ``sw`` tokens are attended, older pages are dropped."""
 
-    spec_type = SlidingWindowSpec
+    spec_type: type[CacheSpec] = SlidingWindowSpec
     frees_skipped_pages = True
     kind = "sliding"
     __slots__ = ("sliding_window",)
@@ -415,7 +422,7 @@ class SlidingWindowManager(SingleTypeCacheManager):
 class ChunkedLocalAttentionManager(SingleTypeCacheManager):
     """Chunked local attention: tokens attend only within their chunk of ``C`` tokens."""
 
-    spec_type = ChunkedLocalAttentionSpec
+    spec_type: type[CacheSpec] = ChunkedLocalAttentionSpec
     frees_skipped_pages = True
     kind = "chunked"
     hit_is_stable = False
@@ -471,7 +478,7 @@ class ChunkedLocalAttentionManager(SingleTypeCacheManager):
 class MambaManager(SingleTypeCacheManager):
     """Mamba (recurrent state): one page per request holding the state; never prefix-cached."""
 
-    spec_type = MambaSpec
+    spec_type: type[CacheSpec] = MambaSpec
     kind = "mamba"
     __slots__ = ()
 
