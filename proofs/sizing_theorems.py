@@ -36,9 +36,9 @@ from typing import Any
 
 import z3
 
+from verikv.errors import DoesNotFitError, SizingError
 from verikv.proofs.registry import Check, Mutant, Outcome
 from verikv.proofs.z3_common import Obligation, discharge
-from verikv.errors import DoesNotFitError, SizingError
 from verikv.sizing import arith, budget, gpu, mamba, tpu
 from verikv.sizing.catalog import ACCELERATORS
 from verikv.sizing.dtypes import get_dtype

@@ -631,7 +631,8 @@ KNOWN_OPEN: dict[str, str] = {
     'hash_request_tokens[request=str]': "owner: manager — untyped AttributeError",
     'hash_request_tokens[request=surrogate]': "owner: manager — untyped AttributeError",
     'hash_request_tokens[request=zero]': "owner: manager — untyped AttributeError",
-    'order[cache_salt set after construction to a surrogate]': "owner: manager — untyped UnicodeEncodeError; state changed",
+    'order[cache_salt set after construction to a surrogate]':
+        "owner: manager — untyped UnicodeEncodeError; state changed",
     'order[cache_salt surrogate at construction]': "owner: manager — untyped UnicodeEncodeError; state changed",
     'order[lora_id set after construction to a str]': "owner: manager — state changed",
     'order[request_id reassigned while held]': "owner: manager — silent acceptance",

@@ -106,28 +106,37 @@ CASES: dict[str, tuple[Callable[[World], object], type[VeriKVError]]] = {
     "alloc: hit tokens beyond max_model_len": (
         lambda w: w.m.allocate_slots(w.c, 53, w.n, w.hits, **DP), InvalidArgumentError),
     "alloc: finished request": (lambda w: w.m.allocate_slots(w.f, 1), InvalidArgumentError),
-    "alloc: hits not CachePages": (lambda w: w.m.allocate_slots(w.c, 4, 12, w.hits.get_page_ids()), InvalidArgumentError),
-    "alloc: hits of another pool": (lambda w: w.m.allocate_slots(w.c, 4, 12, other_pool_hits(w), **DP), ForeignPageError),
-    "alloc: hits with one group": (lambda w: w.m.allocate_slots(w.c, 4, 12, CachePages([[1, 2, 3]]), **DP), InvalidArgumentError),
+    "alloc: hits not CachePages": (
+        lambda w: w.m.allocate_slots(w.c, 4, 12, w.hits.get_page_ids()), InvalidArgumentError),
+    "alloc: hits of another pool": (
+        lambda w: w.m.allocate_slots(w.c, 4, 12, other_pool_hits(w), **DP), ForeignPageError),
+    "alloc: hits with one group": (
+        lambda w: w.m.allocate_slots(w.c, 4, 12, CachePages([[1, 2, 3]]), **DP), InvalidArgumentError),
     "alloc: hit id out of range": (
         lambda w: w.m.allocate_slots(w.c, 4, 12, CachePages([[99, 2, 3], [0, 1, 2]]), **DP), ForeignPageError),
     "alloc: hits shorter than computed": (lambda w: w.m.allocate_slots(w.c, 4, 16, w.hits, **DP), InvalidArgumentError),
     "alloc: computed not page aligned": (lambda w: w.m.allocate_slots(w.c, 4, 11, w.hits, **DP), InvalidArgumentError),
     "alloc: computed without hit pages": (lambda w: w.m.allocate_slots(w.c, 4, 12, None, **DP), InvalidArgumentError),
-    "alloc: hits for a request holding pages": (lambda w: w.m.allocate_slots(w.a, 4, 12, w.hits, **DP), InvalidArgumentError),
-    "alloc: stale or misplaced hit": (lambda w: w.m.allocate_slots(w.c, 4, 12, swapped_hits(w), **DP), InvalidArgumentError),
+    "alloc: hits for a request holding pages": (
+        lambda w: w.m.allocate_slots(w.a, 4, 12, w.hits, **DP), InvalidArgumentError),
+    "alloc: stale or misplaced hit": (
+        lambda w: w.m.allocate_slots(w.c, 4, 12, swapped_hits(w), **DP), InvalidArgumentError),
     "alloc: null page in a full-attention hit": (
         lambda w: w.m.allocate_slots(w.c, 4, 12, CachePages([[0] + w.hits.get_page_ids()[0][1:],
                                                              w.hits.get_page_ids()[1]]), **DP), InvalidArgumentError),
-    "alloc: bad shard hint type": (lambda w: w.m.allocate_slots(w.a, 1, dp_shard_hint="1", data_parallel_size=2), InvalidArgumentError),
-    "alloc: zero DP size": (lambda w: w.m.allocate_slots(w.a, 1, dp_shard_hint=0, data_parallel_size=0), InvalidArgumentError),
+    "alloc: bad shard hint type": (
+        lambda w: w.m.allocate_slots(w.a, 1, dp_shard_hint="1", data_parallel_size=2), InvalidArgumentError),
+    "alloc: zero DP size": (
+        lambda w: w.m.allocate_slots(w.a, 1, dp_shard_hint=0, data_parallel_size=0), InvalidArgumentError),
     "alloc: DP size differs from the manager's": (
         lambda w: w.m.allocate_slots(w.c, 16, dp_shard_hint=0, data_parallel_size=4), InvalidArgumentError),
     # get_computed_pages
     "lookup: not a Request": (lambda w: w.m.get_computed_pages("c"), InvalidArgumentError),
     "lookup: finished request": (lambda w: w.m.get_computed_pages(w.f), InvalidArgumentError),
-    "lookup: bad shard hint": (lambda w: w.m.get_computed_pages(w.c, dp_shard_hint=1.5, data_parallel_size=2), InvalidArgumentError),
-    "lookup: DP size differs": (lambda w: w.m.get_computed_pages(w.c, dp_shard_hint=1, data_parallel_size=8), InvalidArgumentError),
+    "lookup: bad shard hint": (
+        lambda w: w.m.get_computed_pages(w.c, dp_shard_hint=1.5, data_parallel_size=2), InvalidArgumentError),
+    "lookup: DP size differs": (
+        lambda w: w.m.get_computed_pages(w.c, dp_shard_hint=1, data_parallel_size=8), InvalidArgumentError),
     "lookup: negative DP size": (lambda w: w.m.get_computed_pages(w.c, data_parallel_size=-2), InvalidArgumentError),
     # cache_pages
     "cache: unknown request": (lambda w: w.m.cache_pages(w.c, 4), UnknownRequestError),
@@ -179,7 +188,8 @@ CONSTRUCTOR_CASES: dict[str, tuple[dict, type[VeriKVError]]] = {
     "page sizes not multiples": (
         dict(kv_cache_groups=[FULL, CacheGroupSpec(FullAttentionSpec(page_size=6, **KW))]), CacheSpecError),
     "EAGLE with chunked local": (
-        dict(kv_cache_groups=[FULL, CacheGroupSpec(ChunkedLocalAttentionSpec(page_size=4, attention_chunk_size=8, **KW))],
+        dict(kv_cache_groups=[FULL,
+                              CacheGroupSpec(ChunkedLocalAttentionSpec(page_size=4, attention_chunk_size=8, **KW))],
              use_eagle=True), CacheSpecError),
     "Mamba page below max_model_len": (
         dict(kv_cache_groups=[FULL, CacheGroupSpec(MambaSpec(page_size=16, shapes=((2,),), dtype=np.float16))]),

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from verikv.cache_specs import (
-    CacheGroupSpec,
     CacheGroupsConfig,
+    CacheGroupSpec,
     CacheSpec,
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -244,7 +244,8 @@ def test_split_exempts_mamba_from_the_page_size_rule() -> None:
 
 def test_split_page_size_error_names_the_right_direction() -> None:
     groups = [CacheGroupSpec(full(ps=32)), CacheGroupSpec(sliding(ps=48))]
-    with pytest.raises(CacheSpecError, match=r"page size 48 of cache group 1 is not a multiple of the smallest page size 32"):
+    with pytest.raises(CacheSpecError,
+                       match=r"page size 48 of cache group 1 is not a multiple of the smallest page size 32"):
         split_cache_groups(groups)
 
 

@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-import verikv
 from hostile import HOSTILE, Case, HashFlipStr, P, World, run_case, substitution_cases
 from hostile_known_open import KNOWN_OPEN
+
+import verikv
 from verikv import (
     CacheGroupsConfig,
     CacheGroupSpec,
@@ -263,7 +264,8 @@ def _pool_targets() -> list[Case]:
                                          group_id=P(None, "opt_count0", either=BIGS), **dp))
         cases += substitution_cases(pre + "touch", build,
                                     lambda w, **k: w["pool"].touch(**resolve(w, k)),
-                                    dict(pages=P(W("views"), "ids", accept={"empty_list"}, reject={"list", "np_array"})))
+                                    dict(pages=P(W("views"), "ids", accept={"empty_list"},
+                                                 reject={"list", "np_array"})))
         cases += substitution_cases(pre + "free_pages", build, method("free_pages"),
                                     dict(ordered_pages=P(W("views"), "ids", reject={"list", "np_array"})))
         cases += substitution_cases(pre + "get_cached_page", build, method("get_cached_page"),
@@ -451,7 +453,8 @@ def _spec_targets() -> list[Case]:
                                 dict(specs=P(lambda: [mamba], "ids", reject={"list", "np_array", "empty_list"})))
     cases += substitution_cases("FullAttentionSpec.merge", empty_world,
                                 lambda w, **k: FullAttentionSpec.merge(**k),
-                                dict(specs=P(lambda: [FULL.kv_cache_spec], "ids", reject={"list", "np_array", "empty_list"})))
+                                dict(specs=P(lambda: [FULL.kv_cache_spec], "ids",
+                                             reject={"list", "np_array", "empty_list"})))
     cases += substitution_cases("CacheGroupSpec", empty_world, lambda w, **k: CacheGroupSpec(**k), dict(
         kv_cache_spec=P(FULL.kv_cache_spec, "object"),
         layer_names=P(None, "object", accept={"None", "empty_list"})))
@@ -471,7 +474,8 @@ def _spec_targets() -> list[Case]:
     config = {"num_hidden_layers": 2, "sliding_window": 8, "layer_types": ["full_attention", "sliding_attention"]}
     cases += substitution_cases("create_kv_cache_specs_from_config", empty_world,
                                 lambda w, **k: verikv.create_kv_cache_specs_from_config(**k), dict(
-                                    config=P(lambda: dict(config), "object", either={"object", "callable", "bad_index", "bad_int", "dict"}),
+                                    config=P(lambda: dict(config), "object",
+                                             either={"object", "callable", "bad_index", "bad_int", "dict"}),
                                     page_size=P(4, COUNT1, either=BIGS), num_kv_heads=P(1, COUNT1, either=BIGS),
                                     head_size=P(8, COUNT1, either=BIGS), dtype=P("float16", "object"),
                                     use_mla=P(False, "bool")))
@@ -479,7 +483,8 @@ def _spec_targets() -> list[Case]:
         cases += substitution_cases(f"create_kv_cache_specs_from_config[config.{key}]", empty_world,
                                     lambda w, key=key, **k: verikv.create_kv_cache_specs_from_config(
                                         {**config, key: k["value"]}, 4, 1, 8, "float16"),
-                                    dict(value=P(config[key], "object", either=BIGS | {"None", "np_int", "hashflip_int", "list"})))
+                                    dict(value=P(config[key], "object",
+                                                 either=BIGS | {"None", "np_int", "hashflip_int", "list"})))
     return cases
 
 

@@ -9,12 +9,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from verikv.spec import hit_rules as hr
-from verikv.spec import invariants as inv
-from verikv.spec import manager as m
+from verikv.spec import hit_rules as hr, invariants as inv, manager as m
 from verikv.spec.pool import PreconditionError
 
 FULL4 = m.GroupLayout("full", 4)

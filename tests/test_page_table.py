@@ -7,8 +7,7 @@ from typing import TypeVar
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from verikv.errors import ForeignPageError, InvalidArgumentError

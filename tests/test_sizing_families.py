@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from verikv.errors import SizingError, VeriKVError
 from verikv.sizing import plan_kv_cache
 from verikv.sizing.checkpoint import (
@@ -178,7 +179,7 @@ def test_family_layers_bytes_and_pages(family, use_transformers, tmp_path):
 @pytest.mark.parametrize("use_transformers", READERS)
 def test_qwen3_next_linear_attention_is_refused(use_transformers):
     config = json.loads((FIXTURES / "qwen3-next-80b-a3b" / "config.json").read_text())
-    with pytest.raises(SizingError, match="linear_attention.*cannot express"):
+    with pytest.raises(SizingError, match=r"linear_attention.*cannot express"):
         geometry_from_hf_config(config, use_transformers=use_transformers)
 
 
