@@ -609,8 +609,9 @@ def _sizing_targets() -> list[Case]:
         memory_bytes=P(None, "opt_count1", either=BIGS | {"None"})))
     for value, expect in (("1/0", "reject"), ("1e999999999", "reject"), ("0.5", "accept"), ("nan", "reject"),
                           ("-0.5", "reject"), ("\ud800", "reject")):
+        # (mypy cannot infer a lambda with default arguments, python/mypy#12557: hence the ignores)
         cases.append(Case(f"plan_kv_cache[utilization={value!r}]", empty_world,
-                          lambda w, value=value: verikv.plan_kv_cache(model(), "h100", max_model_len=1024,
+                          lambda w, value=value: verikv.plan_kv_cache(model(), "h100", max_model_len=1024,  # type: ignore[misc]
                                                                       utilization=value),
                           expect, isolate=True))
     cases += substitution_cases("MambaLayer", empty_world, lambda w, **k: MambaLayer(**k), dict(
@@ -645,7 +646,7 @@ def _cli_cases(tmp: Path) -> list[Case]:
         for value in values:
             expect = "accept" if value == "0.5" else "reject"
             cases.append(Case(f"verikv size[{flag}={value!r}]", empty_world,
-                              lambda w, flag=flag, value=value: _size_cli([*base, flag, value]), expect,
+                              lambda w, flag=flag, value=value: _size_cli([*base, flag, value]), expect,  # type: ignore[misc]
                               isolate=True))
     for name, text in (("nested", "[" * 100000 + "]" * 100000),
                        ("huge_layers", json.dumps({"num_hidden_layers": 10**7, "num_attention_heads": 8,
@@ -656,7 +657,7 @@ def _cli_cases(tmp: Path) -> list[Case]:
                        ("not_object", "[1, 2]"), ("surrogate", '{"model_type": "\\ud800"}')):
         path = tmp / f"{name}.json"
         cases.append(Case(f"verikv size[config={name}]", empty_world,
-                          lambda w, path=path, text=text: (path.write_text(text, errors="surrogatepass"),
+                          lambda w, path=path, text=text: (path.write_text(text, errors="surrogatepass"),  # type: ignore[misc]
                                                            _size_cli(["--model", str(path), "--device", "h100"])),
                           "reject", isolate=True))
     return cases
@@ -669,6 +670,7 @@ def _wrong_order_cases() -> list[Case]:
         return Case(f"order[{cid}]", build, act, expect)
 
     mw = manager_world
+    # (a tuple runs a mutation, then the call; mypy objects to setattr's None inside it)
     return [
         c("free before allocate", mw, lambda w: w["m"].free(w["n"]), "accept"),  # documented no-op
         c("cache_pages without pages", mw, lambda w: w["m"].cache_pages(w["n"], 4)),
@@ -676,15 +678,15 @@ def _wrong_order_cases() -> list[Case]:
         c("lookup for a finished request", mw, lambda w: w["m"].get_computed_pages(w["f"])),
         c("reuse a held request id", mw, lambda w: w["m"].allocate_slots(Request("a", [1, 2, 3]), 3)),
         c("stale computed tokens without pages", mw, lambda w: (
-            setattr(w["b"], "num_computed_tokens", 4), w["m"].allocate_slots(w["b"], 5))),
+            setattr(w["b"], "num_computed_tokens", 4), w["m"].allocate_slots(w["b"], 5))),  # type: ignore[func-returns-value]
         c("hits from another manager", mw, lambda w: w["m"].allocate_slots(
             w["c"], 2, 8, manager_world()["hits"])),
         c("hits of another request", mw, lambda w: w["m"].allocate_slots(w["n"], 2, 8, w["hits"])),
         c("request_id reassigned while held", mw, lambda w: setattr(w["a"], "request_id", "zz")),
         c("cache_salt set after construction to a surrogate", mw, lambda w: (
-            setattr(w["n"], "cache_salt", "\ud800"), w["m"].allocate_slots(w["n"], 6))),
+            setattr(w["n"], "cache_salt", "\ud800"), w["m"].allocate_slots(w["n"], 6))),  # type: ignore[func-returns-value]
         c("lora_id set after construction to a str", mw, lambda w: (
-            setattr(w["n"], "lora_id", "x"), w["m"].allocate_slots(w["n"], 6))),
+            setattr(w["n"], "lora_id", "x"), w["m"].allocate_slots(w["n"], 6))),  # type: ignore[func-returns-value]
         c("cache_salt surrogate at construction", mw, lambda w: w["m"].allocate_slots(
             Request("s", list(range(9)), cache_salt="\ud800"), 9)),
         c("hash-flipping salt then eviction", mw, _hash_flip_then_evict, "accept"),

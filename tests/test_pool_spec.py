@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 import pytest
 from hypothesis import given, strategies as st
@@ -20,7 +21,7 @@ def test_init() -> None:
     assert spec_pool.usage(spec_pool.init(1)) == 0.0
     for bad in [(0,), (True,), (3, "lifo")]:
         with pytest.raises(spec_pool.PreconditionError):
-            spec_pool.init(*bad)
+            spec_pool.init(*bad)  # type: ignore[arg-type]
 
 
 def test_issue_example() -> None:
@@ -87,7 +88,7 @@ def test_other_preconditions() -> None:
              (lambda: spec_pool.touch(s, (3,)), "out-of-range"),
              (lambda: spec_pool.cache(s, 0, "x"), "null-page"), (lambda: spec_pool.cache(s, a, "x"), "already-keyed"),
              (lambda: spec_pool.cache(s, 2, None), "argument"), (lambda: spec_pool.cache(s, 5, "x"), "out-of-range"),
-             (lambda: spec_pool.lookup(s, "k", bounds=(0,)), "argument")]
+             (lambda: spec_pool.lookup(s, "k", bounds=(0,)), "argument")]  # type: ignore[arg-type]
     for call, reason in cases:
         with pytest.raises(spec_pool.PreconditionError) as info:
             call()
@@ -139,7 +140,8 @@ def test_state_is_immutable() -> None:
 
 def test_abstraction_of_a_fresh_pool_is_init() -> None:
     for order in sorted(spec_pool.FREE_ORDERS):
-        assert abstract_pool(PagePool(5, free_order=order)) == spec_pool.init(5, order)
+        # FREE_ORDERS is a frozenset[str] holding exactly the FreeOrder values
+        assert abstract_pool(PagePool(5, free_order=order)) == spec_pool.init(5, cast(spec_pool.FreeOrder, order))
 
 
 STEP = st.tuples(st.sampled_from(["allocate", "touch", "free", "cache", "reset"]), st.integers(0, 7), st.integers(0, 3))

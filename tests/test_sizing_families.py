@@ -24,6 +24,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -251,7 +252,8 @@ def test_checkpoint_folder_needs_no_weights_bytes(tmp_path, capsys):
 
 def _safetensors(path: Path, tensors: dict[str, tuple[str, list[int], int]], header_len: int | None = None) -> None:
     """A safetensors file: 8-byte little-endian header length, JSON header, then the data bytes."""
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    header: dict[str, dict[str, Any]] = {"__metadata__": {"format": "pt"}}
+    offset = 0
     for name, (dtype, shape, size) in tensors.items():
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
         offset += size

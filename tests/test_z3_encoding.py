@@ -124,6 +124,6 @@ def test_lookup_relation_is_the_spec(data: st.DataObject) -> None:
 
 
 @given(st.integers(1, 6), st.sampled_from(["esurge", "unhashed-first"]))
-def test_init_relation_is_the_spec(n: int, order: str) -> None:
+def test_init_relation_is_the_spec(n: int, order: spec_pool.FreeOrder) -> None:
     relation_agrees(spec_pool.init(n, order), "pool.init", 0, lambda a, k: [], lambda: (spec_pool.init(n, order), None),
                     lambda r, k: [])
