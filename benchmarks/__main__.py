@@ -23,6 +23,7 @@ import platform
 import pstats
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,8 @@ def run_trace(a: argparse.Namespace) -> dict[str, Any]:
             runs[scheme].append(replay(trace, manager, a.max_running).as_dict())
     summary: dict[str, dict[str, Any]] = {}
     for scheme, rs in runs.items():
-        med = {k: float(np.median([x[k] for x in rs])) for k, v in rs[0].items() if not isinstance(v, str)}
+        med: dict[str, Any] = {k: float(np.median([x[k] for x in rs])) for k, v in rs[0].items()
+                               if not isinstance(v, str)}
         for k in ("alloc_sizes_sha", "page_ids_sha"):
             values = {x[k] for x in rs}
             med[k] = rs[0][k] if len(values) == 1 else "differs between repeats: " + ",".join(sorted(values))
@@ -162,7 +164,7 @@ def run_micro(a: argparse.Namespace) -> dict[str, Any]:
 def run_scaling(a: argparse.Namespace) -> dict[str, Any]:
     out = {}
     for n in _ints(a.scale_pages):
-        out[str(n)] = build_cost(lambda n=n: make_manager(n), a.repeats)
+        out[str(n)] = build_cost(partial(make_manager, n), a.repeats)
     print_table(f"CacheManager build (median of {a.repeats}), tracemalloc heap",
                 ["pages", "build (s)", "heap (MiB)", "peak heap (MiB)"],
                 [[f"{int(n):,}", f"{r['build_s']:.3f}", f"{r['heap_mib']:.1f}", f"{r['heap_peak_mib']:.1f}"]

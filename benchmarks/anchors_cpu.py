@@ -44,12 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     sys.path.insert(0, str(a.anchors))
-    # the anchors harness's modules, importable only once its path is known; its trace.py shadows
-    # the stdlib module of that name, hence the ignore
+    # the anchors harness's modules, importable only once its path is known (so mypy cannot see
+    # them; its trace.py even shadows the stdlib module of that name)
     from trace import PROFILES, make_trace, run_trace  # type: ignore[attr-defined]
 
-    import adapters
-    import bench
+    import adapters  # type: ignore[import-not-found]
+    import bench  # type: ignore[import-not-found]
 
     trace_kw: dict[str, Any] = {}
     max_model_len = 8192  # the harness's default

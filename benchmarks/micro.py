@@ -93,8 +93,9 @@ def pool_costs(num_pages: int, repeats: int) -> dict[str, float]:
     return out
 
 
-def _raw_digest(scheme: str) -> Callable[[bytes], object]:
-    """The bare primitive behind a scheme, applied to one page's packed tokens (a floor)."""
+def _raw_digest(scheme: str) -> Callable[[Any], object]:
+    """The bare primitive behind a scheme, applied to one page's packed tokens (a floor): bytes,
+    or for ``builtin`` the page's token tuple."""
     if scheme == "sha256":
         return lambda data: hashlib.sha256(data).digest()
     if scheme == "xxh3_128":
@@ -132,7 +133,9 @@ def hashing_rates(schemes: Sequence[str], repeats: int, num_pages: int = 128) ->
     out: dict[str, dict[str, float]] = {}
     for scheme in schemes:
         hasher = PageHasher(scheme, seed=0)
-        chain_us = median_us_per_call(lambda hasher=hasher: len(hasher.hash_request(request, PAGE_SIZE)), repeats)
+        # (mypy cannot infer a lambda with default arguments, python/mypy#12557: hence the ignores)
+        chain_us = median_us_per_call(lambda hasher=hasher: len(hasher.hash_request(request, PAGE_SIZE)),  # type: ignore[misc]
+                                      repeats)
         extend_us = float(np.median([_decode_hashing_us(hasher, tokens) for _ in range(repeats)]))
         raw = _raw_digest(scheme if isinstance(scheme, str) else "builtin")
         raw_input = ([tuple(tokens[i * PAGE_SIZE:(i + 1) * PAGE_SIZE]) for i in range(num_pages)]
@@ -174,7 +177,7 @@ def manager_costs(num_pages: int, repeats: int, batch: int = 100, prompt_pages: 
                 req.num_computed_tokens = req.num_tokens
                 req.append_output_token_ids(7)
             phase("manager.allocate_slots (decode, no new page)",
-                  lambda req, manager=manager: manager.allocate_slots(req, 1), requests)
+                  lambda req, manager=manager: manager.allocate_slots(req, 1), requests)  # type: ignore[misc]
             phase(f"manager.free ({prompt_pages + 1} pages)", manager.free, requests)
             for req in requests:
                 manager.free_page_hashes(req)
