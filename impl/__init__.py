@@ -131,6 +131,7 @@ if TYPE_CHECKING:  # the same names, imported eagerly for type checkers only
         DoesNotFitError as DoesNotFitError,
         DoubleFreeError as DoubleFreeError,
         ForeignPageError as ForeignPageError,
+        HashingError as HashingError,
         InvalidArgumentError as InvalidArgumentError,
         KVCacheDoesNotFitError as KVCacheDoesNotFitError,
         NullPageError as NullPageError,

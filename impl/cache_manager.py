@@ -20,10 +20,15 @@ from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
 
-from verikv.cache_specs import CacheGroupSpec, CacheGroupsConfig
+from verikv.cache_specs import CacheGroupsConfig, CacheGroupSpec
 from verikv.coordinators import CacheCoordinator, PageIds, get_kv_cache_coordinator
 from verikv.dp_sharding import checked_int, dp_shard_page_bounds
-from verikv.errors import ForeignPageError, InvalidArgumentError, UnknownRequestError, describe
+from verikv.errors import (
+    ForeignPageError,
+    InvalidArgumentError,
+    UnknownRequestError,
+    describe,
+)
 from verikv.events import KVEvent, PrefixCacheStats
 from verikv.free_queue import CachePage
 from verikv.hashing import PageHash, PageHasher
@@ -160,25 +165,32 @@ def _request(request: object) -> Request:
     return request
 
 
-class _Held:
-    """What the manager keeps for one request while it holds pages.
+class RequestState:
+    """Everything the manager keeps about one request id, in one record.
 
-    ``request`` is the `Request` object that took them (one id names one live object; the
-    manager counts itself in the object's ``_holders`` while the record exists, which freezes
-    the request's identity fields);
-    ``shard`` the DP shard they come from (None: the whole pool); ``cache_at`` the token count
-    at which caching is next due (the end of the first key page not yet covered by a caching
-    call; it never decreases); ``capacity`` the slots its pages cover, capped at
-    ``max_model_len``, for the one-group decode fast path (-1 on other layouts).
+    ``request`` is the `Request` object the record describes (one id names one live object).
+    Its content keys: ``keys`` (None: none kept), computed at identity version
+    ``keys_version`` of the object, and ``last_hits``, its last lookup (result, pool
+    key_version, hit tokens, shard, copy of the ids) for the cheap hit check. While it holds
+    pages (``holds``): ``shard`` the DP shard they come from (None: the whole pool),
+    ``cache_at`` the token count at which caching is next due (the end of the first key page
+    not yet covered by a caching call; it never decreases) and ``capacity`` the slots its pages
+    cover, capped at ``max_model_len``, for the one-group decode fast path (-1 on other
+    layouts); the manager then counts itself in the object's ``_holders``, which freezes the
+    request's identity fields. A record with neither keys nor pages is dropped.
     """
 
-    __slots__ = ("request", "shard", "cache_at", "capacity")
+    __slots__ = ("request", "keys", "keys_version", "last_hits", "holds", "shard", "cache_at", "capacity")
 
-    def __init__(self, request: Request, shard: int | None, cache_at: int, capacity: int) -> None:
+    def __init__(self, request: Request) -> None:
         self.request = request
-        self.shard = shard
-        self.cache_at = cache_at
-        self.capacity = capacity
+        self.keys: list[PageHash] | None = None
+        self.keys_version = request._identity_version
+        self.last_hits: tuple[CachePages, int, int, int | None, PageIds] | None = None
+        self.holds = False
+        self.shard: int | None = None
+        self.cache_at = 0
+        self.capacity = -1
 
 
 class CacheManager:
@@ -231,7 +243,7 @@ class CacheManager:
         #: group that never drops pages), else None; its page size (0 when None)
         self._solo = managers[0] if len(managers) == 1 and not managers[0].frees_skipped_pages else None
         self._solo_page_size = 0 if self._solo is None else self._solo.page_size
-        #: `_Held.cache_at` that is never reached (caching off): beyond every possible token count
+        #: `RequestState.cache_at` that is never reached (caching off): beyond every possible token count
         self._never = self.max_model_len + 1
         #: what `_cache` asks for keys_needed / cache_pages: with caching on and one group, that
         #: group's manager directly (the coordinator would only loop over it)
@@ -239,12 +251,8 @@ class CacheManager:
             managers[0] if len(managers) == 1 and self.enable_caching else coordinator)
         #: the fast path's result: no new page, shared and immutable
         self._no_new_page = _NoNewPages._of(((),), self.page_pool)  # type: ignore[arg-type]  # immutable groups
-        self._keys: dict[str, list[PageHash]] = {}
-        #: whose content each key list describes: the object and its identity version then
-        self._key_owner: dict[str, tuple[Request, int]] = {}
-        self._held: dict[str, _Held] = {}  # the requests that hold pages
-        #: request -> its last lookup: (result, pool key_version, hit tokens, shard, copy of the ids)
-        self._last_hits: dict[str, tuple[CachePages, int, int, int | None, PageIds]] = {}
+        #: request id -> its record (while it holds pages or has keys kept)
+        self._requests: dict[str, RequestState] = {}
         #: DP size the shards are cut for (1: no DP); calls may only ask for this size
         self.data_parallel_size: int = dp_size
         #: constructed without a DP size: the first call whose DP is active fixes it (eSurge's
@@ -289,7 +297,7 @@ class CacheManager:
         ``dp_shard_hint % dp`` when the call's DP is active (``data_parallel_size > 1`` divides
         ``num_pages``; it must then equal the construction value), else (None, None).
         The arguments are validated in every case, before any change."""
-        held = self._held.get(request_id)
+        held = self._holding(request_id)
         if dp_shard_hint is None and data_parallel_size is None:  # the common call: no DP arguments
             shard = None if held is None else held.shard
             return shard, (None if shard is None else self.data_parallel_size)
@@ -322,17 +330,25 @@ class CacheManager:
         so it must be dropped before use. Raises if another object holds pages under the id:
         one id cannot name two live requests (so while pages are held, their holder owns the
         id's keys, if any). Pure."""
-        held = self._held.get(req._request_id)
-        if held is not None and held.request is not req:
+        state = self._requests.get(req._request_id)
+        if state is None:
+            return False
+        if state.holds and state.request is not req:
             raise InvalidArgumentError(
                 f"request id {req._request_id!r} belongs to another Request object that holds pages")
-        owner = self._key_owner.get(req._request_id)
-        return owner is not None and (owner[0] is not req or owner[1] != req._identity_version)
+        return state.keys is not None and (state.request is not req or state.keys_version != req._identity_version)
+
+    def _holding(self, request_id: str) -> RequestState | None:
+        """The record of a request that holds pages, else None."""
+        state = self._requests.get(request_id)
+        return state if state is not None and state.holds else None
 
     def _drop_keys(self, request_id: str) -> None:
-        self._keys.pop(request_id, None)
-        self._key_owner.pop(request_id, None)
-        self._last_hits.pop(request_id, None)
+        state = self._requests.get(request_id)
+        if state is not None:
+            state.keys = state.last_hits = None
+            if not state.holds:
+                del self._requests[request_id]
 
     # ---- lookups ----------------------------------------------------------------------------
 
@@ -340,7 +356,8 @@ class CacheManager:
         """The keys the request's list lacks to hold ``count`` keys (None: one per full key
         page), computed but not stored, so a failing hash function changes nothing. ``stale``:
         the kept list is not this object's, start afresh."""
-        keys = None if stale else self._keys.get(req._request_id)
+        state = None if stale else self._requests.get(req._request_id)
+        keys = None if state is None else state.keys
         have = 0 if keys is None else len(keys)
         if count is None:
             count = len(req._tokens) // self._key_page_size
@@ -351,10 +368,13 @@ class CacheManager:
 
     def _store_keys(self, req: Request, new: list[PageHash]) -> list[PageHash]:
         """Append keys from `_pending_keys` to the request's list (created if it has none)."""
-        keys = self._keys.get(req._request_id)
+        state = self._requests.get(req._request_id)
+        if state is None:
+            state = self._requests[req._request_id] = RequestState(req)
+        keys = state.keys
         if keys is None:
-            keys = self._keys[req._request_id] = []
-            self._key_owner[req._request_id] = (req, req._identity_version)
+            keys = state.keys = []
+            state.request, state.keys_version = req, req._identity_version
         keys += new
         return keys
 
@@ -386,7 +406,9 @@ class CacheManager:
         self._share_keys(keys, hits)
         self.prefix_cache_stats.record(num_tokens, length)
         result = CachePages._of(hits, self.page_pool)
-        self._last_hits[req.request_id] = (result, self.page_pool.key_version, length, shard, tuple(map(list, hits)))
+        state = self._requests.get(req._request_id)
+        if state is not None:  # (no record: no group caches, so there is never a hit to check)
+            state.last_hits = (result, self.page_pool.key_version, length, shard, tuple(map(list, hits)))
         return result, length
 
     def _share_keys(self, keys: list[PageHash], hits: PageIds) -> None:
@@ -442,8 +464,8 @@ class CacheManager:
             # drops pages (else capacity is -1), and this object holds pages that already cover
             # the slots, or one more page from the whole pool does. The general path would plan
             # exactly that: no page, or that one page (it fits: one is free).
-            held = self._held.get(request._request_id)
-            if held is not None and held.request is request and request._status <= _PREEMPTED:
+            held = self._requests.get(request._request_id)
+            if held is not None and held.holds and held.request is request and request._status <= _PREEMPTED:
                 num_tokens = request._num_computed_tokens + num_new_tokens
                 if num_tokens <= held.capacity:
                     if num_tokens >= held.cache_at and len(request._tokens) >= held.cache_at:
@@ -488,7 +510,7 @@ class CacheManager:
         num_slots = num_tokens + num_lookahead_tokens
         if num_slots > max_model_len:
             num_slots = max_model_len
-        held = self._held.get(request_id)
+        held = self._holding(request_id)
         if held is None and req._num_computed_tokens and self.kv_cache_groups:
             raise InvalidArgumentError(
                 f"request {request_id!r} holds no pages but has num_computed_tokens="
@@ -507,7 +529,7 @@ class CacheManager:
             self._cache(req, cached, new_keys)
         return CachePages._of(new, self.page_pool)
 
-    def _allocate_solo(self, held: _Held, num_tokens: int) -> list[int]:
+    def _allocate_solo(self, held: RequestState, num_tokens: int) -> list[int]:
         """The one group's new pages for ``num_tokens`` slots (they fit), and the new capacity."""
         solo: SingleTypeCacheManager = self._solo  # type: ignore[assignment]
         request_id = held.request._request_id
@@ -535,12 +557,15 @@ class CacheManager:
         self._adopt_dp(dp)
         if stale:
             self._drop_keys(request_id)
-        held = self._held.get(request_id)
-        if held is None and self.kv_cache_groups:
-            held = self._held[request_id] = _Held(req, shard, 0 if self.enable_caching else self._never, -1)
+        held = self._requests.get(request_id)
+        if (held is None or not held.holds) and self.kv_cache_groups:
+            if held is None:
+                held = self._requests[request_id] = RequestState(req)
+            held.request, held.holds, held.shard = req, True, shard
+            held.cache_at = 0 if self.enable_caching else self._never
+            held.last_hits = None  # hits are only taken first
             req._holders += 1
-            self._last_hits.pop(request_id, None)  # hits are only taken first
-        if held is not None and self._solo is not None:
+        if held is not None and held.holds and self._solo is not None:
             held.capacity = min(len(self._solo.req_to_pages[request_id]) * self._solo_page_size, self.max_model_len)
         return new
 
@@ -565,13 +590,14 @@ class CacheManager:
         request_id = req.request_id
         if not self.enable_caching:
             raise InvalidArgumentError("prefix caching is off: there can be no computed pages")
-        if request_id in self._held:
+        state = self._requests.get(request_id)
+        if state is not None and state.holds:
             raise InvalidArgumentError(f"request {request_id!r} already holds pages; hits are only taken first")
-        last = self._last_hits.get(request_id)
+        last = None if state is None else state.last_hits
         if (last is not None and last[0] is pages and last[1] == self.page_pool.key_version
                 and last[2] == num_new_computed_tokens and last[3] == shard and last[4] == ids):
             return ids  # this request's own lookup result, unchanged, and no key changed since
-        keys = self._keys.get(request_id, ())
+        keys = () if state is None or state.keys is None else state.keys
         num_keys = len(keys)
         page_keys = self.page_pool._key  # the pool's per-page key table, read only (ids checked below)
         bounds = None if shard is None else dp_shard_page_bounds(shard, self.num_pages // dp)  # type: ignore[operator]
@@ -616,20 +642,20 @@ class CacheManager:
         """Cache the request's full pages up to ``num_tokens`` tokens (its held pages, caching
         on), storing the keys `_caching_keys` computed for it first.
 
-        Then caching is next due at the end of the following key page (`_Held.cache_at`):
+        Then caching is next due at the end of the following key page (`RequestState.cache_at`):
         before that no group has a new full page (every page size is a multiple of the key page
         size), so allocations skip the call.
         """
         request_id = req._request_id
         self._cacher.cache_pages(request_id, self._store_keys(req, new_keys), num_tokens)  # the one group's manager, or the coordinator
-        held = self._held[request_id]
+        held = self._requests[request_id]
         held.cache_at = max(held.cache_at, (num_tokens // self._key_page_size + 1) * self._key_page_size)
 
     def cache_pages(self, request: Request, num_computed_tokens: int) -> None:
         """Register the request's full pages up to ``num_computed_tokens`` tokens (e.g. after a
         delayed allocation). A lower count than already cached is a no-op; no-op without caching."""
         req = _request(request)
-        if req.request_id not in self._held:
+        if self._holding(req.request_id) is None:
             raise UnknownRequestError(f"request {req.request_id!r} holds no pages")
         self._stale_keys(req)  # raises if the pages belong to another object with this id
         n = _int(num_computed_tokens, "num_computed_tokens", 0)
@@ -648,9 +674,12 @@ class CacheManager:
         """Release all the request's pages (each group last page first). Its keys are kept for
         a resumption (`free_page_hashes` drops them). No-op for a request without pages."""
         request_id = _request(request).request_id
-        held = self._held.pop(request_id, None)
+        held = self._holding(request_id)
         if held is not None:
             held.request._holders -= 1
+            held.holds, held.shard, held.capacity = False, None, -1
+            if held.keys is None:
+                del self._requests[request_id]
             self.coordinator.free(request_id)
 
     def free_page_hashes(self, request: Request) -> None:
@@ -672,7 +701,7 @@ class CacheManager:
         (cascade attention; 0 for windowed and Mamba groups). The request must be RUNNING."""
         req = _request(request)
         n = _int(num_running_requests, "num_running_requests", 1)
-        if req.request_id not in self._held:
+        if self._holding(req.request_id) is None:
             raise UnknownRequestError(f"request {req.request_id!r} holds no pages")
         if req.status is not RequestStatus.RUNNING:
             raise InvalidArgumentError(f"request {req.request_id!r} is {req.status.name}, not RUNNING")
@@ -691,11 +720,11 @@ class CacheManager:
 
     def request_ids(self) -> list[str]:
         """Ids of the requests that hold pages."""
-        return list(self._held)
+        return [rid for rid, state in self._requests.items() if state.holds]
 
     def num_cached_pages(self, request_id: str) -> list[int]:
         """Per group, how many leading pages of the request are registered in the cache."""
-        if not isinstance(request_id, str) or request_id not in self._held:
+        if not isinstance(request_id, str) or self._holding(request_id) is None:
             raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return [m.num_cached_page[request_id] for m in self.coordinator.single_type_managers]
 
@@ -708,15 +737,16 @@ class CacheManager:
         """The request's content keys so far (at the smallest page size); empty if none."""
         if not isinstance(request_id, str):
             raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")
-        return tuple(self._keys.get(request_id, ()))
+        state = self._requests.get(request_id)
+        return () if state is None or state.keys is None else tuple(state.keys)
 
     def hashed_request_ids(self) -> list[str]:
         """Ids of the requests whose content keys are kept."""
-        return list(self._keys)
+        return [rid for rid, state in self._requests.items() if state.keys is not None]
 
     def request_shard(self, request_id: str) -> int | None:
         """The DP shard of a request that holds pages (None: the whole pool)."""
-        held = self._held.get(request_id) if isinstance(request_id, str) else None
+        held = self._holding(request_id) if isinstance(request_id, str) else None
         if held is None:
             raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return held.shard

@@ -24,16 +24,15 @@ def _prove(args: argparse.Namespace) -> int:
 
 
 def _size(args: argparse.Namespace) -> int:
-    # `verikv size`'s own parser (verikv.sizing.cli.configure_parser) reads the arguments; it is
-    # built only when the subcommand runs, so `verikv --help` does not import the sizing modules.
     from verikv.sizing import cli as sizing_cli
 
-    return sizing_cli.main(args.size_argv)
+    return sizing_cli.run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """``verikv`` with one subparser per command; ``verikv COMMAND --help`` documents each."""
     from verikv.proofs import runner  # standard library only at import time
+    from verikv.sizing import cli as sizing_cli  # no optional dependency (transformers loads lazily)
 
     parser = argparse.ArgumentParser(
         prog="verikv", description="A verified paged KV-cache page manager: run its proofs, size a device buffer.")
@@ -45,33 +44,35 @@ def build_parser() -> argparse.ArgumentParser:
     runner.configure_parser(prove)
     prove.set_defaults(handler=_prove)
     size = commands.add_parser(
-        "size", add_help=False, help="size a paged KV cache for a model on an accelerator",
-        description="Size a paged KV cache (verikv size --help lists its options).")
-    size.set_defaults(handler=_size)  # every argument after "size" goes to its own parser
+        "size", help="size a paged KV cache for a model on an accelerator",
+        description="Size a paged KV cache: exact per-layer buffers and page count for a model on an accelerator.")
+    sizing_cli.configure_parser(size)
+    size.set_defaults(handler=_size)
     return parser
 
 
-def _quiet_broken_pipe() -> int:
+def quiet_broken_pipe() -> int:
     """The reader went away: send the rest of our output nowhere and exit like a piped Unix tool."""
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    try:  # so the interpreter's final flush of stdout does not fail again
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured): nothing to redirect
+        pass
+    finally:
+        os.close(devnull)
     return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by a closed pipe
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``verikv`` command; returns the exit status."""
     parser = build_parser()
-    args, rest = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     handler: Handler = args.handler
-    if handler is _size:
-        args.size_argv = rest
-    elif rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         status = handler(args)
         sys.stdout.flush()
     except BrokenPipeError:
-        return _quiet_broken_pipe()
+        return quiet_broken_pipe()
     return status
 
 

@@ -20,18 +20,36 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from operator import countOf
 
-from verikv.cache_specs import CacheGroupSpec, CacheGroupsConfig, ChunkedLocalAttentionSpec, MambaSpec, split_cache_groups
+from verikv.cache_specs import (
+    CacheGroupsConfig,
+    CacheGroupSpec,
+    ChunkedLocalAttentionSpec,
+    MambaSpec,
+    split_cache_groups,
+)
 from verikv.dp_sharding import checked_int
-from verikv.errors import CacheSpecError, InvalidArgumentError
+from verikv.errors import (
+    CacheSpecError,
+    ForeignPageError,
+    InvalidArgumentError,
+    UnknownRequestError,
+    describe,
+)
+from verikv.free_queue import MAX_PAGE_ID
 from verikv.hashing import PageHash
 from verikv.page_pool import PagePool
-from verikv.single_type_managers import SingleTypeCacheManager, get_manager_for_kv_cache_spec
+from verikv.single_type_managers import (
+    NULL_PAGE,
+    SingleTypeCacheManager,
+    get_manager_for_kv_cache_spec,
+)
 
 PageIds = tuple[list[int], ...]
 
-#: page ids are int32 (device page tables): every id, and the count, must fit
-MAX_NUM_PAGES = 2**31 - 1
+#: token positions and slot numbers are int32 on the device too (slot mappings, positions)
+MAX_MODEL_LEN = 2**31 - 1
 
 
 class CacheCoordinator:
@@ -52,9 +70,9 @@ class CacheCoordinator:
         free_order: str = "esurge",
         enable_kv_events: bool = False,
     ) -> None:
-        checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_NUM_PAGES)
+        checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_PAGE_ID + 1)  # the pool's bound, checked first
         groups = CacheGroupsConfig(num_pages, kv_cache_groups).kv_cache_groups
-        self.max_model_len = checked_int(max_model_len, "max_model_len", minimum=1)
+        self.max_model_len = checked_int(max_model_len, "max_model_len", minimum=1, maximum=MAX_MODEL_LEN)
         if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
             raise InvalidArgumentError("use_eagle and enable_caching must be bools")
         if enable_caching:
@@ -101,6 +119,10 @@ class CacheCoordinator:
         started from ``max_cache_hit_length`` rounded down to the lcm of the page sizes).
         """
         managers = self.single_type_managers
+        if type(max_cache_hit_length) is not int or max_cache_hit_length < 0:
+            max_cache_hit_length = checked_int(max_cache_hit_length, "max_cache_hit_length", minimum=0)
+        if type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)):
+            raise InvalidArgumentError(f"keys must be a sequence of PageHash, got {type(keys).__name__}")
         start = max_cache_hit_length // self._lcm_page_size * self._lcm_page_size
         if len(managers) == 1 and managers[0].hit_is_stable and not self.use_eagle:
             hits = managers[0].find_longest_cache_hit(keys, start, (0,), shard, dp)[0]  # its own fixed point
@@ -140,9 +162,16 @@ class CacheCoordinator:
 
     def get_num_pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: PageIds) -> int:
         """Free-list pages the request takes to cover ``num_tokens`` slots (all groups)."""
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
+        self._check_hit_shape(new_computed_pages)
+        return self._pages_to_allocate(request_id, num_tokens, new_computed_pages)
+
+    def _pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: PageIds) -> int:
+        """`get_num_pages_to_allocate` for hits already checked."""
         total = 0
         for m, hits in zip(self.single_type_managers, new_computed_pages):
-            total += m.get_num_pages_to_allocate(request_id, num_tokens, hits)
+            total += m._pages_needed(request_id, num_tokens, hits)
         return total
 
     def allocate_slots(
@@ -161,6 +190,14 @@ class CacheCoordinator:
         (or the request's shard) cannot supply the plan. Window frees whose pages reach ref 0
         count as available to the same call.
         """
+        self._check_allocation(request_id, num_computed_tokens, num_slots, new_computed_pages)
+        return self._allocate_checked(request_id, num_computed_tokens, num_slots, new_computed_pages, shard, dp)
+
+    def _allocate_checked(
+        self, request_id: str, num_computed_tokens: int, num_slots: int, new_computed_pages: PageIds | None,
+        shard: int | None, dp: int | None,
+    ) -> PageIds | None:
+        """`allocate_slots` once `_check_allocation` has passed: plan, then apply."""
         managers = self.single_type_managers
         pool = self.page_pool
         skips = None
@@ -186,7 +223,7 @@ class CacheCoordinator:
             if need == 0 and known and skips is None:  # the decode fast path: nothing to do
                 return ([],) if len(managers) == 1 else tuple([] for _ in managers)
         else:
-            need = self.get_num_pages_to_allocate(request_id, num_slots, new_computed_pages)
+            need = self._pages_to_allocate(request_id, num_slots, new_computed_pages)
         if need > reclaimed:
             available = pool.get_num_free_pages() if shard is None else pool.get_num_free_pages(
                 dp_shard_hint=shard, data_parallel_size=dp)
@@ -200,10 +237,43 @@ class CacheCoordinator:
                 if hits:
                     pool.touch_ids(hits)
             for m, hits in zip(managers, new_computed_pages):
-                m.save_new_computed_pages(request_id, hits)
+                m._save_hits(request_id, hits)
         if len(managers) == 1:
             return (managers[0].allocate_new_pages(request_id, num_slots, shard, dp),)
         return tuple([m.allocate_new_pages(request_id, num_slots, shard, dp) for m in managers])
+
+    def _check_hit_shape(self, new_computed_pages: object) -> None:
+        """Hits are one sequence of int page ids per group, with no null page in a group that
+        never drops pages. (Ranges are checked by the pool when the plan counts the revived
+        hits, before anything changes.)"""
+        groups = self.single_type_managers
+        if type(new_computed_pages) is not tuple and (
+                isinstance(new_computed_pages, (str, bytes)) or not isinstance(new_computed_pages, Sequence)):
+            raise InvalidArgumentError(f"new_computed_pages must hold one page-id list per group ({len(groups)})")
+        if len(new_computed_pages) != len(groups):  # type: ignore[arg-type]
+            raise InvalidArgumentError(f"new_computed_pages must hold one page-id list per group ({len(groups)})")
+        for m, hits in zip(groups, new_computed_pages):  # type: ignore[call-overload]
+            if type(hits) is not list and (isinstance(hits, (str, bytes)) or not isinstance(hits, Sequence)):
+                raise InvalidArgumentError(f"group {m.kv_cache_group_id}: hits must be a sequence of page ids")
+            if countOf(map(type, hits), int) != len(hits):
+                raise ForeignPageError(f"group {m.kv_cache_group_id}: hit page ids must be ints, got {describe(hits)}")
+            if not m.frees_skipped_pages and NULL_PAGE in hits:
+                raise InvalidArgumentError(f"group {m.kv_cache_group_id}: the null page cannot be a full-attention hit")
+
+    def _check_allocation(self, request_id: object, num_computed_tokens: object, num_slots: object,
+                          new_computed_pages: Sequence[Sequence[int]] | None) -> None:
+        """The arguments of `allocate_slots`, checked before its plan (plain ints at no cost)."""
+        if not isinstance(request_id, str):
+            raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")
+        if type(num_computed_tokens) is not int or num_computed_tokens < 0:
+            checked_int(num_computed_tokens, "num_computed_tokens", minimum=0)
+        if type(num_slots) is not int or num_slots < 0:
+            checked_int(num_slots, "num_slots", minimum=0)
+        if new_computed_pages is not None:
+            self._check_hit_shape(new_computed_pages)
+            managers = self.single_type_managers
+            if managers and request_id in managers[0].req_to_pages:
+                raise InvalidArgumentError(f"request {request_id!r} already holds pages; hits are only taken first")
 
     def remove_skipped_pages(self, request_id: str, num_computed_tokens: int) -> None:
         """Free the pages that left every window once ``num_computed_tokens`` are computed."""
@@ -215,6 +285,8 @@ class CacheCoordinator:
 
     def keys_needed(self, num_tokens: int) -> int:
         """How many request keys caching up to ``num_tokens`` tokens reads (0 when caching is off)."""
+        if type(num_tokens) is not int or num_tokens < 0:
+            checked_int(num_tokens, "num_tokens", minimum=0)
         needed = 0
         for m in self.single_type_managers:
             k = m.keys_needed(num_tokens)
@@ -223,23 +295,38 @@ class CacheCoordinator:
         return needed
 
     def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int) -> None:
-        """Register the request's full pages up to ``num_tokens`` tokens in every group."""
-        for m in self.single_type_managers:
+        """Register the request's full pages up to ``num_tokens`` tokens in every group (the
+        arguments are checked against every group before the first one caches)."""
+        managers = self.single_type_managers
+        if len(managers) > 1:
+            needed = self.keys_needed(num_tokens)
+            if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence) or len(keys) < needed:
+                raise InvalidArgumentError(f"caching {describe(num_tokens)} tokens needs {describe(needed)} keys")
+            for m in managers:
+                if num_tokens // m.page_size > len(m._pages_of(request_id)):
+                    raise InvalidArgumentError(f"group {m.kv_cache_group_id}: request {request_id!r} holds too "
+                                               f"few pages to cache {describe(num_tokens)} tokens")
+        for m in managers:
             m.cache_pages(request_id, keys, num_tokens)
 
     def free(self, request_id: str) -> None:
         """Release the request's pages, group by group, each last page first."""
+        if not isinstance(request_id, str):
+            raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")
         for m in self.single_type_managers:
             m.free(request_id)
 
     def get_num_common_prefix_pages(self, request_id: str, num_running_requests: int) -> list[int]:
         """Per group: leading pages every running request shares (0 for windowed groups)."""
+        checked_int(num_running_requests, "num_running_requests", minimum=1)
+        if self.get_pages(request_id) is None:
+            raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return [m.get_num_common_prefix_pages(request_id, num_running_requests) for m in self.single_type_managers]
 
     def get_pages(self, request_id: str) -> PageIds | None:
         """Copies of the request's page ids per group, or None for an unknown request."""
         managers = self.single_type_managers
-        if not managers or request_id not in managers[0].req_to_pages:
+        if not managers or not isinstance(request_id, str) or request_id not in managers[0].req_to_pages:
             return None
         return tuple(list(m.req_to_pages[request_id]) for m in managers)
 

@@ -20,7 +20,7 @@ def describe(value: object) -> str:
     ints (beyond the int-to-str digit limit) and a failing ``__repr__`` all print something."""
     try:
         return _REPR.repr(value)
-    except Exception:  # noqa: BLE001 - a message must not fail: fall back to the type
+    except Exception:  # noqa: BLE001  (a message must not fail: fall back to the type)
         bits = value.bit_length() if isinstance(value, int) else None
         return f"<{type(value).__name__}{'' if bits is None else f' of {bits} bits'}>"
 

@@ -23,6 +23,7 @@ tenants; the chain carries it to later pages).
 from __future__ import annotations
 
 import hashlib
+import math
 import numbers
 import operator
 import os
@@ -33,7 +34,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import xxhash
-
 from verikv.dp_sharding import checked_int
 from verikv.errors import HashingError, InvalidArgumentError, describe
 
@@ -122,7 +122,7 @@ def key_value(value: object, what: str = "extra key", depth: int = 0) -> Any:
             raise InvalidArgumentError(f"{what} is nested deeper than {MAX_KEY_DEPTH} levels")
         return tuple([key_value(item, what, depth + 1) for item in value])
     if isinstance(value, float):
-        if value != value:
+        if math.isnan(value):
             raise InvalidArgumentError(f"{what} contains NaN, which is not equal to itself")
         return float.__float__(value)
     return key_atom(value, what)
@@ -187,7 +187,7 @@ def token_list(token_ids: object, what: str = "token ids") -> list[int]:
     if isinstance(token_ids, (str, bytes)) or not hasattr(token_ids, "__iter__"):
         raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(token_ids).__name__}")
     try:
-        return array("Q", token_ids).tolist()  # type: ignore[arg-type]
+        return array("Q", token_ids).tolist()
     except (TypeError, OverflowError, ValueError) as exc:  # a non-int, an id out of range, a 0-d array
         raise InvalidArgumentError(f"{what} must be integers in [0, 2**64): {describe(exc)}") from None
 
@@ -295,13 +295,14 @@ class PageHasher:
 
         ``parent=None`` means the page is the first of its chain (its parent is ``root``).
         """
-        parent_value = self.root if parent is None else checked_int(parent, "parent")
+        parent_value = self.root if parent is None else _parent_value(parent)
         tokens = tuple(token_list(token_ids))
         extra = key_value(extra_keys)
         return PageHash(self._digest(parent_value, _token_array(tokens).tobytes(), tokens, extra), tokens, extra)
 
     def page_extra_keys(self, request: Any, page_index: int, page_size: int) -> tuple[Any, ...] | None:
         """The extra keys of page ``page_index`` of ``request`` (``None`` when it has none)."""
+        _require_request(request)
         index = checked_int(page_index, "page_index", minimum=0)
         size = checked_int(page_size, "page_size", minimum=1)
         return _ExtraKeys(request).for_page(index, size)
@@ -330,7 +331,7 @@ class PageHasher:
         if first > 0 and parent is None:
             raise InvalidArgumentError("parent is required when hashing from a page other than the first")
         value: int | None = parent.hash_value if isinstance(parent, PageHash) else (
-            None if parent is None else checked_int(parent, "parent"))
+            None if parent is None else _parent_value(parent))
         if first == last:
             return []
         ids = tokens[first * ps:last * ps]
@@ -377,6 +378,8 @@ class PageHasher:
         """
         if not isinstance(hashes, list):
             raise InvalidArgumentError(f"hashes must be the list of the request's keys, got {type(hashes).__name__}")
+        if hashes and not isinstance(hashes[-1], PageHash):  # only the last key is read: the parent
+            raise InvalidArgumentError(f"hashes must hold PageHash keys, the last is {describe(hashes[-1])}")
         if (isinstance(request, CheckedTokens) and type(page_size) is int and page_size > 0
                 and len(request._tokens) // page_size == len(hashes)):
             return []  # no page filled since the last call (the common decode step)
@@ -399,28 +402,64 @@ def _message(parent: int, tokens: bytes, extra: Any) -> bytes:
     return b"".join((_PAGE_TAG, _int_bytes(parent), _pack_u32(len(tokens) // 8), tokens, tail))
 
 
-def _request_tokens(request: Any) -> list[int]:
-    """A duck-typed request's ``all_token_ids`` as validated exact ints."""
+def _require_request(request: Any) -> Any:
+    """A duck-typed request's ``all_token_ids`` (anything without them is not a request)."""
     try:
-        tokens = request.all_token_ids
+        return request.all_token_ids
     except AttributeError:
         raise InvalidArgumentError(f"{type(request).__name__} has no all_token_ids") from None
-    return token_list(tokens, "all_token_ids")
+
+
+def _request_tokens(request: Any) -> list[int]:
+    """A duck-typed request's ``all_token_ids`` as validated exact ints."""
+    return token_list(_require_request(request), "all_token_ids")
+
+
+#: the hash values a parent can have: builtin ``hash`` is a signed 64-bit int, sha256 digests
+#: are read as 256-bit unsigned ints (xxh3_128 as 128-bit)
+_PARENT_MIN, _PARENT_MAX = -(2**63), 2**256 - 1
+
+
+def _parent_value(parent: object) -> int:
+    """A parent hash value given as an int, checked to be one a scheme can produce."""
+    return checked_int(parent, "parent", minimum=_PARENT_MIN, maximum=_PARENT_MAX)
+
+
+_STABLE_ATOMS = (int, str, bytes, float, bool, type(None))
+
+
+def _is_stable(value: object) -> bool:
+    """True if ``value`` is built from exact builtin immutable values only (tuples of them,
+    nested to any depth; checked without recursion), so its hash can never change."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is tuple:
+            stack.extend(item)  # type: ignore[arg-type]
+        elif kind not in _STABLE_ATOMS:
+            return False
+    return True
 
 
 def _guarded(fn: Callable[[Any], object]) -> Callable[[Any], int]:
     """A user hash function whose failures are `HashingError` and whose results are exact ints
-    (a key's hash value must not be a user object: its hash could change)."""
+    (an integer of another type is converted) or values built from exact builtins (e.g. the
+    injective "hash" that returns its argument, used by the proofs): a key's hash value must
+    not be a user object, whose hash could change."""
     def call(args: Any) -> int:
         try:
             value = fn(args)
-        except Exception as exc:  # noqa: BLE001 - any failure of user code becomes one typed error
+        except Exception as exc:  # any failure of user code becomes one typed error
             raise HashingError(f"hash function {describe(fn)} failed: {describe(exc)}") from exc
         if type(value) is int:
             return value
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise HashingError(f"hash function {describe(fn)} returned {type(value).__name__}, not an int")
-        return operator.index(value)
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return operator.index(value)
+        if not _is_stable(value):
+            raise HashingError(f"hash function {describe(fn)} returned {type(value).__name__}, "
+                               f"not an int or a value of builtin immutables")
+        return value  # type: ignore[return-value]
     return call
 
 

@@ -29,7 +29,13 @@ from typing import overload
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import InvalidArgumentError, describe
-from verikv.hashing import TOKEN_ID_LIMIT, CheckedTokens, MMFeature, key_atom, mm_feature
+from verikv.hashing import (
+    TOKEN_ID_LIMIT,
+    CheckedTokens,
+    MMFeature,
+    key_atom,
+    mm_feature,
+)
 
 
 class RequestStatus(enum.IntEnum):
@@ -48,6 +54,8 @@ class RequestStatus(enum.IntEnum):
     @staticmethod
     def is_finished(status: RequestStatus) -> bool:
         """True for the FINISHED_* states."""
+        if not isinstance(status, RequestStatus):
+            raise InvalidArgumentError(f"status must be a RequestStatus, got {describe(status)}")
         return status > RequestStatus.PREEMPTED
 
 
@@ -69,7 +77,12 @@ class TokenView(Sequence[int]):
     def __getitem__(self, index: slice) -> list[int]: ...
 
     def __getitem__(self, index: int | slice) -> int | list[int]:
-        return self._tokens[index]
+        """As a list: an int index (IndexError past the end, as the sequence protocol wants)
+        or a slice; any other index is an `InvalidArgumentError`."""
+        try:
+            return self._tokens[index]
+        except TypeError:
+            raise InvalidArgumentError(f"token index must be an int or a slice, got {type(index).__name__}") from None
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._tokens)
@@ -146,7 +159,10 @@ def _checked_salt(value: object) -> str | bytes | None:
         return None
     if not isinstance(value, (str, bytes)):
         raise InvalidArgumentError(f"cache_salt must be str, bytes or None, got {type(value).__name__}")
-    return key_atom(value, "cache_salt")  # type: ignore[return-value]
+    salt = key_atom(value, "cache_salt")
+    if isinstance(salt, int):  # (key_atom accepts ints; a salt is text or bytes, checked above)
+        raise InvalidArgumentError("cache_salt must be str or bytes")
+    return salt
 
 
 def _checked_lora(value: object) -> int | None:
@@ -286,8 +302,8 @@ class Request(CheckedTokens):
     def _set_num_computed_tokens(self, value: int) -> None:
         if type(value) is not int:
             value = checked_int(value, "num_computed_tokens")
-        if not 0 <= value < TOKEN_ID_LIMIT:  # a count beyond 2**64 is no token count
-            raise InvalidArgumentError(f"num_computed_tokens must be in [0, 2**64), got {describe(value)}")
+        if value < 0:
+            raise InvalidArgumentError(f"num_computed_tokens must be >= 0, got {describe(value)}")
         self._num_computed_tokens = value
 
     num_computed_tokens = property(

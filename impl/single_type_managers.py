@@ -13,11 +13,17 @@ for its page ``j`` (the key of the last small page it covers), combined with its
 Every method works on ints and costs O(pages it touches); none scans the free list or a
 request's whole page list. Queries never create entries; only the mutators called by a
 coordinator after its plan fits (`save_new_computed_pages`, `allocate_new_pages`) do.
+
+Arguments are checked (typed errors, before any change) for their types, ranges and the
+request's presence; what only the caller can know is trusted: that hit pages were touched
+in the pool before `save_new_computed_pages`, and that keys are this request's (the
+`CacheManager` checks both).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import countOf
 from typing import TYPE_CHECKING
 
 from verikv.cache_specs import (
@@ -27,7 +33,14 @@ from verikv.cache_specs import (
     MambaSpec,
     SlidingWindowSpec,
 )
-from verikv.errors import CacheSpecError
+from verikv.dp_sharding import checked_int
+from verikv.errors import (
+    CacheSpecError,
+    InvalidArgumentError,
+    OutOfPagesError,
+    UnknownRequestError,
+    describe,
+)
 from verikv.hashing import PageHash, PageHashWithGroupId
 
 if TYPE_CHECKING:
@@ -39,6 +52,21 @@ NULL_PAGE = 0
 def cdiv(a: int, b: int) -> int:
     """Ceiling division for non-negative ``a`` and positive ``b``."""
     return -(-a // b)
+
+
+def _count(value: object, name: str) -> int:
+    """A token count: a plain int >= 0 passes at no cost, anything else through `checked_int`."""
+    if type(value) is int and value >= 0:
+        return value
+    return checked_int(value, name, minimum=0)
+
+
+def _key_list(keys: object) -> Sequence[PageHash]:
+    """``keys`` if it is a sequence of `PageHash` (checked at C speed), else InvalidArgumentError."""
+    if ((type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)))
+            or countOf(map(type, keys), PageHash) != len(keys)):
+        raise InvalidArgumentError(f"keys must be a sequence of PageHash, got {type(keys).__name__}")
+    return keys
 
 
 class SingleTypeCacheManager:
@@ -95,6 +123,13 @@ class SingleTypeCacheManager:
         """``(kind, page_size, span)`` as the spec's group layout (span: window or chunk, else 0)."""
         return (self.kind, self.page_size, 0)
 
+    def _pages_of(self, request_id: object) -> list[int]:
+        """The request's page list (`UnknownRequestError` when it has none in this group)."""
+        pages = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
+        if pages is None:
+            raise UnknownRequestError(f"request {describe(request_id)} holds no pages in group {self.kv_cache_group_id}")
+        return pages
+
     # ---- queries (no state change) -------------------------------------------------------
 
     def find_longest_cache_hit(
@@ -125,9 +160,15 @@ class SingleTypeCacheManager:
             out.append(page)
         return out
 
-    def _max_hit_pages(self, keys: Sequence[PageHash], max_length: int) -> int:
-        """Pages a hit may span: ``max_length`` tokens, and no more pages than have keys."""
-        return min(max_length // self.page_size, len(keys) // self._stride)
+    def _max_hit_pages(self, keys: Sequence[PageHash], max_length: int, group_ids: Sequence[int]) -> int:
+        """Pages a hit may span: ``max_length`` tokens, and no more pages than have keys
+        (the arguments of a lookup are checked here, before it reads anything)."""
+        if type(group_ids) is not tuple or not all(type(g) is int for g in group_ids):
+            if isinstance(group_ids, (str, bytes)) or not isinstance(group_ids, Sequence):
+                raise InvalidArgumentError(f"group_ids must be a sequence of ints, got {describe(group_ids)}")
+            for g in group_ids:
+                checked_int(g, "group id", minimum=0)
+        return min(_count(max_length, "max_length") // self.page_size, len(_key_list(keys)) // self._stride)
 
     def skipped_range(self, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
         """Index range ``[start, stop)`` of held pages the request no longer needs once
@@ -137,7 +178,14 @@ class SingleTypeCacheManager:
     def get_num_pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: Sequence[int]) -> int:
         """Free-list pages this group consumes to cover ``num_tokens`` slots: the new pages,
         plus the hit pages that are currently free (touching them takes them off the list)."""
-        held = self.req_to_pages.get(request_id)
+        if (isinstance(new_computed_pages, (str, bytes)) or not isinstance(new_computed_pages, Sequence)
+                or countOf(map(type, new_computed_pages), int) != len(new_computed_pages)):
+            raise InvalidArgumentError(f"new_computed_pages must be a sequence of page ids, got {describe(new_computed_pages)}")
+        return self._pages_needed(request_id, _count(num_tokens, "num_tokens"), new_computed_pages)
+
+    def _pages_needed(self, request_id: str, num_tokens: int, new_computed_pages: Sequence[int]) -> int:
+        """`get_num_pages_to_allocate` for arguments the coordinator has checked."""
+        held = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
         need = cdiv(num_tokens, self.page_size) - len(new_computed_pages) - (len(held) if held else 0)
         revived = self.page_pool.count_free_ids(new_computed_pages) if new_computed_pages else 0
         return (need if need > 0 else 0) + revived
@@ -151,32 +199,55 @@ class SingleTypeCacheManager:
     def remove_skipped_pages(self, request_id: str, start: int, stop: int) -> None:
         """Replace pages ``[start, stop)`` (from `skipped_range`) by the null page and free
         them in descending index order, so the oldest page ends nearest the free tail."""
-        if start >= stop:
+        first, last = _count(start, "start"), _count(stop, "stop")
+        if first >= last:
             return
-        pages = self.req_to_pages[request_id]
-        freed = pages[start:stop]
+        pages = self._pages_of(request_id)
+        if last > len(pages) or NULL_PAGE in pages[first:last]:
+            raise InvalidArgumentError(
+                f"pages [{first}, {describe(last)}) are not held pages of request {request_id!r} (it holds {len(pages)})")
+        freed = pages[first:last]
         freed.reverse()
-        pages[start:stop] = [NULL_PAGE] * (stop - start)
-        self.page_pool.free_page_ids(freed)
+        self.page_pool.free_page_ids(freed)  # (checks the ids before changing anything)
+        pages[first:last] = [NULL_PAGE] * (last - first)
 
     def save_new_computed_pages(self, request_id: str, new_computed_pages: Sequence[int]) -> None:
-        """Start the request's page list with its prefix hits; they count as cached."""
-        self.req_to_pages[request_id] = list(new_computed_pages)
-        self.num_cached_page[request_id] = len(new_computed_pages)
+        """Start the request's page list with its prefix hits (already touched in the pool by
+        the caller); they count as cached."""
+        if not isinstance(request_id, str) or request_id in self.req_to_pages:
+            raise InvalidArgumentError(f"request {describe(request_id)} must be a str id with no pages in this group")
+        if isinstance(new_computed_pages, (str, bytes)) or not isinstance(new_computed_pages, Sequence):
+            raise InvalidArgumentError(f"new_computed_pages must be a sequence of page ids, got {describe(new_computed_pages)}")
+        hits = list(new_computed_pages)
+        n = self.page_pool.num_pages
+        if hits and (countOf(map(type, hits), int) != len(hits) or min(hits) < 0 or max(hits) >= n):
+            raise InvalidArgumentError(f"hits {describe(hits)} are not page ids of this pool (0..{n - 1})")
+        self._save_hits(request_id, hits)
+
+    def _save_hits(self, request_id: str, hits: Sequence[int]) -> None:
+        """`save_new_computed_pages` for arguments the coordinator has checked."""
+        self.req_to_pages[request_id] = list(hits)
+        self.num_cached_page[request_id] = len(hits)
 
     def allocate_new_pages(
         self, request_id: str, num_tokens: int, shard: int | None = None, dp: int | None = None
     ) -> list[int]:
         """Take pages from the pool (or the DP shard) until ``num_tokens`` slots are covered;
         returns the new ids (possibly none)."""
-        pages = self.req_to_pages.get(request_id)
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
+        pages = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
+        if pages is None and not isinstance(request_id, str):
+            raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")
+        need = -(-num_tokens // self.page_size) - (0 if pages is None else len(pages))  # cdiv, inlined
+        if need > self.page_pool.num_pages:
+            raise OutOfPagesError(f"{describe(num_tokens)} tokens need more pages than the pool has")
+        # the pool raises before changing anything; the entry is created only after it answered
+        new = self.page_pool.get_new_page_ids(need, dp_shard_hint=shard, data_parallel_size=dp) if need > 0 else []
         if pages is None:
-            pages = self.req_to_pages[request_id] = []
-            self.num_cached_page[request_id] = 0
-        need = -(-num_tokens // self.page_size) - len(pages)  # cdiv, inlined on the decode path
-        if need <= 0:
-            return []
-        new = self.page_pool.get_new_page_ids(need, dp_shard_hint=shard, data_parallel_size=dp)
+            self.req_to_pages[request_id] = new if need > 0 else []  # type: ignore[index]
+            self.num_cached_page[request_id] = 0  # type: ignore[index]
+            return list(new)
         pages.extend(new)
         return new
 
@@ -188,13 +259,25 @@ class SingleTypeCacheManager:
         key was evicted when they were popped), so each gets its first key here. ``keys`` must
         cover the last full page (the caller extends the request's key list first).
         """
+        if type(num_tokens) is not int or num_tokens < 0:  # (inline checks: this runs once per filled page)
+            num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
         num_full = num_tokens // self.page_size
-        cached = self.num_cached_page[request_id]
-        if num_full <= cached:
+        cached = self.num_cached_page.get(request_id) if isinstance(request_id, str) else None
+        if cached is None:
+            self._pages_of(request_id)  # raises UnknownRequestError
+        if num_full <= cached:  # type: ignore[operator]
             return
         pages = self.req_to_pages[request_id]
-        cache = self.page_pool.cache_page_id
+        if type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)):
+            raise InvalidArgumentError(f"keys must be a sequence of PageHash, got {type(keys).__name__}")
+        if num_full > len(pages) or len(keys) < num_full * self._stride:
+            raise InvalidArgumentError(
+                f"caching {describe(num_full)} pages needs as many held pages and {describe(num_full * self._stride)} "
+                f"keys; request {request_id!r} has {len(pages)} pages and {len(keys)} keys")
         stride = self._stride
+        if countOf(map(type, keys[cached * stride:num_full * stride]), PageHash) != (num_full - cached) * stride:
+            _key_list(keys[cached * stride:num_full * stride])  # only the keys read here: raises
+        cache = self.page_pool.cache_page_id
         gid = self.kv_cache_group_id
         new_key = tuple.__new__  # PageHashWithGroupId(...) without the NamedTuple's Python __new__
         for j in range(cached, num_full):
@@ -205,11 +288,15 @@ class SingleTypeCacheManager:
 
     def keys_needed(self, num_tokens: int) -> int:
         """How many request keys `cache_pages` reads to cache up to ``num_tokens`` tokens."""
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
         return (num_tokens // self.page_size) * self._stride
 
     def free(self, request_id: str) -> None:
         """Release the request's pages, last page first (chain tails are evicted first), and
         forget the request. No-op for a request without pages."""
+        if not isinstance(request_id, str):
+            raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")
         pages = self.req_to_pages.pop(request_id, None)
         self.num_cached_page.pop(request_id, None)
         if pages:
@@ -236,7 +323,7 @@ class FullAttentionManager(SingleTypeCacheManager):
         dp: int | None = None,
     ) -> tuple[list[int], ...]:
         """Longest run of consecutive hits from page 0 (the first-inserted page per key)."""
-        n = self._max_hit_pages(keys, max_length)
+        n = self._max_hit_pages(keys, max_length, group_ids)
         stride = self._stride
         if len(group_ids) == 1:  # the pool pairs each key with the group id, up to the first miss
             return (self.page_pool.lookup_run_ids(keys[stride - 1:n * stride:stride], group_id=group_ids[0],
@@ -252,9 +339,10 @@ class FullAttentionManager(SingleTypeCacheManager):
 
     def get_num_common_prefix_pages(self, request_id: str, num_running_requests: int) -> int:
         """Leading pages held by at least ``num_running_requests`` requests (eSurge's ``>=``)."""
+        checked_int(num_running_requests, "num_running_requests", minimum=1)
         ref_count = self.page_pool.ref_count
         count = 0
-        for page in self.req_to_pages[request_id]:
+        for page in self._pages_of(request_id):
             if ref_count(page) < num_running_requests:
                 break
             count += 1
@@ -291,7 +379,7 @@ class SlidingWindowManager(SingleTypeCacheManager):
         """Rightmost run of ``cdiv(sw - 1, ps)`` consecutive hits (earlier pages become null
         placeholders); if no such run exists, the run of hits starting at page 0."""
         need = cdiv(self.sliding_window - 1, self.page_size)
-        n = self._max_hit_pages(keys, max_length)
+        n = self._max_hit_pages(keys, max_length, group_ids)
         stride = self._stride
         result = tuple([NULL_PAGE] * n for _ in group_ids)
         run = 0
@@ -313,8 +401,8 @@ class SlidingWindowManager(SingleTypeCacheManager):
 
     def skipped_range(self, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
         """Pages entirely before the window of the next token: index < (n - sw + 1) // ps."""
-        pages = self.req_to_pages.get(request_id)
-        first_kept = (num_computed_tokens - self.sliding_window + 1) // self.page_size
+        pages = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
+        first_kept = (_count(num_computed_tokens, "num_computed_tokens") - self.sliding_window + 1) // self.page_size
         if not pages or first_kept <= 0:
             return (0, 0)
         stop = min(first_kept, len(pages))
@@ -353,7 +441,7 @@ class ChunkedLocalAttentionManager(SingleTypeCacheManager):
         dp: int | None = None,
     ) -> tuple[list[int], ...]:
         """Null placeholders for the pages before the current chunk, then consecutive hits."""
-        n = self._max_hit_pages(keys, max_length)
+        n = self._max_hit_pages(keys, max_length, group_ids)
         chunk = self.attention_chunk_size
         start_page = ((max_length // chunk) * chunk) // self.page_size if max_length > 0 else 0
         stride = self._stride
@@ -368,9 +456,9 @@ class ChunkedLocalAttentionManager(SingleTypeCacheManager):
 
     def skipped_range(self, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
         """Pages before the current chunk: index < ((n // C) * C) // ps."""
-        pages = self.req_to_pages.get(request_id)
+        pages = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
         chunk = self.attention_chunk_size
-        first_kept = ((num_computed_tokens // chunk) * chunk) // self.page_size
+        first_kept = ((_count(num_computed_tokens, "num_computed_tokens") // chunk) * chunk) // self.page_size
         if not pages or first_kept <= 0:
             return (0, 0)
         stop = min(first_kept, len(pages))

@@ -441,9 +441,16 @@ def shard_bounds_agree(pool: PagePool, dp: int, hint: int) -> bool:
 
 # --- hash chains: equal spec keys <=> equal implementation keys ---------------------------------
 
-def _ideal_hash(item: Any) -> Any:
-    """An injective "hash": the hashed tuple itself (the ideal-hash assumption made literal)."""
-    return item
+_IDS: dict[Any, int] = {}
+"""The ideal hash's table: each distinct hashed tuple gets the next number (emptied per
+`impl_same_keys` call, so a number only means something within one comparison)."""
+
+
+def _ideal_hash(item: Any) -> int:
+    """An injective hash with an int result (hash functions must return ints): the number of
+    the hashed tuple in `_IDS` (the ideal-hash assumption made literal). Numbers start at 1:
+    the chains' root is ``hash(0) == 0`` (seed 0), so no page key equals the root."""
+    return _IDS.setdefault(item, len(_IDS) + 1)
 
 
 class _Req:
@@ -459,6 +466,7 @@ class _Req:
 def impl_same_keys(a: _Req, b: _Req, page_size: int, split: int) -> list[bool]:
     """Per common full page: are the implementation's keys of ``a`` and ``b`` equal? ``a`` is
     hashed incrementally (pages before ``split``, then `PageHasher.extend`), ``b`` in one call."""
+    _IDS.clear()
     hasher = _ACTIVE["hasher"](_ideal_hash, seed=0)
     keys_a = hasher.hash_request(a, page_size, stop=split)
     hasher.extend(a, page_size, keys_a)

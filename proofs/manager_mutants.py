@@ -199,7 +199,8 @@ _CATALOGUE: tuple[_Case, ...] = (
 
 def _detector(case: _Case) -> Callable[[], list[str]]:
     def detect() -> list[str]:
-        from verikv.testing.manager_machine import LAYOUTS, build_cache_manager, find_manager_failure
+        from verikv.testing.adapter import build_cache_manager
+        from verikv.testing.manager_machine import LAYOUTS, find_manager_failure
 
         def make(config: Any) -> Any:
             manager = build_cache_manager(config)

@@ -3,9 +3,10 @@
 Explicit-state model checking of the code users import: for each layout, every operation
 sequence up to a stated depth over a small, fixed pool of requests is run on a real
 `CacheManager` and on `verikv.spec.manager` side by side, and after every step the checker of
-`verikv.testing.manager_machine` compares the implementation's abstraction with the spec
-state (key digests renamed to contents) and evaluates every invariant. A failure names the
-invariant it breaks (``INV-...``) or ``REFINEMENT``, with the operation sequence that led there.
+`verikv.testing.manager_machine.ManagerMachine` (white-box mode, every check enforced) compares
+the implementation's abstraction with the spec state (key digests renamed to contents) and
+evaluates every invariant. A failure names the invariant it breaks (``INV-...``) or
+``REFINEMENT``, with the operation sequence that led there.
 
 Operations (per node, all of them are tried): admit a new request from a tiny prompt set
 (lookup, then allocate the prefill with the hit, or a first chunk without it), resume a
@@ -21,12 +22,14 @@ blocks, so prefix hits, evictions and full-pool failures all occur within the de
 Reductions (both sound for the properties checked, given the stated assumptions):
 
 - *state hashing*: breadth-first, so each state is expanded once, at its smallest depth; a
-  state is the spec state (pool, entries, ghost contents and key lists) plus, per live
-  request, its tokens, computed count, queue and the implementation's key-list length. After a
-  step that passed the check, the implementation's abstraction equals the spec state, so this
-  also fixes the implementation's abstraction. Assumption: what the implementation keeps
-  outside its abstraction (its last lookup result, caching schedule, decode-path capacity) is
-  determined by that state; two histories reaching one state are explored once;
+  state is the spec state (pool, entries, ghost contents and key lists), the machine's own
+  ghost (the content each page holds, which judges INV-HIT-SAFE; it is not determined by the
+  spec state) plus, per live request, its tokens, computed count, queue and the
+  implementation's key-list length. After a step that passed the check, the implementation's
+  abstraction equals the spec state, so this also fixes the implementation's abstraction.
+  Assumption: what the implementation keeps outside its abstraction (its last lookup result,
+  caching schedule, decode-path capacity) is determined by that state; two histories reaching
+  one state are explored once;
 - *symmetry*: request ids are dropped from the state (requests are an unordered multiset of
   their descriptions), since nothing the manager does depends on an id's spelling.
 
@@ -40,7 +43,7 @@ import copy
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from verikv.proofs.registry import Check, Outcome
@@ -142,7 +145,7 @@ MakeManager = Callable[[spec.ManagerConfig], Any]
 def build_manager(case: Case) -> MakeManager:
     """The real manager for a case (its hash scheme; the machine's layer geometry)."""
     from verikv.hashing import PageHasher
-    from verikv.testing.manager_machine import build_cache_manager
+    from verikv.testing.adapter import build_cache_manager
 
     def make(config: spec.ManagerConfig) -> Any:
         manager = build_cache_manager(config)
@@ -152,40 +155,54 @@ def build_manager(case: Case) -> MakeManager:
     return make
 
 
-# ---- one node: the checker of verikv.testing.manager_machine, copied per node ----------------
+# ---- one node: a verikv.testing.manager_machine.ManagerMachine, copied per node --------------
+# A node's ``impl`` is the machine's `CacheManagerAdapter`; its ``manager`` is the real
+# `CacheManager`. Calls whose exact shape matters (the plain ``allocate_slots(request, n)``
+# without DP arguments, which may take the implementation's decode fast path) go to the manager.
 
 def _root(case: Case, make_manager: MakeManager) -> Any:
-    from verikv.testing.manager_machine import Layout, manager_machine
+    from verikv.testing.adapter import CacheManagerAdapter
+    from verikv.testing.manager_machine import Layout, ManagerMachine
 
-    machine = manager_machine(Layout(case.name, case.config), make_manager)()
+    machine = ManagerMachine(Layout(case.name, case.config),
+                             lambda config: CacheManagerAdapter(config, make_manager))
     machine.check()
     return machine
 
 
+def _manager(node: Any) -> Any:
+    """The real `CacheManager` behind the node's adapter."""
+    return node.impl.manager
+
+
 def _child(node: Any) -> Any:
-    """A copy of ``node`` to apply one operation to (the spec state is immutable and shared;
-    the implementation and the requests it references are deep-copied together, sharing the
-    manager's immutable parts: its hasher and group specs)."""
+    """A copy of ``node`` to apply one operation to (the spec state and request views are
+    immutable and shared; the adapter with its manager and the engine requests it references
+    are deep-copied together, sharing the manager's immutable parts: its hasher and group
+    specs)."""
     child = object.__new__(type(node))
     child.__dict__.update(node.__dict__)
-    shared = (node.impl.hasher, *node.impl.kv_cache_groups)  # immutable: no need to copy
+    manager = _manager(node)
+    shared = (manager.hasher, *manager.kv_cache_groups)  # immutable: no need to copy
     impl, requests = copy.deepcopy((node.impl, node.requests), {id(x): x for x in shared})
     child.impl, child.requests = impl, requests
     child.waiting, child.running = list(node.waiting), list(node.running)
     child.forward, child.backward, child.failures = dict(node.forward), dict(node.backward), []
+    child.computed = dict(node.computed)
     return child
 
 
 def _state(node: Any) -> Hashable:
     """The node's state with request ids dropped (symmetry) and ghost fields included."""
-    s = node.spec
+    s, manager = node.spec, _manager(node)
     keys, progress = dict(s.keys), dict(s.progress)
     requests = sorted(
-        repr((tuple(r.all_token_ids), r.num_computed_tokens, rid in node.running, s.entry(rid), keys.get(rid),
-              progress.get(rid), len(node.impl.page_hashes_of(rid))))
-        for rid, r in node.requests.items())
+        repr((t.view.tokens, t.view.num_computed_tokens, rid in node.running, s.entry(rid), keys.get(rid),
+              progress.get(rid), len(manager.page_hashes_of(rid))))
+        for rid, t in node.requests.items())
     finished_keys = sorted(repr(k) for rid, k in s.keys if rid not in node.requests)
-    return repr((s.pool, s.content, s.computed)), tuple(requests), tuple(finished_keys)
+    ghost = repr(sorted(node.computed.items()))
+    return repr((s.pool, s.content, s.computed)), ghost, tuple(requests), tuple(finished_keys)
 
 
 # ---- operations ------------------------------------------------------------------------------
@@ -200,7 +217,7 @@ def _operations(case: Case, node: Any) -> Iterator[Op]:
             if case.key_failures:
                 yield ("new-key-failure", prompt)
     for rid in sorted(node.requests):
-        request = node.requests[rid]
+        request = node.view(rid)
         if rid in node.waiting:
             for hint in hints:
                 yield ("resume", rid, "hit", hint)
@@ -226,20 +243,26 @@ def _operations(case: Case, node: Any) -> Iterator[Op]:
 
 
 def _new_request(node: Any, prompt: int) -> str:
-    from verikv.testing.manager_machine import build_request
+    from verikv.testing.manager_machine import Tracked
 
     rid = f"r{node.next_id}"
     node.next_id += 1
-    node.requests[rid] = build_request(rid, PROMPTS[prompt], None, None, (), False)
+    node.requests[rid] = Tracked(spec.RequestView(rid, PROMPTS[prompt]))
     node.waiting.append(rid)
     return rid
+
+
+def _start_running(node: Any, rid: str, computed: int) -> None:
+    node.set_computed(rid, computed)
+    node.waiting.remove(rid)
+    node.running.append(rid)
 
 
 def _admit(case: Case, node: Any, rid: str, mode: str, hint: int | None) -> None:
     """Lookup, then allocate the rest of the prompt with the hit (``hit``) or a first chunk of
     `CHUNK` tokens without it (``chunk``), with the layout's lookahead; on success the request
     runs."""
-    request = node.requests[rid]
+    request = node.view(rid)
     pages, hit = node.lookup(rid, hint)
     if node.failures:
         return
@@ -252,17 +275,16 @@ def _admit(case: Case, node: Any, rid: str, mode: str, hint: int | None) -> None
         done = node.allocate(rid, num_new, lookahead=case.lookahead, hint=hint)
         computed = num_new
     if done:
-        request.num_computed_tokens = computed
-        node.waiting.remove(rid)
-        node.running.append(rid)
+        _start_running(node, rid, computed)
 
 
 def _step(case: Case, node: Any, rid: str, token: int | None, variant: str) -> None:
     """The next prefill chunk, or one decode token; a failed allocation leaves the request as it
     is (the scheduler retries or preempts it: both are other operations)."""
-    request = node.requests[rid]
+    tracked = node.requests[rid]
     if token is not None:
-        request.append_output_token_ids(token)
+        tracked.view = replace(tracked.view, tokens=tracked.view.tokens + (token,))
+    request = tracked.view
     num_new = min(CHUNK, request.num_tokens - request.num_computed_tokens)
     if variant == "plain" and case.dp:
         done = _allocate_plain(node, rid, num_new)
@@ -271,18 +293,20 @@ def _step(case: Case, node: Any, rid: str, token: int | None, variant: str) -> N
         hint = None if held is None or held.shard is None else 1 - held.shard
         done = node.allocate(rid, num_new, lookahead=case.lookahead, delay=case.delay, hint=hint)
     if done:
-        request.num_computed_tokens += num_new
+        node.set_computed(rid, request.num_computed_tokens + num_new)
 
 
 def _allocate_plain(node: Any, rid: str, num_new: int) -> bool:
     """A DP request's decode step without DP arguments (the shard is the one it holds), as a
     scheduler that remembers nothing calls it: the implementation's decode fast path."""
-    from verikv.testing.manager_machine import _ids
+    from verikv.testing.adapter import page_ids_of
 
-    request, view = node.requests[rid], node.view(rid)
+    request, view = node.native(rid), node.view(rid)
     want_state, want = spec.allocate_slots(node.spec, view, num_new)
-    result = node.impl.allocate_slots(request, num_new)
-    got = None if result is None else _ids(result)
+    result = _manager(node).allocate_slots(request, num_new)
+    got = None if result is None else page_ids_of(result)
+    if got is not None:
+        node.check_new_pages(rid, got)
     if got != want:
         node.fail("REFINEMENT", f"{rid}: allocate_slots({num_new}) without DP arguments returned {got}, spec {want}")
     node.spec = want_state
@@ -311,46 +335,46 @@ def _admit_with_failing_keys(node: Any, rid: str) -> None:
     """A first prefill chunk (no lookup) while every key computation fails. Either the call
     needs no key and behaves as the spec's allocation, or it raises and changes nothing
     (INV-ATOMIC: keys are computed before anything changes)."""
-    request, view = node.requests[rid], node.view(rid)
-    num_new = min(CHUNK, request.num_tokens)
-    before = node.impl_state(renamed=False)
+    from verikv.testing.adapter import page_ids_of
+
+    request, view, manager = node.native(rid), node.view(rid), _manager(node)
+    num_new = min(CHUNK, view.num_tokens)
+    before = node.snapshot()
     want_state, want = spec.allocate_slots(node.spec, view, num_new)
-    real = node.impl.hasher
-    node.impl.hasher = _FailingHasher(real)
+    real = manager.hasher
+    manager.hasher = _FailingHasher(real)
     try:
-        result = node.impl.allocate_slots(request, num_new)
+        result = manager.allocate_slots(request, num_new)
     except KeyComputationFailed:
-        if node.impl_state(renamed=False) != before:
+        if node.snapshot() != before:
             node.fail("INV-ATOMIC", f"{rid}: allocate_slots raised on a failing key computation and kept "
                                     "its changes")
         return
     finally:
-        node.impl.hasher = real
-    from verikv.testing.manager_machine import _ids
-
-    got = None if result is None else _ids(result)
+        manager.hasher = real
+    got = None if result is None else page_ids_of(result)
+    if got is not None:
+        node.check_new_pages(rid, got)
     if got != want:
         node.fail("REFINEMENT", f"{rid}: allocate_slots with failing keys returned {got}, spec {want}")
     node.spec = want_state
     if want is not None:
-        request.num_computed_tokens = num_new
-        node.waiting.remove(rid)
-        node.running.append(rid)
+        _start_running(node, rid, num_new)
 
 
 def _cache(node: Any, rid: str, back: int) -> None:
-    request = node.requests[rid]
-    n = max(0, request.num_computed_tokens - back)
+    request = node.native(rid)
+    n = max(0, node.view(rid).num_computed_tokens - back)
     if node.spec.entry(rid) is None:
-        node.expect_rejected(f"cache_pages({rid}) without pages", lambda: node.impl.cache_pages(request, n),
+        node.expect_rejected(f"cache_pages({rid}) without pages", lambda: node.impl.cache(request, n),
                              lambda: spec.cache_pages(node.spec, node.view(rid), n))
         return
-    node.impl.cache_pages(request, n)
+    node.impl.cache(request, n)
     node.spec = spec.cache_pages(node.spec, node.view(rid), n)
 
 
 def _reset(node: Any) -> None:
-    got = node.impl.reset_prefix_cache()
+    got = node.impl.reset()
     node.spec, want = spec.reset_prefix_cache(node.spec)
     if got != want:
         node.fail("REFINEMENT", f"reset_prefix_cache returned {got}, spec {want}")
@@ -362,17 +386,17 @@ def _reset(node: Any) -> None:
 def _bad(node: Any, kind: str, rid: str) -> None:
     """One invalid call, given without DP arguments (the plain call shape, which may take the
     implementation's fast path); both sides reject it and nothing changes (INV-ATOMIC)."""
-    request, view, s = node.requests[rid], node.view(rid), node.spec
+    request, view, s, manager = node.native(rid), node.view(rid), node.spec, _manager(node)
     if kind == "bad-zero":
-        node.expect_rejected(f"allocate_slots({rid}, 0)", lambda: node.impl.allocate_slots(request, 0),
+        node.expect_rejected(f"allocate_slots({rid}, 0)", lambda: manager.allocate_slots(request, 0),
                              lambda: spec.allocate_slots(s, view, 0))
     elif kind == "bad-too-long":
         n = MAX_MODEL_LEN + 1 - view.num_computed_tokens
         node.expect_rejected(f"allocate_slots({rid}, {n}) past max_model_len",
-                             lambda: node.impl.allocate_slots(request, n), lambda: spec.allocate_slots(s, view, n))
+                             lambda: manager.allocate_slots(request, n), lambda: spec.allocate_slots(s, view, n))
     else:
         n = view.num_tokens + 1
-        node.expect_rejected(f"cache_pages({rid}, {n}) past its tokens", lambda: node.impl.cache_pages(request, n),
+        node.expect_rejected(f"cache_pages({rid}, {n}) past its tokens", lambda: manager.cache_pages(request, n),
                              lambda: spec.cache_pages(s, view, n))
 
 
@@ -408,8 +432,8 @@ def _ghost_free_failures(node: Any) -> list[tuple[str, str]]:
     allocation started computing at (the spec's record of the same calls). Keys: a page a
     request holds at index ``j`` may be keyed only if its tokens are computed, ``(j + 1) *
     page_size <= `` the request's computed tokens."""
-    got = node.impl_state(renamed=False)
-    computed = {rid: node.requests[rid].num_computed_tokens for rid in node.running}
+    got = node.snapshot()
+    computed = {rid: node.view(rid).num_computed_tokens for rid in node.running}
     failures = []
     if not spec.inv_window_live(got, dict(node.spec.progress)):
         failures.append(("INV-WINDOW-LIVE", f"a page inside a window was dropped: {sorted(got.entries)}"))
@@ -441,7 +465,7 @@ def _crash_names(before: Any, after: Any, exc: Exception) -> list[str]:
 
     names = [f"crash:{type(exc).__name__}"]
     try:
-        changed = abstract_manager(after.impl) != abstract_manager(before.impl)
+        changed = abstract_manager(after.impl.abstraction()) != abstract_manager(before.impl.abstraction())
     except Exception:  # noqa: BLE001 - a state too broken to abstract has changed too
         changed = True
     return names + ["INV-ATOMIC"] if changed else names

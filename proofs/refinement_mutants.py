@@ -141,11 +141,13 @@ def window_freed_ascending(manager: Any) -> None:
 
 def _stale_prev_unlink(self: Any, li: int, pid: int) -> None:
     """IdLinks.unlink without ``prev[after] = before``: the next id keeps a stale back link."""
+    from verikv.free_queue import UNLINKED
+
     nxt, prev = self.next, self.prev
     before, after = prev[pid], nxt[pid]
     nxt[before] = after
-    nxt[pid] = -1
-    prev[pid] = -1
+    nxt[pid] = UNLINKED
+    prev[pid] = UNLINKED
     self.lengths[li] -= 1
 
 

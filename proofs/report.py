@@ -18,7 +18,7 @@ from rich.table import Table
 from verikv.proofs.pytest_plugin import PROPERTY_PREFIX
 from verikv.proofs.registry import SUCCESS, Check, Mutant
 
-_STYLE = {"proved": "green", "passed": "green", "caught": "green"}
+_STYLE = {**dict.fromkeys(SUCCESS, "green"), "caught": "green"}  # every success status, and a caught mutant
 
 
 class Console(rich_console.Console):

@@ -303,6 +303,17 @@ def _pool_snapshot(pool: Any) -> Any:
     )
 
 
+def _request_state_snapshot(state: Any) -> Any:
+    """Every field of one `RequestState` record (the object by identity, the last lookup without
+    its result object, whose identity is what the manager compares)."""
+    last = state.last_hits
+    return (
+        id(state.request), None if state.keys is None else list(state.keys), state.keys_version,
+        None if last is None else (id(last[0]), *last[1:]), state.holds, state.shard, state.cache_at,
+        state.capacity, state.request._holders, state.request._identity_version,
+    )
+
+
 def _manager_snapshot(m: Any) -> Any:
     from verikv.spec.abstraction import abstract_manager
 
@@ -312,11 +323,8 @@ def _manager_snapshot(m: Any) -> Any:
     ]
     return (
         "CacheManager", abstract_manager(m), _pool_snapshot(m.page_pool), per_group,
-        {rid: list(keys) for rid, keys in m._keys.items()},
-        {rid: id(req) for rid, req in m._key_owner.items()},
-        {rid: (id(h.request), h.shard, h.cache_at, h.capacity) for rid, h in m._held.items()},
-        {rid: (entry[1], entry[2], entry[3], entry[4]) for rid, entry in m._last_hits.items()},
-        astuple(m.prefix_cache_stats), m.usage, m.data_parallel_size,
+        {rid: _request_state_snapshot(state) for rid, state in m._requests.items()},
+        astuple(m.prefix_cache_stats), m.usage, m.data_parallel_size, m._dp_open,
         ("PageHasher", m.hasher.scheme, m.hasher.seed, m.hasher.root),
     )
 
@@ -381,7 +389,7 @@ def _shard_problems(pool: Any) -> list[str]:
 
 
 def _manager_table_problems(m: Any) -> list[str]:
-    held = set(m._held)
+    held = {rid for rid, state in m._requests.items() if state.holds}
     problems = []
     for stm in m.coordinator.single_type_managers:
         if set(stm.req_to_pages) != held:

@@ -229,9 +229,9 @@ def test_doc_adapter_catches_a_manager_that_leaks_pages() -> None:
 # --- budget, seed, report ------------------------------------------------------------------------
 
 settings.register_profile("conformance-tiny", max_examples=3, database=None, deadline=None)
-TINY_RUNS = 6
-"""Runs under max_examples=3: Hypothesis may add a few (a run that only shrinks data, an
-overrun), never anywhere near its default budget of 100."""
+TINY_RUNS = 20
+"""Runs under max_examples=3: Hypothesis adds some that do not count as examples (overruns,
+invalid draws: 8 were seen once), never anywhere near its default budget of 100."""
 
 
 class CountingRuns(ManagerMachine):

@@ -45,7 +45,7 @@ def test_a_child_does_not_share_mutable_state_with_its_parent() -> None:
     child = refinement._child(root)
     refinement.apply(case, child, ("new", 1, "hit", None))
     assert refinement._state(root) == before != refinement._state(child)
-    assert root.impl.request_ids() == [] and child.impl.request_ids() == ["r0"]
+    assert root.impl.manager.request_ids() == [] and child.impl.manager.request_ids() == ["r0"]
 
 
 def test_every_layout_has_one_check_with_its_bound_in_the_name() -> None:

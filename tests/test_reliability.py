@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from verikv import (
     CacheGroupSpec,
     CacheManager,
@@ -24,7 +23,8 @@ from verikv import (
     SlidingWindowSpec,
     VeriKVError,
 )
-from verikv.coordinators import MAX_NUM_PAGES, get_kv_cache_coordinator
+from verikv.coordinators import get_kv_cache_coordinator
+from verikv.free_queue import MAX_PAGE_ID
 from verikv.hashing import PageHasher, encode_canonical, hash_page_tokens
 from verikv.spec.abstraction import abstract_manager
 
@@ -154,7 +154,7 @@ def test_extra_keys_are_frozen_to_builtins_or_rejected() -> None:
 
 
 class Switch:
-    """A builtin-compatible hash function that fails (or returns a non-int) on demand."""
+    """A builtin-compatible hash function that fails (or returns a user object) on demand."""
 
     def __init__(self) -> None:
         self.mode = "ok"
@@ -162,12 +162,12 @@ class Switch:
     def __call__(self, value: Any) -> Any:
         if self.mode == "raise":
             raise ZeroDivisionError("boom")
-        if self.mode == "str":
-            return "not an int"
+        if self.mode == "object":
+            return object()  # a user object as a hash value: its hash could change
         return hash(value)
 
 
-@pytest.mark.parametrize("mode", ["raise", "str"])
+@pytest.mark.parametrize("mode", ["raise", "object"])
 def test_a_failing_hash_function_leaves_allocate_slots_atomic(mode: str) -> None:
     fn = Switch()
     m = manager(hash_scheme=fn)
@@ -270,7 +270,7 @@ def test_zero_groups_keep_counting_computed_tokens() -> None:
     ("lora_id", -1), ("lora_id", True), ("lora_id", 1.0), ("lora_id", "x"),
     ("cache_salt", 5), ("cache_salt", bytearray(b"x")),
     ("mm_features", [("img", 0, 99)]), ("mm_features", np.array([1, 0, 2])), ("mm_features", np.array(3)),
-    ("num_computed_tokens", -1), ("num_computed_tokens", 2**64), ("num_computed_tokens", 1.0),
+    ("num_computed_tokens", -1), ("num_computed_tokens", -(2**70)), ("num_computed_tokens", 1.0),
     ("status", 3), ("prompt_logprobs", 1),
 ])
 def test_request_fields_are_validated_on_assignment(field: str, value: Any) -> None:
@@ -310,11 +310,13 @@ def test_changed_identity_drops_the_kept_keys_so_no_stale_hit_is_served() -> Non
 
 
 def test_num_pages_is_bounded_by_int32_page_ids() -> None:
+    """One bound, the pool's: ids and free-list links (up to three per page with DP shards) are int32."""
     for build in (lambda n: CacheManager(n, [FULL], 64),
                   lambda n: get_kv_cache_coordinator(n, [FULL], 64, False, True)):
-        with pytest.raises(InvalidArgumentError):
-            build(MAX_NUM_PAGES + 1)
-    assert MAX_NUM_PAGES == 2**31 - 1
+        for n in (MAX_PAGE_ID + 2, 2**31):
+            with pytest.raises(InvalidArgumentError):
+                build(n)
+    assert 3 * (MAX_PAGE_ID + 1) <= 2**31 - 1
 
 
 def test_query_with_a_non_str_id_is_typed() -> None:
@@ -375,7 +377,7 @@ def test_cache_pages_added_to_something_else_is_typed() -> None:
 def test_an_untouched_manager_adopts_the_dp_size_of_its_first_dp_call() -> None:
     m = manager(8, hash_seed=None)
     assert m.data_parallel_size == 1
-    hits, n = m.get_computed_pages(Request("r", range(9)), dp_shard_hint=1, data_parallel_size=2)
+    m.get_computed_pages(Request("r", range(9)), dp_shard_hint=1, data_parallel_size=2)
     assert m.data_parallel_size == 2
     r = Request("r", range(9))
     new = m.allocate_slots(r, 9, dp_shard_hint=1, data_parallel_size=2)
@@ -396,3 +398,55 @@ def test_a_failed_first_dp_call_adopts_nothing() -> None:
 def test_a_manager_given_a_dp_size_keeps_it() -> None:
     m = manager(8, data_parallel_size=1)
     rejected(m, lambda: m.get_computed_pages(Request("r", range(9)), dp_shard_hint=0, data_parallel_size=2))
+
+
+# ---- the layers below the manager check what they are given -------------------------------------
+
+
+def _layers() -> tuple[CacheManager, Any, Any, list[Any]]:
+    m = manager(16, [FULL, SLIDING])
+    r = Request("a", range(9))
+    m.allocate_slots(r, 9)
+    return m, m.coordinator, m.coordinator.single_type_managers[1], list(m.page_hashes_of("a"))
+
+
+@pytest.mark.parametrize("case", [
+    "coord-alloc-hits-foreign", "coord-alloc-hits-shape", "coord-alloc-held-with-hits", "coord-alloc-slots",
+    "coord-cache-few-keys", "coord-free-id", "coord-common-unknown", "coord-lookup-negative",
+    "group-remove-beyond", "group-save-existing", "group-save-foreign", "group-alloc-huge",
+    "group-cache-bad-keys", "group-lookup-keys", "group-lookup-groups", "group-common-unknown",
+])
+def test_coordinator_and_group_managers_reject_bad_arguments_without_change(case: str) -> None:
+    m, c, sliding, keys = _layers()
+    calls = {
+        "coord-alloc-hits-foreign": lambda: c.allocate_slots("b", 0, 8, ([99], [])),
+        "coord-alloc-hits-shape": lambda: c.allocate_slots("b", 0, 8, ([],)),
+        "coord-alloc-held-with-hits": lambda: c.allocate_slots("a", 9, 12, ([1], [])),
+        "coord-alloc-slots": lambda: c.allocate_slots("b", 0, -1, None),
+        "coord-cache-few-keys": lambda: c.cache_pages("a", keys[:1], 8),
+        "coord-free-id": lambda: c.free(["a"]),
+        "coord-common-unknown": lambda: c.get_num_common_prefix_pages("zz", 1),
+        "coord-lookup-negative": lambda: c.find_longest_cache_hit(keys, -1),
+        "group-remove-beyond": lambda: sliding.remove_skipped_pages("a", 0, 9),
+        "group-save-existing": lambda: sliding.save_new_computed_pages("a", []),
+        "group-save-foreign": lambda: sliding.save_new_computed_pages("b", [99]),
+        "group-alloc-huge": lambda: sliding.allocate_new_pages("b", 10**5000),
+        "group-cache-bad-keys": lambda: sliding.cache_pages("a", ["not a key"] * 3, 12),
+        "group-lookup-keys": lambda: sliding.find_longest_cache_hit([[1]] * 3, 8, (1,)),
+        "group-lookup-groups": lambda: sliding.find_longest_cache_hit(keys, 8, "x"),
+        "group-common-unknown": lambda: c.single_type_managers[0].get_num_common_prefix_pages("zz", 1),
+    }
+    rejected(m, calls[case], VeriKVError)
+
+
+def test_status_and_token_view_misuse_is_typed() -> None:
+    from verikv import RequestStatus
+
+    with pytest.raises(InvalidArgumentError):
+        RequestStatus.is_finished("x")  # type: ignore[arg-type]
+    view = Request("r", [1, 2]).all_token_ids
+    with pytest.raises(InvalidArgumentError):
+        view["a"]  # type: ignore[call-overload]
+    with pytest.raises(IndexError):  # the sequence protocol: iteration stops on IndexError
+        view[2]
+    assert list(view) == [1, 2] and view[-1] == 2 and view[:1] == [1]

@@ -196,7 +196,7 @@ def test_closed_pipe_exits_cleanly():
              *H100], stdout=write_end, stderr=subprocess.PIPE, text=True, check=False)
     finally:
         os.close(write_end)
-    assert done.returncode == 0
+    assert done.returncode == 141  # 128 + SIGPIPE, as the `verikv` command and piped Unix tools report
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from verikv.errors import SizingError
+from verikv.errors import SizingError, describe
 from verikv.sizing.dtypes import get_dtype
 from verikv.sizing.kernels import get_kernel
 
@@ -120,7 +120,7 @@ def get_accelerator(name: str) -> Accelerator:
     """The catalog entry called ``name`` (case-insensitive; aliases such as ``v6e`` accepted)."""
     if not isinstance(name, str) or name.lower() not in _BY_NAME:
         known = ", ".join(a.name for a in ACCELERATORS)
-        raise SizingError(f"unknown accelerator {name!r}; known: {known} "
+        raise SizingError(f"unknown accelerator {describe(name)}; known: {known} "
                           "(or describe one with describe_accelerator)")
     return _BY_NAME[name.lower()]
 
@@ -136,9 +136,9 @@ def describe_accelerator(
 ) -> Accelerator:
     """A device not in the catalog: its software-visible bytes and platform (kernels default by platform)."""
     if platform not in ("tpu", "gpu"):
-        raise SizingError(f"platform must be 'tpu' or 'gpu', got {platform!r}")
+        raise SizingError(f"platform must be 'tpu' or 'gpu', got {describe(platform)}")
     if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes <= 0:
-        raise SizingError(f"memory_bytes must be a positive int, got {memory_bytes!r}")
+        raise SizingError(f"memory_bytes must be a positive int, got {describe(memory_bytes)}")
     attn = attention_kernel or ("tpu-rpa-v3" if platform == "tpu" else "flash-attn")
     mla = mla_kernel or ("tpu-mla" if platform == "tpu" else "triton-mla")
     for kernel_name in (attn, mla):

@@ -17,7 +17,6 @@ ends the output quietly. Exit status: 0 planned, 1 does not fit (the message say
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -97,7 +96,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed by argparse
         return exc.code if isinstance(exc.code, int) else 2
-    return run(args)
+    try:
+        return run(args)
+    except BrokenPipeError:  # the reader went away (`| head`): end like the `verikv` command does
+        from verikv.cli import quiet_broken_pipe
+
+        return quiet_broken_pipe()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,18 +155,8 @@ def _write_json(path: Path, plan: KVCachePlan) -> int:
 
 
 def _emit(text: str) -> int:
-    """Print ``text``; a reader that closed the pipe early (``| head``) ends the output quietly."""
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):  # stdout without a file descriptor (captured): nothing to redirect
-            pass
-        finally:
-            os.close(devnull)
+    """Print ``text`` (a closed pipe raises BrokenPipeError: `main` and ``verikv`` end quietly)."""
+    print(text, flush=True)
     return 0
 
 
