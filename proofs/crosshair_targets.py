@@ -37,9 +37,7 @@ from verikv.single_type_managers import (
     FullAttentionManager,
     SlidingWindowManager,
 )
-from verikv.spec import hit_rules
-from verikv.spec import manager as spec_manager
-from verikv.spec import pool as spec_pool
+from verikv.spec import hit_rules, manager as spec_manager, pool as spec_pool
 from verikv.spec.abstraction import abstract_pool
 
 MAX_QUEUE_CAPACITY = 5

@@ -466,7 +466,7 @@ def _crash_names(before: Any, after: Any, exc: Exception) -> list[str]:
     names = [f"crash:{type(exc).__name__}"]
     try:
         changed = abstract_manager(after.impl.abstraction()) != abstract_manager(before.impl.abstraction())
-    except Exception:  # noqa: BLE001 - a state too broken to abstract has changed too
+    except Exception:
         changed = True
     return names + ["INV-ATOMIC"] if changed else names
 
@@ -509,7 +509,7 @@ def _search(case: Case, make: MakeManager, result: Result) -> None:
                 except ConformanceFailure as failure:
                     result.failure = (failure.names, trace + (op,), str(failure))
                     return
-                except Exception as exc:  # noqa: BLE001 - a crash is a failure too, named by type
+                except Exception as exc:
                     result.failure = (_crash_names(node, child, exc), trace + (op,), repr(exc))
                     return
                 state = _state(child)

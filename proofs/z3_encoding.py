@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import z3
+
 from verikv.proofs import z3_pool
 from verikv.proofs.registry import Check, Outcome
 from verikv.proofs.z3_common import NONE, Mode

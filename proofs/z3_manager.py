@@ -43,8 +43,7 @@ import z3
 
 from verikv.proofs import z3_pool
 from verikv.proofs.registry import Check, Mutant
-from verikv.proofs.z3_common import (NONE, Conjuncts, Mode, Obligation, Theorem, as_int, count, failed_theorems,
-                                     show)
+from verikv.proofs.z3_common import NONE, Conjuncts, Mode, Obligation, Theorem, as_int, count, failed_theorems, show
 
 PAGE_SIZE = 2
 MAX_TOKENS = 6            # max_model_len and the longest prompt
@@ -104,7 +103,7 @@ class ManagerSym:
 
 def manager_vars(tag: str, n: int) -> ManagerSym:
     """Fresh constants for a whole manager state of ``n`` pages."""
-    ints = lambda name, k: [z3.Int(f"{tag}.{name}{i}") for i in range(k)]  # noqa: E731
+    ints = lambda name, k: [z3.Int(f"{tag}.{name}{i}") for i in range(k)]
     return ManagerSym(n, ints("ref", n), ints("key", n), ints("pos", n), ints("stamp", n), ints("content", n),
                       z3.Int(f"{tag}.flen"), z3.Int(f"{tag}.clock"),
                       [z3.Bool(f"{tag}.has{r}") for r in range(REQUESTS)], ints("npages", REQUESTS),
@@ -446,7 +445,7 @@ def obligation(transition: str, invariant: str, fn: StepFn, mode: Mode) -> Oblig
 
 def render(model: z3.ModelRef, s: ManagerSym) -> str:
     """A symbolic manager state as the values a model gives it."""
-    vals = lambda xs: "[" + ", ".join(show(model, x) for x in xs) + "]"  # noqa: E731
+    vals = lambda xs: "[" + ", ".join(show(model, x) for x in xs) + "]"
     reqs = "; ".join(f"r{r}: has={model.eval(s.has[r], model_completion=True)} pages={vals(s.pages[r])} "
                      f"npages={show(model, s.npages[r])} num_cached={show(model, s.ncached[r])}"
                      for r in range(REQUESTS))
@@ -471,7 +470,7 @@ def theorems(transitions: dict[str, StepFn] | None = None) -> list[Theorem]:
     out = []
     for name, invs in PAIRS.items():
         for inv in invs:
-            build = lambda mode, name=name, inv=inv, fn=table[name]: obligation(name, inv, fn, mode)  # noqa: E731
+            build = lambda mode, name=name, inv=inv, fn=table[name]: obligation(name, inv, fn, mode)
             out.append(Theorem(name, inv, True, build, IDEAL_HASH if inv == "INV-HIT-SAFE" else "", SCOPE))
     return out
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields, replace
 import z3
 
 from verikv.proofs.registry import Check
-from verikv.proofs.z3_common import (NONE, Conjuncts, Mode, Obligation, Theorem, as_int, count, show)
+from verikv.proofs.z3_common import NONE, Conjuncts, Mode, Obligation, Theorem, as_int, count, show
 
 THEOREM_ELEMENTS = 1  # loop elements per theorem (see the module docstring)
 LIST_TRANSITIONS = frozenset({"pool.allocate", "pool.touch", "pool.free"})
@@ -326,7 +326,7 @@ def held(s: PoolSym, mode: Mode) -> z3.ArithRef:
 def invariants(s: PoolSym, mode: Mode) -> dict[str, Conjuncts]:
     """The DESIGN pool invariants over ``s``, each as named conjuncts (bounded-only ones when bounded)."""
     n, f = s.n, mode.forall
-    free_at = lambda i: z3.And(0 <= i, i < s.flen)  # noqa: E731
+    free_at = lambda i: z3.And(0 <= i, i < s.flen)
     inv: dict[str, Conjuncts] = {
         "INV-NULL": [
             ("null-ref-zero", s.ref[0] == 0),
@@ -433,7 +433,7 @@ def theorems(transitions: dict[str, StepFn] | None = None) -> list[Theorem]:
     out = []
     for name, fn in table.items():
         for inv in POOL_INVARIANTS:
-            build = lambda mode, name=name, inv=inv, fn=fn: obligation(name, inv, fn, mode)  # noqa: E731
+            build = lambda mode, name=name, inv=inv, fn=fn: obligation(name, inv, fn, mode)
             scope = "per element" if name in LIST_TRANSITIONS else ""
             if inv not in COUNTING:
                 out.append(Theorem(name, inv, False, build, scope=scope))

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import z3
+
 from verikv.proofs import z3_manager as zm
 from verikv.proofs.registry import Check, Mutant, Outcome
 from verikv.proofs.z3_common import NONE, QUERY_RLIMIT, QUERY_TIMEOUT_MS

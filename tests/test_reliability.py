@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from verikv import (
     CacheGroupSpec,
     CacheManager,
@@ -65,8 +66,7 @@ def builtin_only(value: Any) -> bool:
 
 
 class PageHashTypes:
-    from verikv.hashing import PageHash as page_hash
-    from verikv.hashing import PageHashWithGroupId as with_group
+    from verikv.hashing import PageHash as page_hash, PageHashWithGroupId as with_group
 
 
 # ---- defect 1: keys that cannot change -------------------------------------------------------
