@@ -326,7 +326,8 @@ def allocate_slots(s: ManagerSym, a: ReqArgs, tag: str, atomic: bool = True) -> 
                                          pick(s.key, a.hits[j]) == code(a, j))) for j in range(MAX_HITS)]
     pre = z3.And(args_domain(a), a.num_new >= 1, a.computed >= 0, 0 <= nh, nh <= MAX_HITS,
                  computed + a.num_new <= MAX_TOKENS, z3.Implies(nh > 0, z3.Not(s.has[0])), *hits_ok)
-    cur, defs = s, []
+    cur = s
+    defs: list[z3.BoolRef] = []
     for j in range(MAX_HITS):
         cur = touch(cur, a.hits[j], j < nh)
     cur = freeze(cur, f"{tag}.touched", defs)

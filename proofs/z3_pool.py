@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from typing import Any, TypeAlias
 
 import z3
 
@@ -32,7 +33,10 @@ THEOREM_ELEMENTS = 1  # loop elements per theorem (see the module docstring)
 LIST_TRANSITIONS = frozenset({"pool.allocate", "pool.touch", "pool.free"})
 
 
-Array = z3.ArrayRef | Callable[[z3.ArithRef], z3.ExprRef]
+# An array over page ids or, while a transition is being built, a *view* (a Python function of an
+# index; see `PoolSym`). z3 ships no type information, so to mypy z3.ArrayRef is Any anyway; a union
+# with the view's Callable would make every `s.ref[p]` on a state known to hold arrays an error.
+Array: TypeAlias = Any
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,8 @@ class Frames:
     """Chains fresh intermediate states: each `advance` names the next state by fresh constants."""
 
     def __init__(self, tag: str, mode: Mode) -> None:
-        self.tag, self.mode, self.defs, self.count = tag, mode, [], 0
+        self.defs: list[z3.BoolRef] = []
+        self.tag, self.mode, self.count = tag, mode, 0
 
     def advance(self, new: PoolSym) -> PoolSym:
         """Fresh constants equal to ``new`` (views are defined pointwise by `Mode.define`)."""

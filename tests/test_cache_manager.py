@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ from verikv.free_queue import CachePage
 from verikv.hashing import PageHasher, PageHashWithGroupId
 from verikv.sizing import get_preset, plan_kv_cache
 
-KW = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
+KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
 
 
 def full(ps: int = 4) -> CacheGroupSpec:

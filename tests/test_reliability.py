@@ -29,7 +29,7 @@ from verikv.free_queue import MAX_PAGE_ID
 from verikv.hashing import PageHasher, encode_canonical, hash_page_tokens
 from verikv.spec.abstraction import abstract_manager
 
-KW = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
+KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
 FULL = CacheGroupSpec(FullAttentionSpec(page_size=4, **KW))
 SLIDING = CacheGroupSpec(SlidingWindowSpec(page_size=4, sliding_window=8, **KW))
 SURROGATE = json.loads('"\\ud800"')  # what a JSON request body can carry
