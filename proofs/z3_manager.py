@@ -38,12 +38,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import z3
 
 from verikv.proofs import z3_pool
 from verikv.proofs.registry import Check, Mutant
-from verikv.proofs.z3_common import NONE, Conjuncts, Mode, Obligation, Theorem, as_int, count, failed_theorems, show
+from verikv.proofs.z3_common import (
+    NONE,
+    TRUE,
+    Conjuncts,
+    Mode,
+    Obligation,
+    Theorem,
+    as_int,
+    count,
+    failed_theorems,
+    show,
+)
 
 PAGE_SIZE = 2
 MAX_TOKENS = 6            # max_model_len and the longest prompt
@@ -56,10 +68,13 @@ IDEAL_HASH = "ideal hash: key = content (injective code of the token prefix)"
 POOL_GOALS = ("INV-CONSERVE", "INV-FREE-IFF-ZERO")
 
 
+NO_PAGE = z3.IntVal(NONE)  # a Table's default cell
+
+
 class Table:
     """A fixed-size list of Z3 terms indexable by ints, Z3 numerals or symbolic ints (an If chain)."""
 
-    def __init__(self, cells: list[z3.ExprRef], default: z3.ExprRef = z3.IntVal(NONE)) -> None:
+    def __init__(self, cells: list[z3.ExprRef], default: z3.ExprRef = NO_PAGE) -> None:
         self.cells, self.default = cells, default
 
     def __getitem__(self, i: object) -> z3.ExprRef:
@@ -229,13 +244,14 @@ class MStep:
     pre: z3.BoolRef
     post: ManagerSym
     result: tuple[z3.ExprRef, ...] = ()
-    defs: z3.BoolRef = z3.BoolVal(True)
+    defs: z3.BoolRef = TRUE
 
 
 StepFn = Callable[[ManagerSym, ReqArgs, str], MStep]
 
 
-def lookup_pages(s: ManagerSym, a: ReqArgs, tag: str, max_pages: z3.ArithRef) -> tuple[z3.BoolRef, list[z3.BoolRef], list[z3.ArithRef]]:
+def lookup_pages(s: ManagerSym, a: ReqArgs, tag: str,
+                 max_pages: z3.ArithRef) -> tuple[z3.BoolRef, list[z3.BoolRef], list[z3.ArithRef]]:
     """Full-attention lookup: per page j, the oldest page keyed by code(j) (witness ``f_j``).
 
     Returns the witness definitions, whether page j is part of the hit, and the pages.
@@ -354,7 +370,7 @@ def allocate_slots(s: ManagerSym, a: ReqArgs, tag: str, atomic: bool = True) -> 
 
 def ite(cond: z3.BoolRef, a: ManagerSym, b: ManagerSym) -> ManagerSym:
     """Field-wise ``If(cond, a, b)``."""
-    def choose(x: object, y: object) -> object:
+    def choose(x: Any, y: Any) -> Any:
         if isinstance(x, list):
             return [choose(u, v) for u, v in zip(x, y)]
         return x if x is y else z3.If(cond, x, y)

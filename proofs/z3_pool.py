@@ -214,11 +214,13 @@ def allocate(s: PoolSym, a: PoolArgs, mode: Mode, tag: str) -> Step:
 
         def inb(p: z3.ArithRef) -> z3.BoolRef:
             return in_bounds(a.has_bounds, a.lo, a.hi, p)
-        pre.append(z3.Implies(active, mode.exists(f"{tag}.e{j}", 0, c.flen, lambda x: inb(c.seq[x]))))
+        # (mode.exists/forall call these at once; c is bound per element all the same, and mypy
+        # cannot infer a lambda with default arguments, python/mypy#12557: hence the ignores)
+        pre.append(z3.Implies(active, mode.exists(f"{tag}.e{j}", 0, c.flen, lambda x, c=c: inb(c.seq[x]))))  # type: ignore[misc]
         i = z3.Int(f"{tag}.i{j}")
         frames.defs.append(z3.Implies(active, z3.And(
             0 <= i, i < c.flen, inb(c.seq[i]),
-            mode.forall(f"{tag}.t{j}", 0, i, lambda t: z3.Not(inb(c.seq[t])), lambda t: c.seq[t]))))
+            mode.forall(f"{tag}.t{j}", 0, i, lambda t, c=c: z3.Not(inb(c.seq[t])), lambda t, c=c: c.seq[t]))))  # type: ignore[misc]
         page = c.seq[i]
         taken = replace(evict(remove_free(c, page), page), ref=z3.Store(c.ref, page, 1))
         cur = frames.advance(ite(active, taken, c)) if j < len(a.pages) - 1 else ite(active, taken, c)
@@ -374,7 +376,7 @@ def invariants(s: PoolSym, mode: Mode) -> dict[str, Conjuncts]:
 
 def _cached_is_keyed(s: PoolSym, mode: Mode) -> z3.BoolRef:
     """Every member of a cached entry is a page of the pool whose key is that entry's key."""
-    if mode.bounded:
+    if mode.size is not None:  # bounded
         return z3.And([z3.Implies(s.inc[k][p], s.key[p] == k) for k in range(mode.size) for p in range(mode.size)])
     k, p = z3.Ints("ck cp")
     return z3.ForAll([k, p], z3.Implies(s.inc[k][p], z3.And(0 <= p, p < s.n, s.key[p] == k, k != NONE)),
