@@ -23,6 +23,7 @@ import platform
 import pstats
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,8 @@ def run_trace(a: argparse.Namespace) -> dict[str, Any]:
             runs[scheme].append(replay(trace, manager, a.max_running).as_dict())
     summary: dict[str, dict[str, Any]] = {}
     for scheme, rs in runs.items():
-        med = {k: float(np.median([x[k] for x in rs])) for k, v in rs[0].items() if not isinstance(v, str)}
+        med: dict[str, Any] = {k: float(np.median([x[k] for x in rs])) for k, v in rs[0].items()
+                               if not isinstance(v, str)}
         for k in ("alloc_sizes_sha", "page_ids_sha"):
             values = {x[k] for x in rs}
             med[k] = rs[0][k] if len(values) == 1 else "differs between repeats: " + ",".join(sorted(values))
@@ -115,8 +117,9 @@ def run_trace(a: argparse.Namespace) -> dict[str, Any]:
         rows += [(f"{call} calls", f"calls_{call}", "{:,.0f}"), (f"µs / {call}", f"us_{call}", "{:.2f}")]
     rows += [("pages hashed", "pages_hashed", "{:,.0f}"), ("CPU s in hashing", "hashing_cpu_s", "{:.3f}")]
     rows += [(label, key, "{:,.0f}") for label, key in (
-        ("preemptions", "preemptions"), ("failed allocations", "failed_allocations"), ("prefix-hit tokens", "hit_tokens"),
-        ("prefilled tokens", "prefill_tokens"), ("peak pages used", "peak_pages_used"), ("steps", "steps"))]
+        ("preemptions", "preemptions"), ("failed allocations", "failed_allocations"),
+        ("prefix-hit tokens", "hit_tokens"), ("prefilled tokens", "prefill_tokens"),
+        ("peak pages used", "peak_pages_used"), ("steps", "steps"))]
     rows += [("alloc-size checksum", "alloc_sizes_sha", "{}"), ("page-id checksum", "page_ids_sha", "{}")]
     print_table(f"trace, median of {a.repeats} (free_order={a.free_order})", ["", *a.schemes],
                 [[label, *(fmt.format(summary[s][key]) for s in a.schemes)] for label, key, fmt in rows])
@@ -127,7 +130,8 @@ def run_trace(a: argparse.Namespace) -> dict[str, Any]:
 
 def run_hashing(a: argparse.Namespace) -> dict[str, Any]:
     rates = micro.hashing_rates(a.schemes, a.micro_repeats)
-    print_table(f"hashing: pages (16 tokens) per {a.clock} second", ["scheme", "prompt chain", "decode (extend)", "bare digest"],
+    print_table(f"hashing: pages (16 tokens) per {a.clock} second",
+                ["scheme", "prompt chain", "decode (extend)", "bare digest"],
                 [[s, f"{r['pages_per_s_chain']:,.0f}", f"{r['pages_per_s_decode']:,.0f}",
                   f"{r['pages_per_s_raw_digest']:,.0f}"] for s, r in rates.items()])
     return rates
@@ -160,7 +164,7 @@ def run_micro(a: argparse.Namespace) -> dict[str, Any]:
 def run_scaling(a: argparse.Namespace) -> dict[str, Any]:
     out = {}
     for n in _ints(a.scale_pages):
-        out[str(n)] = build_cost(lambda: make_manager(n), a.repeats)
+        out[str(n)] = build_cost(partial(make_manager, n), a.repeats)
     print_table(f"CacheManager build (median of {a.repeats}), tracemalloc heap",
                 ["pages", "build (s)", "heap (MiB)", "peak heap (MiB)"],
                 [[f"{int(n):,}", f"{r['build_s']:.3f}", f"{r['heap_mib']:.1f}", f"{r['heap_peak_mib']:.1f}"]

@@ -44,9 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     sys.path.insert(0, str(a.anchors))
-    import adapters  # noqa: PLC0415  (the anchors harness, importable only once its path is known)
-    import bench  # noqa: PLC0415
-    from trace import PROFILES, make_trace, run_trace  # type: ignore[attr-defined]  # noqa: PLC0415  (the harness's trace.py)
+    # the anchors harness's modules, importable only once its path is known (so mypy cannot see
+    # them; its trace.py even shadows the stdlib module of that name)
+    from trace import PROFILES, make_trace, run_trace  # type: ignore[attr-defined]
+
+    import adapters  # type: ignore[import-not-found]
+    import bench  # type: ignore[import-not-found]
 
     trace_kw: dict[str, Any] = {}
     max_model_len = 8192  # the harness's default
@@ -69,14 +72,16 @@ def main(argv: list[str] | None = None) -> int:
             stats = run_trace(timed, trace, a.max_running, a.num_pages)
             stats.update(cpu_s=time.process_time() - cpu, wall_s=time.perf_counter() - wall)
             runs[kind].append(stats)
-    summary = {k: {"cpu_s": statistics.median(x["cpu_s"] for x in rs), "wall_s": statistics.median(x["wall_s"] for x in rs),
+    summary = {k: {"cpu_s": statistics.median(x["cpu_s"] for x in rs),
+                   "wall_s": statistics.median(x["wall_s"] for x in rs),
                    "hit_tokens": rs[0]["hit_tokens"], "alloc_sizes_sha": rs[0]["alloc_sizes_sha"],
                    "page_ids_sha": rs[0]["page_ids_sha"]} for k, rs in runs.items()}
     print(f"median of {a.repeats} (profile={a.profile or 'default'}, pages={a.num_pages}, requests={a.requests}, "
           f"max_running={a.max_running}, seed={a.seed})")
     print(f"{'kind':16s} {'CPU s':>8s} {'wall s':>8s} {'hit tokens':>11s}  alloc-size sha    page-id sha")
     for kind, s in summary.items():
-        print(f"{kind:16s} {s['cpu_s']:8.3f} {s['wall_s']:8.3f} {s['hit_tokens']:11,d}  {s['alloc_sizes_sha']}  {s['page_ids_sha']}")
+        print(f"{kind:16s} {s['cpu_s']:8.3f} {s['wall_s']:8.3f} {s['hit_tokens']:11,d}  "
+              f"{s['alloc_sizes_sha']}  {s['page_ids_sha']}")
     ratios = []
     for peer, ours, target in TARGETS[a.profile or "default"]:
         if peer in summary and ours in summary:

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-
 CLOCKS: dict[str, Callable[[], int]] = {"cpu": time.process_time_ns, "wall": time.perf_counter_ns}
 _clock: list[Callable[[], int]] = [time.process_time_ns]
 

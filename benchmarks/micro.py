@@ -93,8 +93,9 @@ def pool_costs(num_pages: int, repeats: int) -> dict[str, float]:
     return out
 
 
-def _raw_digest(scheme: str) -> Callable[[bytes], object]:
-    """The bare primitive behind a scheme, applied to one page's packed tokens (a floor)."""
+def _raw_digest(scheme: str) -> Callable[[Any], object]:
+    """The bare primitive behind a scheme, applied to one page's packed tokens (a floor): bytes,
+    or for ``builtin`` the page's token tuple."""
     if scheme == "sha256":
         return lambda data: hashlib.sha256(data).digest()
     if scheme == "xxh3_128":
@@ -132,10 +133,13 @@ def hashing_rates(schemes: Sequence[str], repeats: int, num_pages: int = 128) ->
     out: dict[str, dict[str, float]] = {}
     for scheme in schemes:
         hasher = PageHasher(scheme, seed=0)
-        chain_us = median_us_per_call(lambda: len(hasher.hash_request(request, PAGE_SIZE)), repeats)
+        # (mypy cannot infer a lambda with default arguments, python/mypy#12557: hence the ignores)
+        chain_us = median_us_per_call(lambda hasher=hasher: len(hasher.hash_request(request, PAGE_SIZE)),  # type: ignore[misc]
+                                      repeats)
         extend_us = float(np.median([_decode_hashing_us(hasher, tokens) for _ in range(repeats)]))
         raw = _raw_digest(scheme if isinstance(scheme, str) else "builtin")
-        raw_input = [tuple(tokens[i * PAGE_SIZE:(i + 1) * PAGE_SIZE]) for i in range(num_pages)] if scheme == "builtin" else pages
+        raw_input = ([tuple(tokens[i * PAGE_SIZE:(i + 1) * PAGE_SIZE]) for i in range(num_pages)]
+                     if scheme == "builtin" else pages)
         raw_us = median_us_per_call(_calls(raw_input, raw), repeats)
         out[scheme] = {"pages_per_s_chain": 1e6 / chain_us, "pages_per_s_decode": 1e6 / extend_us,
                        "pages_per_s_raw_digest": 1e6 / raw_us, "us_per_page_chain": chain_us}
@@ -172,7 +176,8 @@ def manager_costs(num_pages: int, repeats: int, batch: int = 100, prompt_pages: 
             for req in requests:
                 req.num_computed_tokens = req.num_tokens
                 req.append_output_token_ids(7)
-            phase("manager.allocate_slots (decode, no new page)", lambda req: manager.allocate_slots(req, 1), requests)
+            phase("manager.allocate_slots (decode, no new page)",
+                  lambda req, manager=manager: manager.allocate_slots(req, 1), requests)  # type: ignore[misc]
             phase(f"manager.free ({prompt_pages + 1} pages)", manager.free, requests)
             for req in requests:
                 manager.free_page_hashes(req)

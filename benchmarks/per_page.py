@@ -113,7 +113,8 @@ def scheme_costs(scheme: str, num_pages: int, repeats: int) -> dict[str, float]:
     out: dict[str, float] = {}
     if hasattr(hashing, "PageHasher") and hasattr(hashing.PageHasher, "hash_request"):
         hasher = hashing.PageHasher(scheme, seed=0)
-        out["keys (hash_request)"] = median_ns(lambda: timed_ns(lambda: hasher.hash_request(cached, PAGE_SIZE)), repeats)
+        out["keys (hash_request)"] = median_ns(lambda: timed_ns(lambda: hasher.hash_request(cached, PAGE_SIZE)),
+                                               repeats)
 
     def lookup(tokens: list[int]) -> int:
         req = Request("lookup", tokens)
@@ -202,7 +203,8 @@ def print_results(results: dict[str, Any], schemes: Sequence[str]) -> None:
                                                                      for s in schemes)])
             rows.append(["free / EasyDeL manager", *(f"{ratios[s]['free / EasyDeL manager']:.2f}x" for s in schemes)])
         pages = int(n)
-        print_table(f"per-page costs, ns per page, prompt of {pages:,} pages ({pages * PAGE_SIZE + 1:,} tokens), medians",
+        print_table(f"per-page costs, ns per page, prompt of {pages:,} pages ({pages * PAGE_SIZE + 1:,} tokens), "
+                    "medians",
                     ["", *schemes], rows)
         print(f"Request creation: {r['request_ns_per_token']:.1f} ns/token; array('q', tokens): "
               f"{floor[ARRAY_FLOOR]:.1f} ns/token; "

@@ -6,8 +6,9 @@
 some carry a ``cache_salt``), decode one token for a running request, preempt one (free, progress
 reset, keys kept), resume a preempted one, finish one (free and `free_page_hashes`), or drop the
 keys of a preempted one. Output per window of W steps: the Python heap (tracemalloc, current and
-peak), CPU µs per step (process time: other load on the machine does not count), requests in flight, pages in use, keys kept. A leak shows as a heap
-that climbs from window to window at the same load; a slowdown as µs per step that climbs.
+peak), CPU µs per step (process time: other load on the machine does not count), requests in
+flight, pages in use, keys kept. A leak shows as a heap that climbs from window to window at the
+same load; a slowdown as µs per step that climbs.
 
 This is a benchmark, not a test: nothing is asserted about time. ``run_soak`` also returns the
 per-window numbers, and checks the spec invariants every ``check_every`` steps (a failure raises).

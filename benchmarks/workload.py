@@ -127,7 +127,7 @@ class ReplayResult:
 class _Running:
     """Scheduler-side state of one request: its spec, the engine request, outputs produced so far."""
 
-    __slots__ = ("spec", "request", "produced")
+    __slots__ = ("produced", "request", "spec")
 
     def __init__(self, spec: TraceRequest, request: Any) -> None:
         self.spec, self.request, self.produced = spec, request, 0

@@ -159,7 +159,8 @@ def declared_conditions(target: str) -> set[str]:
     except ModuleNotFoundError:
         module = None
     if module is not None:
-        return set().union(*(posts(f"{target}.{name}", fn) for name, fn in inspect.getmembers(module, inspect.isfunction)
+        return set().union(*(posts(f"{target}.{name}", fn)
+                             for name, fn in inspect.getmembers(module, inspect.isfunction)
                              if fn.__module__ == target))
     found = posts(target, _resolve(target))
     try:

@@ -37,9 +37,7 @@ from verikv.single_type_managers import (
     FullAttentionManager,
     SlidingWindowManager,
 )
-from verikv.spec import hit_rules
-from verikv.spec import manager as spec_manager
-from verikv.spec import pool as spec_pool
+from verikv.spec import hit_rules, manager as spec_manager, pool as spec_pool
 from verikv.spec.abstraction import abstract_pool
 
 MAX_QUEUE_CAPACITY = 5
@@ -61,11 +59,11 @@ _READABLE: dict[type, type] = {}
 def _readable(cls: type[Any]) -> type[Any]:
     """``cls`` with a repr showing its abstract state, so counterexamples print readable states."""
     if cls not in _READABLE:
-        def __repr__(self: Any) -> str:
+        def readable_repr(self: Any) -> str:
             if isinstance(self, PagePool):
                 return f"{cls.__name__}: {abstract_pool(self)}"
             return f"{cls.__name__}(capacity={self.links.capacity}, free={self.ids()})"
-        _READABLE[cls] = type(cls.__name__, (cls,), {"__repr__": __repr__})
+        _READABLE[cls] = type(cls.__name__, (cls,), {"__repr__": readable_repr})
     return _READABLE[cls]
 
 
@@ -189,7 +187,8 @@ def configure_crosshair(targets: set[str]) -> None:
             module = getattr(found[0], "__module__", None) or ""
             qualified = f"{module}.{getattr(found[0], '__qualname__', '')}"
             if module.startswith("verikv.spec") or (
-                    module.startswith("verikv.") and not module.startswith("verikv.proofs") and qualified not in targets):
+                    module.startswith("verikv.") and not module.startswith("verikv.proofs")
+                    and qualified not in targets):
                 return None
         return parse(self, ctxfn)
 
@@ -384,7 +383,8 @@ def hit_agrees(kind: str, h0: bool, h1: bool, h2: bool, h3: bool, pages: int, pa
     length, width = _pick(max_length, 0, 12), _pick(span, 1, 8)
     keys = _pick(extra, 0, step - 1)
     return agree(spec_hit(kind, hit, ps, length, width), impl_hit(kind, hit, ps, length, width, step, keys),
-                 lambda: f"{kind} hit={hit} page_size={ps} max_length={length} span={width} stride={step} extra_keys={keys}")
+                 lambda: f"{kind} hit={hit} page_size={ps} max_length={length} span={width} stride={step} "
+                         f"extra_keys={keys}")
 
 
 def full_hit(h0: bool, h1: bool, h2: bool, h3: bool, pages: int, page_size: int, max_length: int, stride: int,
@@ -429,11 +429,12 @@ def shard_bounds_agree(pool: PagePool, dp: int, hint: int) -> bool:
                                         data_parallel_size=size if size is not None and size >= 1 else 1)
     state = spec_manager.ManagerState(config, spec_pool.init(pool.num_pages), frozenset())
     try:
-        expected = spec_manager.shard_bounds(state, spec_manager.call_shard(state, "lookup", hint_, size))
+        expected: tuple[int, int] | str | None = spec_manager.shard_bounds(
+            state, spec_manager.call_shard(state, "lookup", hint_, size))
     except spec_pool.PreconditionError:
         expected = REJECTED
     try:
-        found = pool._shard_bounds(hint_, size)
+        found: tuple[int, int] | str | None = pool._shard_bounds(hint_, size)
     except VeriKVError:
         found = REJECTED
     return agree(expected, found, lambda: f"num_pages={pool.num_pages} dp={size} hint={hint_}")
@@ -486,8 +487,9 @@ def same_keys(tokens_a: list[int], salt_a: int, lora_a: int, tokens_b: list[int]
     ps = _pick(page_size, 1, 2)
     reqs = [_Req([_pick(t, 0, 1) for t in tokens[:4]], _pick(salt, -1, 1), _pick(lora, -1, 0))
             for tokens, salt, lora in ((tokens_a, salt_a, lora_a), (tokens_b, salt_b, lora_b))]
-    spec_keys = [spec_manager.request_keys(spec_manager.RequestView("r", tuple(r.all_token_ids), cache_salt=r.cache_salt,
-                                                                    lora_id=r.lora_id), ps) for r in reqs]
+    spec_keys = [spec_manager.request_keys(spec_manager.RequestView("r", tuple(r.all_token_ids),
+                                                                    cache_salt=r.cache_salt, lora_id=r.lora_id), ps)
+                 for r in reqs]
     spec_same = [x == y for x, y in zip(*spec_keys)]
     split_at = _pick(split, 0, len(reqs[0].all_token_ids) // ps)
     return agree(spec_same, impl_same_keys(reqs[0], reqs[1], ps, split_at),

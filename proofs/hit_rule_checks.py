@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from verikv.proofs.registry import Check, Mutant, Outcome
 from verikv.spec import hit_rules
@@ -95,7 +96,8 @@ def _eagle_twice(lengths: list[Callable[[int], int]], page_sizes: list[int], max
     return length
 
 
-_ORIGINAL = {"fixed_point": hit_rules.fixed_point, "common_hit_length": hit_rules.common_hit_length}
+_ORIGINAL: dict[str, Callable[..., Any]] = {"fixed_point": hit_rules.fixed_point,
+                                            "common_hit_length": hit_rules.common_hit_length}
 
 
 def _detector(function: str, replacement: Callable[..., int], use_eagle: bool) -> Callable[[], list[str]]:

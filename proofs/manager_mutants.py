@@ -25,7 +25,7 @@ def _override(obj: Any, **methods: Callable[..., Any]) -> None:
     obj.__class__ = type(f"Mutated{cls.__name__}", (cls,), {"__slots__": (), **methods})
 
 
-def _base(obj: Any) -> type:
+def _base(obj: Any) -> type[Any]:
     """The real class behind an overridden object (for calling the original method)."""
     return type(obj).__mro__[1]
 

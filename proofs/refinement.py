@@ -48,6 +48,7 @@ from typing import Any
 
 from verikv.proofs.registry import Check, Outcome
 from verikv.spec import manager as spec
+from verikv.spec.pool import NULL_PAGE, FreeOrder
 
 PAGE = 2
 """Page size of every attention group here (Mamba groups: one page holds the whole state)."""
@@ -76,7 +77,7 @@ class Case:
     depth: int
     use_eagle: bool = False
     data_parallel_size: int = 1
-    free_order: spec.FreeOrder = "esurge"
+    free_order: FreeOrder = "esurge"
     hash_scheme: str = "sha256"
     lookahead: int = 0
     delay: bool = False
@@ -439,7 +440,7 @@ def _ghost_free_failures(node: Any) -> list[tuple[str, str]]:
         failures.append(("INV-WINDOW-LIVE", f"a page inside a window was dropped: {sorted(got.entries)}"))
     for rid, e in got.entries:
         for layout, pages in zip(got.config.groups, e.pages):
-            early = [q for j, q in enumerate(pages) if q != spec.NULL_PAGE and got.pool.key_of[q] is not None
+            early = [q for j, q in enumerate(pages) if q != NULL_PAGE and got.pool.key_of[q] is not None
                      and (j + 1) * layout.page_size > computed.get(rid, 0)]
             if early:
                 detail = f"{rid}: pages {early} keyed before their tokens are computed ({computed.get(rid, 0)})"
@@ -466,7 +467,7 @@ def _crash_names(before: Any, after: Any, exc: Exception) -> list[str]:
     names = [f"crash:{type(exc).__name__}"]
     try:
         changed = abstract_manager(after.impl.abstraction()) != abstract_manager(before.impl.abstraction())
-    except Exception:  # noqa: BLE001 - a state too broken to abstract has changed too
+    except Exception:
         changed = True
     return names + ["INV-ATOMIC"] if changed else names
 
@@ -509,7 +510,7 @@ def _search(case: Case, make: MakeManager, result: Result) -> None:
                 except ConformanceFailure as failure:
                     result.failure = (failure.names, trace + (op,), str(failure))
                     return
-                except Exception as exc:  # noqa: BLE001 - a crash is a failure too, named by type
+                except Exception as exc:
                     result.failure = (_crash_names(node, child, exc), trace + (op,), repr(exc))
                     return
                 state = _state(child)
@@ -543,5 +544,5 @@ def failed_checks(case: Case, make_manager: MakeManager) -> list[str]:
 def checks() -> list[Check]:
     """One exhaustive refinement check per layout."""
     return [Check(name=case.check_name, kind="refinement", invariant="REFINEMENT+all",
-                  transition="manager.*", bound=case.bound, run=lambda case=case: run_case(case))
+                  transition="manager.*", bound=case.bound, run=lambda case=case: run_case(case))  # type: ignore[misc]
             for case in CASES]

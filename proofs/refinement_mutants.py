@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from verikv.proofs.manager_mutants import _base, _override
 from verikv.proofs.refinement import (
@@ -359,8 +359,10 @@ def _spec_detector(function: str, wrap: Callable[[Callable[..., Any]], Callable[
 def mutants() -> list[Mutant]:
     """Issue 18's sixteen implementation bugs, named ``impl:<bug>``, caught by ``refine:*``; and
     spec transitions that break the ghost invariants (``spec:<bug>``), caught there too."""
+    # (a bug without a description always has a plant: its docstring describes it)
     impl = [Mutant(name=f"impl:{bug.name}", kind="impl", invariant=bug.invariant,
-                   description=f"{bug.description or _doc(bug.plant)} [refine: {', '.join(bug.cases)}]",
+                   description=f"{bug.description or _doc(cast(Callable[..., Any], bug.plant))} "
+                               f"[refine: {', '.join(bug.cases)}]",
                    detect=_detector(bug))
             for bug in _CATALOGUE]
     return impl + [Mutant(name=f"spec:{name}", kind="spec", invariant=invariant,

@@ -28,6 +28,7 @@ Each check first proves its hypotheses satisfiable (vacuity check); ``unknown`` 
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import math
 from collections.abc import Callable, Iterator
@@ -36,9 +37,9 @@ from typing import Any
 
 import z3
 
+from verikv.errors import DoesNotFitError, SizingError
 from verikv.proofs.registry import Check, Mutant, Outcome
 from verikv.proofs.z3_common import Obligation, discharge
-from verikv.errors import DoesNotFitError, SizingError
 from verikv.sizing import arith, budget, gpu, mamba, tpu
 from verikv.sizing.catalog import ACCELERATORS
 from verikv.sizing.dtypes import get_dtype
@@ -75,7 +76,7 @@ class _Vars:
         self.names.append((name, var))
         return var
 
-    def choice(self, name: str, values: tuple[int, ...]) -> Any:
+    def choice(self, name: str, values: tuple[builtins.int, ...]) -> Any:  # `int` here is the method above
         var = z3.Int(name)
         self.hyps.append(z3.Or([var == value for value in values]))
         self.names.append((name, var))
@@ -308,10 +309,11 @@ def checks() -> list[Check]:
     result = []
     for name in LAYOUTS:
         for prop, build in (("SIZE-FITS", _fits), ("SIZE-MAXIMAL", _maximal), ("SIZE-INT32", _int32)):
-            run = _run_all(lambda b=build, n=name: [b(n, "total"), b(n, "free")])
+            # (mypy cannot infer a lambda with default arguments, python/mypy#12557: hence the ignores)
+            run = _run_all(lambda b=build, n=name: [b(n, "total"), b(n, "free")])  # type: ignore[misc]
             result.append(Check(f"sizing.{name}/{prop}", "z3-sizing", prop, "-", BOUND, run))
         result.append(Check(f"sizing.{name}/SIZE-ALIGNED", "z3-sizing", "SIZE-ALIGNED", "-", BOUND,
-                            _run_all(lambda n=name: [_aligned(n)])))
+                            _run_all(lambda n=name: [_aligned(n)])))  # type: ignore[misc]
     result.append(Check("sizing.dp/SIZE-DP-EQUAL", "z3-sizing", "SIZE-DP-EQUAL", "-",
                         "pages per shard <= 2^31-1, dp <= 4096", _run_all(lambda: [_dp_equal()])))
     result.append(Check("sizing.planner/SIZE-FITS:grid", "planner-grid", "SIZE-FITS", "-", GRID_BOUND, _grid))

@@ -26,6 +26,7 @@ import z3
 from verikv.proofs.registry import Check, Outcome
 
 NONE = -1                   # "no page" / "no key" in every encoding
+TRUE = z3.BoolVal(True)     # one shared term: the default of "no extra constraint" fields
 QUERY_RLIMIT = 200_000_000   # per query, in Z3's deterministic resource units (heaviest measured: 15M)
 QUERY_TIMEOUT_MS = 60_000    # wall-clock backstop per query; either limit gives "unknown", a failure
 BOUNDED_SIZES = tuple(range(3, 6))  # N=6..8 measured at up to 20 s per theorem: over the CI budget
@@ -116,7 +117,7 @@ class Obligation:
     hypotheses: z3.BoolRef
     goals: Conjuncts
     explain: Callable[[z3.ModelRef], str]
-    witness_hint: z3.BoolRef = z3.BoolVal(True)
+    witness_hint: z3.BoolRef = TRUE
 
 
 def _check(*formulas: z3.BoolRef) -> tuple[z3.CheckSatResult, z3.Solver]:

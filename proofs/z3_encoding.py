@@ -21,10 +21,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import z3
+
 from verikv.proofs import z3_pool
 from verikv.proofs.registry import Check, Outcome
 from verikv.proofs.z3_common import NONE, Mode
-from verikv.spec import pool as P
+from verikv.spec import pool as spec_pool
 
 MAX_PAGES = 3
 STATE_DEPTH = 2
@@ -44,7 +45,7 @@ class KeyMap:
         return NONE if key is None else self.ids.setdefault(key, len(self.ids))
 
 
-def pins(sym: z3_pool.PoolSym, s: P.PoolState, keys: KeyMap, stamps: bool = True) -> list[z3.BoolRef]:
+def pins(sym: z3_pool.PoolSym, s: spec_pool.PoolState, keys: KeyMap, stamps: bool = True) -> list[z3.BoolRef]:
     """Constraints saying that ``sym`` is ``s`` on every index a state of its size can read.
 
     Stamps are pinned to each page's index in its key's entry, and the clock past all of
@@ -66,18 +67,18 @@ def pins(sym: z3_pool.PoolSym, s: P.PoolState, keys: KeyMap, stamps: bool = True
     return out
 
 
-def same_abstract_state(sym: z3_pool.PoolSym, s: P.PoolState, keys: KeyMap) -> z3.BoolRef:
+def same_abstract_state(sym: z3_pool.PoolSym, s: spec_pool.PoolState, keys: KeyMap) -> z3.BoolRef:
     """``sym`` abstracts to ``s``: every pin except stamps, which only need the same order per key."""
     order = [sym.stamp[a] < sym.stamp[b] for _, ids in s.cached for i, a in enumerate(ids) for b in ids[i + 1:]]
     return z3.And(pins(sym, s, keys, stamps=False) + order)
 
 
 SetArgs = Callable[[z3_pool.PoolArgs, KeyMap], list[z3.BoolRef]]
-Run = Callable[[], tuple[P.PoolState, Any]]
+Run = Callable[[], tuple[spec_pool.PoolState, Any]]
 ExpectedResult = Callable[[Any, KeyMap], list[Any]]
 
 
-def disagreement(s: P.PoolState, transition: str, length: int, set_args: SetArgs, run: Run,
+def disagreement(s: spec_pool.PoolState, transition: str, length: int, set_args: SetArgs, run: Run,
                  expected_result: ExpectedResult, mode: Mode | None = None) -> tuple[str, str] | None:
     """Instantiate ``transition`` on ``s`` (page list of ``length``) and compare it with ``run``,
     the Python transition returning (successor, result); None when they agree, else
@@ -91,7 +92,7 @@ def disagreement(s: P.PoolState, transition: str, length: int, set_args: SetArgs
     solver.add(*pins(sym, s, keys), *set_args(args, keys), args.head_slot == 0, step.pre, step.defs)
     try:
         outcome = run()
-    except P.PreconditionError:
+    except spec_pool.PreconditionError:
         verdict = solver.check()
         why = f"{transition}: encoded precondition {verdict} where the spec's fails"
         return None if verdict == z3.unsat else (_status(verdict), why)
@@ -129,43 +130,44 @@ def set_pages(args: z3_pool.PoolArgs, pages: tuple[int, ...]) -> list[z3.BoolRef
 Call = tuple[str, int, SetArgs, Run, ExpectedResult]
 
 
-def allocate_call(s: P.PoolState, n: int, bounds: tuple[int, int] | None) -> Call:
-    return ("pool.allocate", n, lambda a, k: [a.m == n] + set_bounds(a, bounds), lambda: P.allocate(s, n, bounds),
+def allocate_call(s: spec_pool.PoolState, n: int, bounds: tuple[int, int] | None) -> Call:
+    return ("pool.allocate", n, lambda a, k: [a.m == n] + set_bounds(a, bounds),
+            lambda: spec_pool.allocate(s, n, bounds),
             lambda chosen, k: list(chosen) + [NONE] * (max(n, 1) - len(chosen)))
 
 
-def touch_call(s: P.PoolState, pages: tuple[int, ...]) -> Call:
-    return ("pool.touch", len(pages), lambda a, k: set_pages(a, pages), lambda: (P.touch(s, pages), None),
+def touch_call(s: spec_pool.PoolState, pages: tuple[int, ...]) -> Call:
+    return ("pool.touch", len(pages), lambda a, k: set_pages(a, pages), lambda: (spec_pool.touch(s, pages), None),
             lambda r, k: [])
 
 
-def free_call(s: P.PoolState, pages: tuple[int, ...]) -> Call:
-    return ("pool.free", len(pages), lambda a, k: set_pages(a, pages), lambda: (P.free(s, pages), None),
+def free_call(s: spec_pool.PoolState, pages: tuple[int, ...]) -> Call:
+    return ("pool.free", len(pages), lambda a, k: set_pages(a, pages), lambda: (spec_pool.free(s, pages), None),
             lambda r, k: [])
 
 
-def cache_call(s: P.PoolState, page: int, key: int) -> Call:
+def cache_call(s: spec_pool.PoolState, page: int, key: int) -> Call:
     return ("pool.cache", 1, lambda a, k: [a.pages[0] == page, a.key == k(key)],
-            lambda: (P.cache(s, page, key), None), lambda r, k: [])
+            lambda: (spec_pool.cache(s, page, key), None), lambda r, k: [])
 
 
-def reset_call(s: P.PoolState) -> Call:
-    return ("pool.reset_prefix_cache", 0, lambda a, k: [], lambda: P.reset_prefix_cache(s),
+def reset_call(s: spec_pool.PoolState) -> Call:
+    return ("pool.reset_prefix_cache", 0, lambda a, k: [], lambda: spec_pool.reset_prefix_cache(s),
             lambda done, k: [z3.BoolVal(done)])
 
 
-def lookup_call(s: P.PoolState, key: int, bounds: tuple[int, int] | None) -> Call:
+def lookup_call(s: spec_pool.PoolState, key: int, bounds: tuple[int, int] | None) -> Call:
     return ("pool.lookup", 0, lambda a, k: [a.key == k(key)] + set_bounds(a, bounds),
-            lambda: (s, P.lookup(s, key, bounds)), lambda r, k: [NONE if r is None else r])
+            lambda: (s, spec_pool.lookup(s, key, bounds)), lambda r, k: [NONE if r is None else r])
 
 
-def init_call(n: int, order: P.FreeOrder) -> Call:
-    return ("pool.init", 0, lambda a, k: [], lambda: (P.init(n, order), None), lambda r, k: [])
+def init_call(n: int, order: spec_pool.FreeOrder) -> Call:
+    return ("pool.init", 0, lambda a, k: [], lambda: (spec_pool.init(n, order), None), lambda r, k: [])
 
 
 # ---- the exhaustive small-bound run -----------------------------------------------------------
 
-def _page_lists(s: P.PoolState) -> Iterator[tuple[int, ...]]:
+def _page_lists(s: spec_pool.PoolState) -> Iterator[tuple[int, ...]]:
     """Empty, every single id in -1..N (out of range included: bad calls), a duplicate, a pair."""
     yield ()
     yield from ((p,) for p in range(-1, s.num_pages + 1))
@@ -173,28 +175,28 @@ def _page_lists(s: P.PoolState) -> Iterator[tuple[int, ...]]:
     yield (1, 2)
 
 
-def _bounds(s: P.PoolState) -> tuple[tuple[int, int] | None, ...]:
+def _bounds(s: spec_pool.PoolState) -> tuple[tuple[int, int] | None, ...]:
     """No bounds, the whole pool, and an empty or out-of-range range (a bad call)."""
     return (None, (1, s.num_pages), (s.num_pages, s.num_pages + 1))
 
 
-def _moves(s: P.PoolState) -> Iterator[P.PoolState]:
+def _moves(s: spec_pool.PoolState) -> Iterator[spec_pool.PoolState]:
     """Successors of ``s`` under small valid calls (to enumerate reachable states)."""
     held = [p for p in range(1, s.num_pages) if s.ref[p] > 0]
     for call in [allocate_call(s, n, None) for n in (1, 2)] + [free_call(s, (p,)) for p in held[-1:]] + [
             touch_call(s, (1,)), cache_call(s, 1, 0), cache_call(s, s.num_pages - 1, 1), reset_call(s)]:
         try:
             yield call[3]()[0]
-        except P.PreconditionError:
+        except spec_pool.PreconditionError:
             continue
 
 
-def reachable_states() -> list[P.PoolState]:
+def reachable_states() -> list[spec_pool.PoolState]:
     """Every state within `STATE_DEPTH` small transitions of an initial pool, in a fixed order."""
-    found: dict[P.PoolState, None] = {}
+    found: dict[spec_pool.PoolState, None] = {}
     for n in range(1, MAX_PAGES + 1):
         for order in ("esurge", "unhashed-first"):
-            level = [P.init(n, order)]
+            level = [spec_pool.init(n, order)]
             for _ in range(STATE_DEPTH + 1):
                 fresh = [s for s in level if s not in found]
                 found.update(dict.fromkeys(fresh))
@@ -202,7 +204,7 @@ def reachable_states() -> list[P.PoolState]:
     return list(found)
 
 
-def calls(transition: str, s: P.PoolState) -> Iterator[Call]:
+def calls(transition: str, s: spec_pool.PoolState) -> Iterator[Call]:
     """The argument set of ``transition`` for state ``s``."""
     if transition == "pool.allocate":
         yield from (allocate_call(s, n, b) for n in range(3) for b in _bounds(s))
@@ -243,7 +245,7 @@ def init_agrees(unbounded: bool) -> Outcome:
     for n in range(1, MAX_PAGES + 3):
         for order in ("esurge", "unhashed-first"):
             call = init_call(n, order)  # type: ignore[arg-type]
-            found = disagreement(P.init(n, order), *call, Mode(None) if unbounded else None)  # type: ignore[arg-type]
+            found = disagreement(spec_pool.init(n, order), *call, Mode(None) if unbounded else None)  # type: ignore[arg-type]
             if found is not None:
                 return Outcome(found[0], found[1])  # type: ignore[arg-type]
     return Outcome("passed", f"N=1..{MAX_PAGES + 2}, both free orders")
@@ -256,9 +258,9 @@ def checks() -> list[Check]:
     for unbounded in (False, True):
         label = "unbounded" if unbounded else "bounded"
         out += [Check(name=f"encoding:{t}:{label}", kind="encoding", invariant="ENCODING=SPEC", transition=t,
-                      bound=bound, run=lambda t=t, u=unbounded: agrees_everywhere(t, u))
+                      bound=bound, run=lambda t=t, u=unbounded: agrees_everywhere(t, u))  # type: ignore[misc]
                 for t in (UNBOUNDED_TRANSITIONS if unbounded else TRANSITIONS)]
         out.append(Check(name=f"encoding:pool.init:{label}", kind="encoding", invariant="ENCODING=SPEC",
                          transition="pool.init", bound=f"N=1..{MAX_PAGES + 2}",
-                         run=lambda u=unbounded: init_agrees(u)))
+                         run=lambda u=unbounded: init_agrees(u)))  # type: ignore[misc]
     return out

@@ -38,13 +38,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import z3
 
 from verikv.proofs import z3_pool
 from verikv.proofs.registry import Check, Mutant
-from verikv.proofs.z3_common import (NONE, Conjuncts, Mode, Obligation, Theorem, as_int, count, failed_theorems,
-                                     show)
+from verikv.proofs.z3_common import (
+    NONE,
+    TRUE,
+    Conjuncts,
+    Mode,
+    Obligation,
+    Theorem,
+    as_int,
+    count,
+    failed_theorems,
+    show,
+)
 
 PAGE_SIZE = 2
 MAX_TOKENS = 6            # max_model_len and the longest prompt
@@ -57,10 +68,13 @@ IDEAL_HASH = "ideal hash: key = content (injective code of the token prefix)"
 POOL_GOALS = ("INV-CONSERVE", "INV-FREE-IFF-ZERO")
 
 
+NO_PAGE = z3.IntVal(NONE)  # a Table's default cell
+
+
 class Table:
     """A fixed-size list of Z3 terms indexable by ints, Z3 numerals or symbolic ints (an If chain)."""
 
-    def __init__(self, cells: list[z3.ExprRef], default: z3.ExprRef = z3.IntVal(NONE)) -> None:
+    def __init__(self, cells: list[z3.ExprRef], default: z3.ExprRef = NO_PAGE) -> None:
         self.cells, self.default = cells, default
 
     def __getitem__(self, i: object) -> z3.ExprRef:
@@ -104,7 +118,7 @@ class ManagerSym:
 
 def manager_vars(tag: str, n: int) -> ManagerSym:
     """Fresh constants for a whole manager state of ``n`` pages."""
-    ints = lambda name, k: [z3.Int(f"{tag}.{name}{i}") for i in range(k)]  # noqa: E731
+    ints = lambda name, k: [z3.Int(f"{tag}.{name}{i}") for i in range(k)]
     return ManagerSym(n, ints("ref", n), ints("key", n), ints("pos", n), ints("stamp", n), ints("content", n),
                       z3.Int(f"{tag}.flen"), z3.Int(f"{tag}.clock"),
                       [z3.Bool(f"{tag}.has{r}") for r in range(REQUESTS)], ints("npages", REQUESTS),
@@ -230,13 +244,14 @@ class MStep:
     pre: z3.BoolRef
     post: ManagerSym
     result: tuple[z3.ExprRef, ...] = ()
-    defs: z3.BoolRef = z3.BoolVal(True)
+    defs: z3.BoolRef = TRUE
 
 
 StepFn = Callable[[ManagerSym, ReqArgs, str], MStep]
 
 
-def lookup_pages(s: ManagerSym, a: ReqArgs, tag: str, max_pages: z3.ArithRef) -> tuple[z3.BoolRef, list[z3.BoolRef], list[z3.ArithRef]]:
+def lookup_pages(s: ManagerSym, a: ReqArgs, tag: str,
+                 max_pages: z3.ArithRef) -> tuple[z3.BoolRef, list[z3.BoolRef], list[z3.ArithRef]]:
     """Full-attention lookup: per page j, the oldest page keyed by code(j) (witness ``f_j``).
 
     Returns the witness definitions, whether page j is part of the hit, and the pages.
@@ -327,7 +342,8 @@ def allocate_slots(s: ManagerSym, a: ReqArgs, tag: str, atomic: bool = True) -> 
                                          pick(s.key, a.hits[j]) == code(a, j))) for j in range(MAX_HITS)]
     pre = z3.And(args_domain(a), a.num_new >= 1, a.computed >= 0, 0 <= nh, nh <= MAX_HITS,
                  computed + a.num_new <= MAX_TOKENS, z3.Implies(nh > 0, z3.Not(s.has[0])), *hits_ok)
-    cur, defs = s, []
+    cur = s
+    defs: list[z3.BoolRef] = []
     for j in range(MAX_HITS):
         cur = touch(cur, a.hits[j], j < nh)
     cur = freeze(cur, f"{tag}.touched", defs)
@@ -354,7 +370,7 @@ def allocate_slots(s: ManagerSym, a: ReqArgs, tag: str, atomic: bool = True) -> 
 
 def ite(cond: z3.BoolRef, a: ManagerSym, b: ManagerSym) -> ManagerSym:
     """Field-wise ``If(cond, a, b)``."""
-    def choose(x: object, y: object) -> object:
+    def choose(x: Any, y: Any) -> Any:
         if isinstance(x, list):
             return [choose(u, v) for u, v in zip(x, y)]
         return x if x is y else z3.If(cond, x, y)
@@ -446,7 +462,7 @@ def obligation(transition: str, invariant: str, fn: StepFn, mode: Mode) -> Oblig
 
 def render(model: z3.ModelRef, s: ManagerSym) -> str:
     """A symbolic manager state as the values a model gives it."""
-    vals = lambda xs: "[" + ", ".join(show(model, x) for x in xs) + "]"  # noqa: E731
+    vals = lambda xs: "[" + ", ".join(show(model, x) for x in xs) + "]"
     reqs = "; ".join(f"r{r}: has={model.eval(s.has[r], model_completion=True)} pages={vals(s.pages[r])} "
                      f"npages={show(model, s.npages[r])} num_cached={show(model, s.ncached[r])}"
                      for r in range(REQUESTS))
@@ -471,7 +487,7 @@ def theorems(transitions: dict[str, StepFn] | None = None) -> list[Theorem]:
     out = []
     for name, invs in PAIRS.items():
         for inv in invs:
-            build = lambda mode, name=name, inv=inv, fn=table[name]: obligation(name, inv, fn, mode)  # noqa: E731
+            build = lambda mode, name=name, inv=inv, fn=table[name]: obligation(name, inv, fn, mode)
             out.append(Theorem(name, inv, True, build, IDEAL_HASH if inv == "INV-HIT-SAFE" else "", SCOPE))
     return out
 

@@ -22,17 +22,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from typing import Any, TypeAlias
 
 import z3
 
 from verikv.proofs.registry import Check
-from verikv.proofs.z3_common import (NONE, Conjuncts, Mode, Obligation, Theorem, as_int, count, show)
+from verikv.proofs.z3_common import NONE, Conjuncts, Mode, Obligation, Theorem, as_int, count, show
 
 THEOREM_ELEMENTS = 1  # loop elements per theorem (see the module docstring)
 LIST_TRANSITIONS = frozenset({"pool.allocate", "pool.touch", "pool.free"})
 
 
-Array = z3.ArrayRef | Callable[[z3.ArithRef], z3.ExprRef]
+# An array over page ids or, while a transition is being built, a *view* (a Python function of an
+# index; see `PoolSym`). z3 ships no type information, so to mypy z3.ArrayRef is Any anyway; a union
+# with the view's Callable would make every `s.ref[p]` on a state known to hold arrays an error.
+Array: TypeAlias = Any
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,8 @@ class Frames:
     """Chains fresh intermediate states: each `advance` names the next state by fresh constants."""
 
     def __init__(self, tag: str, mode: Mode) -> None:
-        self.tag, self.mode, self.defs, self.count = tag, mode, [], 0
+        self.defs: list[z3.BoolRef] = []
+        self.tag, self.mode, self.count = tag, mode, 0
 
     def advance(self, new: PoolSym) -> PoolSym:
         """Fresh constants equal to ``new`` (views are defined pointwise by `Mode.define`)."""
@@ -209,11 +214,13 @@ def allocate(s: PoolSym, a: PoolArgs, mode: Mode, tag: str) -> Step:
 
         def inb(p: z3.ArithRef) -> z3.BoolRef:
             return in_bounds(a.has_bounds, a.lo, a.hi, p)
-        pre.append(z3.Implies(active, mode.exists(f"{tag}.e{j}", 0, c.flen, lambda x: inb(c.seq[x]))))
+        # (mode.exists/forall call these at once; c is bound per element all the same, and mypy
+        # cannot infer a lambda with default arguments, python/mypy#12557: hence the ignores)
+        pre.append(z3.Implies(active, mode.exists(f"{tag}.e{j}", 0, c.flen, lambda x, c=c: inb(c.seq[x]))))  # type: ignore[misc]
         i = z3.Int(f"{tag}.i{j}")
         frames.defs.append(z3.Implies(active, z3.And(
             0 <= i, i < c.flen, inb(c.seq[i]),
-            mode.forall(f"{tag}.t{j}", 0, i, lambda t: z3.Not(inb(c.seq[t])), lambda t: c.seq[t]))))
+            mode.forall(f"{tag}.t{j}", 0, i, lambda t, c=c: z3.Not(inb(c.seq[t])), lambda t, c=c: c.seq[t]))))  # type: ignore[misc]
         page = c.seq[i]
         taken = replace(evict(remove_free(c, page), page), ref=z3.Store(c.ref, page, 1))
         cur = frames.advance(ite(active, taken, c)) if j < len(a.pages) - 1 else ite(active, taken, c)
@@ -326,7 +333,7 @@ def held(s: PoolSym, mode: Mode) -> z3.ArithRef:
 def invariants(s: PoolSym, mode: Mode) -> dict[str, Conjuncts]:
     """The DESIGN pool invariants over ``s``, each as named conjuncts (bounded-only ones when bounded)."""
     n, f = s.n, mode.forall
-    free_at = lambda i: z3.And(0 <= i, i < s.flen)  # noqa: E731
+    free_at = lambda i: z3.And(0 <= i, i < s.flen)
     inv: dict[str, Conjuncts] = {
         "INV-NULL": [
             ("null-ref-zero", s.ref[0] == 0),
@@ -369,7 +376,7 @@ def invariants(s: PoolSym, mode: Mode) -> dict[str, Conjuncts]:
 
 def _cached_is_keyed(s: PoolSym, mode: Mode) -> z3.BoolRef:
     """Every member of a cached entry is a page of the pool whose key is that entry's key."""
-    if mode.bounded:
+    if mode.size is not None:  # bounded
         return z3.And([z3.Implies(s.inc[k][p], s.key[p] == k) for k in range(mode.size) for p in range(mode.size)])
     k, p = z3.Ints("ck cp")
     return z3.ForAll([k, p], z3.Implies(s.inc[k][p], z3.And(0 <= p, p < s.n, s.key[p] == k, k != NONE)),
@@ -433,7 +440,7 @@ def theorems(transitions: dict[str, StepFn] | None = None) -> list[Theorem]:
     out = []
     for name, fn in table.items():
         for inv in POOL_INVARIANTS:
-            build = lambda mode, name=name, inv=inv, fn=fn: obligation(name, inv, fn, mode)  # noqa: E731
+            build = lambda mode, name=name, inv=inv, fn=fn: obligation(name, inv, fn, mode)
             scope = "per element" if name in LIST_TRANSITIONS else ""
             if inv not in COUNTING:
                 out.append(Theorem(name, inv, False, build, scope=scope))

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import z3
+
 from verikv.proofs import z3_manager as zm
 from verikv.proofs.registry import Check, Mutant, Outcome
 from verikv.proofs.z3_common import NONE, QUERY_RLIMIT, QUERY_TIMEOUT_MS
@@ -95,7 +96,7 @@ def reachable(transition: str, branch: Branch, encoding: zm.StepFn | None = None
 def checks() -> list[Check]:
     """One satisfiability check per (transition, branch)."""
     return [Check(name=f"witness:{t}:{b}:N={PAGES}", kind="z3-witness", invariant="REACHABILITY", transition=t,
-                  bound=f"N={PAGES}; {zm.SCOPE}", run=lambda t=t, fn=fn: reachable(t, fn))
+                  bound=f"N={PAGES}; {zm.SCOPE}", run=lambda t=t, fn=fn: reachable(t, fn))  # type: ignore[misc]
             for t, branches in BRANCHES.items() for b, fn in branches.items()]
 
 

@@ -15,8 +15,8 @@ from verikv.hashing import PageHasher
 from verikv.page_pool import PagePool
 from verikv.proofs.pool_mutants import RevivedPageStaysFree
 from verikv.spec.manager import ManagerConfig
+from verikv.testing.adapter import build_cache_manager
 from verikv.testing.conformance import AdapterFactory, CacheManagerAdapter
-from verikv.testing.manager_machine import build_cache_manager
 
 
 class RefcountsNeverDecremented(PagePool):

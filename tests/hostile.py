@@ -30,6 +30,7 @@ from dataclasses import astuple, dataclass, fields, is_dataclass
 from typing import Any
 
 import numpy as np
+
 from verikv.errors import VeriKVError
 
 HANG_SECONDS = 20

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import astuple
+from typing import Any
 
 import numpy as np
 import pytest
@@ -33,10 +34,10 @@ from verikv import (
 )
 from verikv.spec.abstraction import abstract_manager
 
-KW = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
+KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
 FULL = CacheGroupSpec(FullAttentionSpec(page_size=4, **KW))
 SW = CacheGroupSpec(SlidingWindowSpec(page_size=4, sliding_window=8, **KW))
-DP = dict(dp_shard_hint=1, data_parallel_size=2)
+DP: dict[str, Any] = dict(dp_shard_hint=1, data_parallel_size=2)
 
 
 class World:
@@ -90,56 +91,66 @@ def swapped_hits(w: World) -> CachePages:
 
 
 # name -> (call taking the world, expected error)
+# (ill-typed arguments are the point here: their lines carry `type: ignore[arg-type]`)
 CASES: dict[str, tuple[Callable[[World], object], type[VeriKVError]]] = {
     # allocate_slots
-    "alloc: request is a str": (lambda w: w.m.allocate_slots("a", 1), InvalidArgumentError),
-    "alloc: request is None": (lambda w: w.m.allocate_slots(None, 1), InvalidArgumentError),
+    "alloc: request is a str": (lambda w: w.m.allocate_slots("a", 1), InvalidArgumentError),  # type: ignore[arg-type]
+    "alloc: request is None": (lambda w: w.m.allocate_slots(None, 1), InvalidArgumentError),  # type: ignore[arg-type]
     "alloc: zero new tokens": (lambda w: w.m.allocate_slots(w.a, 0), InvalidArgumentError),
     "alloc: negative new tokens": (lambda w: w.m.allocate_slots(w.a, -1), InvalidArgumentError),
-    "alloc: float new tokens": (lambda w: w.m.allocate_slots(w.a, 1.0), InvalidArgumentError),
+    "alloc: float new tokens": (lambda w: w.m.allocate_slots(w.a, 1.0), InvalidArgumentError),  # type: ignore[arg-type]
     "alloc: bool new tokens": (lambda w: w.m.allocate_slots(w.a, True), InvalidArgumentError),
-    "alloc: str new tokens": (lambda w: w.m.allocate_slots(w.a, "1"), InvalidArgumentError),
+    "alloc: str new tokens": (lambda w: w.m.allocate_slots(w.a, "1"), InvalidArgumentError),  # type: ignore[arg-type]
     "alloc: negative computed": (lambda w: w.m.allocate_slots(w.c, 4, -4), InvalidArgumentError),
     "alloc: negative lookahead": (lambda w: w.m.allocate_slots(w.a, 1, 0, None, -1), InvalidArgumentError),
-    "alloc: delay not a bool": (lambda w: w.m.allocate_slots(w.a, 1, delay_cache_pages="yes"), InvalidArgumentError),
+    "alloc: delay not a bool": (lambda w: w.m.allocate_slots(w.a, 1, delay_cache_pages="yes"), InvalidArgumentError),  # type: ignore[arg-type]
     "alloc: beyond max_model_len": (lambda w: w.m.allocate_slots(w.a, 51), InvalidArgumentError),
     "alloc: hit tokens beyond max_model_len": (
         lambda w: w.m.allocate_slots(w.c, 53, w.n, w.hits, **DP), InvalidArgumentError),
     "alloc: finished request": (lambda w: w.m.allocate_slots(w.f, 1), InvalidArgumentError),
-    "alloc: hits not CachePages": (lambda w: w.m.allocate_slots(w.c, 4, 12, w.hits.get_page_ids()), InvalidArgumentError),
-    "alloc: hits of another pool": (lambda w: w.m.allocate_slots(w.c, 4, 12, other_pool_hits(w), **DP), ForeignPageError),
-    "alloc: hits with one group": (lambda w: w.m.allocate_slots(w.c, 4, 12, CachePages([[1, 2, 3]]), **DP), InvalidArgumentError),
+    "alloc: hits not CachePages": (
+        lambda w: w.m.allocate_slots(w.c, 4, 12, w.hits.get_page_ids()), InvalidArgumentError),  # type: ignore[arg-type]
+    "alloc: hits of another pool": (
+        lambda w: w.m.allocate_slots(w.c, 4, 12, other_pool_hits(w), **DP), ForeignPageError),
+    "alloc: hits with one group": (
+        lambda w: w.m.allocate_slots(w.c, 4, 12, CachePages([[1, 2, 3]]), **DP), InvalidArgumentError),
     "alloc: hit id out of range": (
         lambda w: w.m.allocate_slots(w.c, 4, 12, CachePages([[99, 2, 3], [0, 1, 2]]), **DP), ForeignPageError),
     "alloc: hits shorter than computed": (lambda w: w.m.allocate_slots(w.c, 4, 16, w.hits, **DP), InvalidArgumentError),
     "alloc: computed not page aligned": (lambda w: w.m.allocate_slots(w.c, 4, 11, w.hits, **DP), InvalidArgumentError),
     "alloc: computed without hit pages": (lambda w: w.m.allocate_slots(w.c, 4, 12, None, **DP), InvalidArgumentError),
-    "alloc: hits for a request holding pages": (lambda w: w.m.allocate_slots(w.a, 4, 12, w.hits, **DP), InvalidArgumentError),
-    "alloc: stale or misplaced hit": (lambda w: w.m.allocate_slots(w.c, 4, 12, swapped_hits(w), **DP), InvalidArgumentError),
+    "alloc: hits for a request holding pages": (
+        lambda w: w.m.allocate_slots(w.a, 4, 12, w.hits, **DP), InvalidArgumentError),
+    "alloc: stale or misplaced hit": (
+        lambda w: w.m.allocate_slots(w.c, 4, 12, swapped_hits(w), **DP), InvalidArgumentError),
     "alloc: null page in a full-attention hit": (
         lambda w: w.m.allocate_slots(w.c, 4, 12, CachePages([[0] + w.hits.get_page_ids()[0][1:],
                                                              w.hits.get_page_ids()[1]]), **DP), InvalidArgumentError),
-    "alloc: bad shard hint type": (lambda w: w.m.allocate_slots(w.a, 1, dp_shard_hint="1", data_parallel_size=2), InvalidArgumentError),
-    "alloc: zero DP size": (lambda w: w.m.allocate_slots(w.a, 1, dp_shard_hint=0, data_parallel_size=0), InvalidArgumentError),
+    "alloc: bad shard hint type": (
+        lambda w: w.m.allocate_slots(w.a, 1, dp_shard_hint="1", data_parallel_size=2), InvalidArgumentError),  # type: ignore[arg-type]
+    "alloc: zero DP size": (
+        lambda w: w.m.allocate_slots(w.a, 1, dp_shard_hint=0, data_parallel_size=0), InvalidArgumentError),
     "alloc: DP size differs from the manager's": (
         lambda w: w.m.allocate_slots(w.c, 16, dp_shard_hint=0, data_parallel_size=4), InvalidArgumentError),
     # get_computed_pages
-    "lookup: not a Request": (lambda w: w.m.get_computed_pages("c"), InvalidArgumentError),
+    "lookup: not a Request": (lambda w: w.m.get_computed_pages("c"), InvalidArgumentError),  # type: ignore[arg-type]
     "lookup: finished request": (lambda w: w.m.get_computed_pages(w.f), InvalidArgumentError),
-    "lookup: bad shard hint": (lambda w: w.m.get_computed_pages(w.c, dp_shard_hint=1.5, data_parallel_size=2), InvalidArgumentError),
-    "lookup: DP size differs": (lambda w: w.m.get_computed_pages(w.c, dp_shard_hint=1, data_parallel_size=8), InvalidArgumentError),
+    "lookup: bad shard hint": (
+        lambda w: w.m.get_computed_pages(w.c, dp_shard_hint=1.5, data_parallel_size=2), InvalidArgumentError),  # type: ignore[arg-type]
+    "lookup: DP size differs": (
+        lambda w: w.m.get_computed_pages(w.c, dp_shard_hint=1, data_parallel_size=8), InvalidArgumentError),
     "lookup: negative DP size": (lambda w: w.m.get_computed_pages(w.c, data_parallel_size=-2), InvalidArgumentError),
     # cache_pages
     "cache: unknown request": (lambda w: w.m.cache_pages(w.c, 4), UnknownRequestError),
     "cache: freed request": (lambda w: w.m.cache_pages(w.b, 4), UnknownRequestError),
     "cache: negative count": (lambda w: w.m.cache_pages(w.a, -1), InvalidArgumentError),
     "cache: more than the request's tokens": (lambda w: w.m.cache_pages(w.a, 15), InvalidArgumentError),
-    "cache: not a Request": (lambda w: w.m.cache_pages("a", 4), InvalidArgumentError),
-    "cache: float count": (lambda w: w.m.cache_pages(w.a, 4.0), InvalidArgumentError),
+    "cache: not a Request": (lambda w: w.m.cache_pages("a", 4), InvalidArgumentError),  # type: ignore[arg-type]
+    "cache: float count": (lambda w: w.m.cache_pages(w.a, 4.0), InvalidArgumentError),  # type: ignore[arg-type]
     # free / free_page_hashes
-    "free: request id instead of request": (lambda w: w.m.free("a"), InvalidArgumentError),
-    "free: None": (lambda w: w.m.free(None), InvalidArgumentError),
-    "free_page_hashes: not a Request": (lambda w: w.m.free_page_hashes("b"), InvalidArgumentError),
+    "free: request id instead of request": (lambda w: w.m.free("a"), InvalidArgumentError),  # type: ignore[arg-type]
+    "free: None": (lambda w: w.m.free(None), InvalidArgumentError),  # type: ignore[arg-type]
+    "free_page_hashes: not a Request": (lambda w: w.m.free_page_hashes("b"), InvalidArgumentError),  # type: ignore[arg-type]
     # common prefix
     "common prefix: unknown request": (lambda w: w.m.get_num_common_prefix_pages(w.c, 1), UnknownRequestError),
     "common prefix: zero running": (lambda w: w.m.get_num_common_prefix_pages(w.a, 0), InvalidArgumentError),
@@ -147,13 +158,13 @@ CASES: dict[str, tuple[Callable[[World], object], type[VeriKVError]]] = {
     # introspection
     "get_page_ids: unknown id": (lambda w: w.m.get_page_ids("nope"), UnknownRequestError),
     "get_page_ids: finished id": (lambda w: w.m.get_page_ids("f"), UnknownRequestError),
-    "get_page_ids: not a str": (lambda w: w.m.get_page_ids(w.a), UnknownRequestError),
+    "get_page_ids: not a str": (lambda w: w.m.get_page_ids(w.a), UnknownRequestError),  # type: ignore[arg-type]
     "num_cached_pages: unknown id": (lambda w: w.m.num_cached_pages("b"), UnknownRequestError),
-    "request_shard: unknown id": (lambda w: w.m.request_shard(3), UnknownRequestError),
+    "request_shard: unknown id": (lambda w: w.m.request_shard(3), UnknownRequestError),  # type: ignore[arg-type]
     # CachePages
-    "CachePages: a string": (lambda w: CachePages("ab"), InvalidArgumentError),
+    "CachePages: a string": (lambda w: CachePages("ab"), InvalidArgumentError),  # type: ignore[arg-type]
     "CachePages: negative id": (lambda w: CachePages([[-1]]), ForeignPageError),
-    "CachePages: float id": (lambda w: CachePages([[1.0]]), ForeignPageError),
+    "CachePages: float id": (lambda w: CachePages([[1.0]]), ForeignPageError),  # type: ignore[list-item]
     "CachePages: groups of different counts added": (lambda w: w.hits + CachePages([[1]]), InvalidArgumentError),
     "CachePages: unhashed ids of two groups": (lambda w: w.hits.get_unhashed_page_ids(), InvalidArgumentError),
     "from_plan: not a plan": (lambda w: CacheManager.from_plan({"num_pages": 8}, 64), InvalidArgumentError),
@@ -179,7 +190,8 @@ CONSTRUCTOR_CASES: dict[str, tuple[dict, type[VeriKVError]]] = {
     "page sizes not multiples": (
         dict(kv_cache_groups=[FULL, CacheGroupSpec(FullAttentionSpec(page_size=6, **KW))]), CacheSpecError),
     "EAGLE with chunked local": (
-        dict(kv_cache_groups=[FULL, CacheGroupSpec(ChunkedLocalAttentionSpec(page_size=4, attention_chunk_size=8, **KW))],
+        dict(kv_cache_groups=[FULL,
+                              CacheGroupSpec(ChunkedLocalAttentionSpec(page_size=4, attention_chunk_size=8, **KW))],
              use_eagle=True), CacheSpecError),
     "Mamba page below max_model_len": (
         dict(kv_cache_groups=[FULL, CacheGroupSpec(MambaSpec(page_size=16, shapes=((2,),), dtype=np.float16))]),
@@ -196,7 +208,7 @@ CONSTRUCTOR_CASES: dict[str, tuple[dict, type[VeriKVError]]] = {
 
 @pytest.mark.parametrize("name", list(CONSTRUCTOR_CASES))
 def test_bad_construction_raises_typed_error(name: str) -> None:
-    kwargs = dict(num_pages=16, kv_cache_groups=[FULL], max_model_len=64)
+    kwargs: dict[str, Any] = dict(num_pages=16, kv_cache_groups=[FULL], max_model_len=64)
     override, error = CONSTRUCTOR_CASES[name]
     kwargs.update(override)
     with pytest.raises(error):

@@ -46,7 +46,8 @@ def test_per_page_and_decode_sections_quick_run(tmp_path: Path) -> None:
     per_page = results["perpage"]["20"]
     assert set(per_page["ns_per_page"]) == {"sha256", "xxh3_128", "builtin"}
     for costs in per_page["ns_per_page"].values():
-        assert {"prefix path, miss", "prefix path, hit", "allocate (no caching)", "allocate + cache", "free"} <= set(costs)
+        assert {"prefix path, miss", "prefix path, hit", "allocate (no caching)", "allocate + cache",
+                "free"} <= set(costs)
         assert all(ns > 0 for name, ns in costs.items() if not name.startswith("lookup per hit page"))
     assert {"sha256 call", "xxh3_128 call", "array('q', tokens) per token"} <= set(per_page["floors_ns"])
     assert per_page["request_ns_per_token"] > 0 and per_page["request_ratio"] > 0

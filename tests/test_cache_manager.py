@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,7 +30,7 @@ from verikv.free_queue import CachePage
 from verikv.hashing import PageHasher, PageHashWithGroupId
 from verikv.sizing import get_preset, plan_kv_cache
 
-KW = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
+KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
 
 
 def full(ps: int = 4) -> CacheGroupSpec:
@@ -87,7 +89,7 @@ def test_free_keeps_keys_for_resumption_until_free_page_hashes():
     m.free(r)  # preemption: pages released (still cached), keys kept
     assert m.request_ids() == [] and m.page_hashes_of("a") == keys
     r.num_computed_tokens = 0
-    hits, n = m.get_computed_pages(r)
+    _, n = m.get_computed_pages(r)
     assert n == 8 and m.page_hashes_of("a") == keys
     m.free_page_hashes(r)
     assert m.page_hashes_of("a") == () and m.hashed_request_ids() == []
@@ -191,7 +193,7 @@ def test_cache_pages_views_and_arithmetic():
     with pytest.raises(ForeignPageError):
         new + manager(8).create_empty_page_list()
     with pytest.raises(InvalidArgumentError):
-        CachePages([[1]]).pages
+        _ = CachePages([[1]]).pages
     assert CachePages([[1, 2]]) == CachePages(([1, 2],))
 
 
@@ -230,9 +232,9 @@ def test_data_parallel_shards():
     more = m.allocate_slots(r, 4, dp_shard_hint=0, data_parallel_size=2)
     assert all(8 <= p < 16 for p in more.get_page_ids()[0])
     other = Request("b", list(range(12)))
-    hits, n = m.get_computed_pages(other, dp_shard_hint=0, data_parallel_size=2)
+    _, n = m.get_computed_pages(other, dp_shard_hint=0, data_parallel_size=2)
     assert n == 0  # the cached pages live in shard 1
-    hits, n = m.get_computed_pages(other, dp_shard_hint=1, data_parallel_size=2)
+    _, n = m.get_computed_pages(other, dp_shard_hint=1, data_parallel_size=2)
     assert n == 8
     with pytest.raises(InvalidArgumentError):
         m.allocate_slots(other, 12, dp_shard_hint=0, data_parallel_size=4)  # not the manager's DP
@@ -291,6 +293,7 @@ ANCHORS = Path(__file__).resolve().parents[2] / "shared" / "anchors"
 def test_anchor_adapter_drives_the_manager_unchanged():
     def load(name: str):  # by path: the harness's trace.py would clash with the stdlib's
         spec = importlib.util.spec_from_file_location(f"anchors_{name}", ANCHORS / f"{name}.py")
+        assert spec is not None and spec.loader is not None
         module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
         spec.loader.exec_module(module)
         return module
@@ -310,7 +313,7 @@ def test_a_reused_request_id_never_reuses_stale_keys():
     admit(m, old)
     m.free(old)  # aborted: pages freed, keys kept
     new = Request("x", [7] * 12)
-    hits, n = m.get_computed_pages(new)
+    _, n = m.get_computed_pages(new)
     assert n == 0 and m.page_hashes_of("x") == tuple(PageHasher("sha256", seed=0).hash_request(new, 4))
     admit(m, new)
     twin = Request("x", [7] * 12)  # a second live request with the same id
@@ -379,7 +382,8 @@ def test_one_id_names_one_live_request_even_without_keys():
         m.free_page_hashes(holder)
         twin = Request("x", list(range(6)))
         before = m.get_page_ids("x"), m.page_pool.free_list_ids()
-        for call in (lambda: m.allocate_slots(twin, 1), lambda: m.get_computed_pages(twin)):
+        for call in (lambda m=m, twin=twin: m.allocate_slots(twin, 1),
+                     lambda m=m, twin=twin: m.get_computed_pages(twin)):
             with pytest.raises(InvalidArgumentError):
                 call()
         assert (m.get_page_ids("x"), m.page_pool.free_list_ids()) == before
@@ -410,8 +414,9 @@ def test_decode_fast_path_plans_what_the_general_path_plans(caching: bool):
             for r in rs:
                 admit(m, r)
         for step in range(40):
-            outcomes = []
-            for m, rs, call in zip(pair, reqs, (CacheManager.allocate_slots, general_path)):
+            outcomes: list[Any] = []  # an error message, None, or page ids
+            paths: tuple[Callable[..., Any], ...] = (CacheManager.allocate_slots, general_path)
+            for m, rs, call in zip(pair, reqs, paths):
                 r = rs[step % 2]
                 if step == 37:
                     r.status = RequestStatus.FINISHED_STOPPED

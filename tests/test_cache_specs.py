@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 
 from verikv.cache_specs import (
-    CacheGroupSpec,
+    AttentionSpec,
     CacheGroupsConfig,
+    CacheGroupSpec,
     CacheSpec,
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -25,7 +27,7 @@ from verikv.cache_specs import (
 from verikv.errors import CacheSpecError, DoesNotFitError, InvalidArgumentError
 
 
-def full(ps: int = 16, heads: int = 8, dim: int = 128, dtype: object = np.float16, **kw: object) -> FullAttentionSpec:
+def full(ps: int = 16, heads: int = 8, dim: int = 128, dtype: object = np.float16, **kw: Any) -> FullAttentionSpec:
     return FullAttentionSpec(page_size=ps, num_kv_heads=heads, head_size=dim, dtype=dtype, use_mla=False, **kw)
 
 
@@ -83,7 +85,7 @@ def test_mamba_page_holds_all_state_tensors_once() -> None:
     assert spec.max_memory_usage_bytes(10_000, 512) == 140
     assert spec.max_memory_usage_bytes() == 140
     assert spec.type_id == "mamba_((4, 8), (3,))_float32"
-    padded = MambaSpec(16, [[4, 8], [3]], "float32", page_size_padded=256)
+    padded = MambaSpec(16, [[4, 8], [3]], "float32", page_size_padded=256)  # type: ignore[arg-type]  # lists are accepted at run time
     assert padded.shapes == ((4, 8), (3,))
     assert padded.page_size_bytes == 256 and padded.raw_page_size_bytes == 140
 
@@ -122,8 +124,8 @@ def test_specs_and_sizing_share_one_dtype_table() -> None:
     from verikv.sizing.dtypes import ALIASES, DTYPES, get_dtype
 
     for name in [*DTYPES, *ALIASES]:
-        kv = get_dtype(name)
-        assert element_type(name) is not None and element_type(name).bits == kv.bits
+        kv, element = get_dtype(name), element_type(name)
+        assert element is not None and element.bits == kv.bits
         if kv.bits:
             assert dtype_size_bytes(name) == kv.itemsize
         else:
@@ -138,7 +140,7 @@ def test_ml_dtypes_style_type_is_known_by_its_name() -> None:
 
 
 def test_specs_are_frozen_and_normalise_numpy_ints() -> None:
-    spec = full(ps=np.int64(32))
+    spec = full(ps=np.int64(32))  # type: ignore[arg-type]  # numpy integers are accepted at run time
     assert type(spec.page_size) is int and spec.page_size == 32
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.page_size = 8  # type: ignore[misc]
@@ -163,8 +165,8 @@ def test_full_merge_unifies_recorded_windows() -> None:
 
 
 def test_cache_groups_config_is_plain() -> None:
-    groups = [CacheGroupSpec(full(), ["layer.0", "layer.1"])]
-    config = CacheGroupsConfig(num_pages=100, kv_cache_groups=groups)
+    groups = [CacheGroupSpec(full(), ["layer.0", "layer.1"])]  # type: ignore[arg-type]  # lists are accepted at run time
+    config = CacheGroupsConfig(num_pages=100, kv_cache_groups=groups)  # type: ignore[arg-type]  # lists are accepted at run time
     assert config.num_pages == 100
     assert config.kv_cache_groups == (CacheGroupSpec(full(), ("layer.0", "layer.1")),)
     assert CacheGroupSpec(full()).layer_names is None
@@ -184,7 +186,7 @@ def test_window_aware_runtime_estimate_counts_hybrid_group_pages() -> None:
 
 
 def test_estimate_counts_each_dp_shard_separately() -> None:
-    kwargs = dict(kv_cache_groups=esurge_budget_groups(), max_model_len=128, max_num_batched_tokens=16)
+    kwargs: dict[str, Any] = dict(kv_cache_groups=esurge_budget_groups(), max_model_len=128, max_num_batched_tokens=16)
     # 57 = 3 x 19: shard 0 has 18 usable pages, shards 1 and 2 have 19; one request each.
     assert estimate_runtime_page_budget(num_pages=57, data_parallel_size=3, **kwargs).max_num_seqs == 3
     # 57 pages do not split over 2 shards: the whole pool is counted (4 requests).
@@ -244,7 +246,8 @@ def test_split_exempts_mamba_from_the_page_size_rule() -> None:
 
 def test_split_page_size_error_names_the_right_direction() -> None:
     groups = [CacheGroupSpec(full(ps=32)), CacheGroupSpec(sliding(ps=48))]
-    with pytest.raises(CacheSpecError, match=r"page size 48 of cache group 1 is not a multiple of the smallest page size 32"):
+    with pytest.raises(CacheSpecError,
+                       match=r"page size 48 of cache group 1 is not a multiple of the smallest page size 32"):
         split_cache_groups(groups)
 
 
@@ -253,6 +256,13 @@ def test_split_page_size_error_names_the_right_direction() -> None:
 
 def kinds_of(groups: list[CacheGroupSpec]) -> list[tuple[str, tuple[str, ...] | None]]:
     return [(type(g.kv_cache_spec).__name__, g.layer_names) for g in groups]
+
+
+def attention(group: CacheGroupSpec) -> AttentionSpec:
+    """The group's spec, checked to be an attention spec (the fields these tests read)."""
+    spec = group.kv_cache_spec
+    assert isinstance(spec, AttentionSpec), spec
+    return spec
 
 
 def test_no_layer_information_gives_one_unnamed_full_group() -> None:
@@ -293,7 +303,7 @@ def test_gemma4_like_global_head_dim_and_global_heads() -> None:
         }
     }
     groups = create_kv_cache_specs_from_config(config, 16, 8, 64, "bfloat16")
-    sliding_spec, full_spec = (g.kv_cache_spec for g in groups)
+    sliding_spec, full_spec = (attention(g) for g in groups)
     assert (type(sliding_spec), sliding_spec.num_kv_heads, sliding_spec.head_size) == (SlidingWindowSpec, 4, 32)
     assert (type(full_spec), full_spec.num_kv_heads, full_spec.head_size) == (FullAttentionSpec, 2, 64)
 
@@ -301,7 +311,7 @@ def test_gemma4_like_global_head_dim_and_global_heads() -> None:
 def test_openelm_per_layer_kv_heads() -> None:
     config = SimpleNamespace(num_kv_heads=[4, 4, 6, 6, 8], head_dim=64, num_hidden_layers=5)
     groups = create_kv_cache_specs_from_config(config, 16, 1, 1, "float16")
-    assert [g.kv_cache_spec.num_kv_heads for g in groups] == [4, 6, 8]
+    assert [attention(g).num_kv_heads for g in groups] == [4, 6, 8]
     assert [g.layer_names for g in groups] == [("layer.0", "layer.1"), ("layer.2", "layer.3"), ("layer.4",)]
     assert len({g.kv_cache_spec.type_id for g in groups}) == 3
     assert len(split_cache_groups(groups)) == 1
@@ -314,7 +324,8 @@ def test_recurrent_layers_get_no_group_and_chunked_layers_get_chunk_specs() -> N
     }
     groups = create_kv_cache_specs_from_config(config, 16, 8, 128, "float16")
     assert kinds_of(groups) == [("ChunkedLocalAttentionSpec", ("layer.1",)), ("FullAttentionSpec", ("layer.2",))]
-    assert groups[0].kv_cache_spec.attention_chunk_size == 8192
+    chunked = groups[0].kv_cache_spec
+    assert isinstance(chunked, ChunkedLocalAttentionSpec) and chunked.attention_chunk_size == 8192
 
 
 def test_per_layer_window_list_and_uniform_scalars() -> None:
@@ -331,19 +342,20 @@ def test_per_layer_window_list_and_uniform_scalars() -> None:
 def test_mla_uses_arguments_and_sliding_layers_drop_mla() -> None:
     config = {"layer_types": ["full_attention", "sliding_attention"], "sliding_window": 64, "num_key_value_heads": 128}
     groups = create_kv_cache_specs_from_config(config, 16, 1, 576, "bfloat16", use_mla=True)
-    full_spec, sliding_spec = (g.kv_cache_spec for g in groups)
+    full_spec, sliding_spec = (attention(g) for g in groups)
     assert (full_spec.num_kv_heads, full_spec.head_size, full_spec.use_mla) == (1, 576, True)
     assert sliding_spec.use_mla is False
 
 
 # --- bad input ------------------------------------------------------------------------------------
 
+# (ill-typed arguments are the point here: their lines carry `type: ignore[arg-type]`)
 BAD_INPUTS = [
     ("zero_page_size", lambda: full(ps=0), CacheSpecError),
     ("negative_heads", lambda: full(heads=-1), CacheSpecError),
     ("bool_head_size", lambda: full(dim=True), CacheSpecError),
-    ("float_page_size", lambda: full(ps=16.0), CacheSpecError),
-    ("int_use_mla", lambda: FullAttentionSpec(16, 8, 128, "float16", 1), CacheSpecError),
+    ("float_page_size", lambda: full(ps=16.0), CacheSpecError),  # type: ignore[arg-type]
+    ("int_use_mla", lambda: FullAttentionSpec(16, 8, 128, "float16", 1), CacheSpecError),  # type: ignore[arg-type]
     ("unknown_dtype", lambda: full(dtype="float128x"), CacheSpecError),
     ("sub_byte_dtype", lambda: full(dtype="int4"), CacheSpecError),
     ("fp4_dtype", lambda: full(dtype="float4_e2m1fn"), CacheSpecError),
@@ -358,11 +370,11 @@ BAD_INPUTS = [
     ("mamba_padded_too_small", lambda: MambaSpec(16, ((4, 8),), "float32", page_size_padded=127), CacheSpecError),
     ("mamba_empty_shapes", lambda: MambaSpec(16, (), "float32"), CacheSpecError),
     ("mamba_zero_dim", lambda: MambaSpec(16, ((4, 0),), "float32"), CacheSpecError),
-    ("mamba_string_shapes", lambda: MambaSpec(16, "44", "float32"), CacheSpecError),
-    ("group_not_a_spec", lambda: CacheGroupSpec("full"), CacheSpecError),
-    ("group_bad_layer_names", lambda: CacheGroupSpec(full(), [1, 2]), CacheSpecError),
-    ("groups_config_zero_pages", lambda: CacheGroupsConfig(0, []), CacheSpecError),
-    ("groups_config_not_groups", lambda: CacheGroupsConfig(10, [full()]), CacheSpecError),
+    ("mamba_string_shapes", lambda: MambaSpec(16, "44", "float32"), CacheSpecError),  # type: ignore[arg-type]
+    ("group_not_a_spec", lambda: CacheGroupSpec("full"), CacheSpecError),  # type: ignore[arg-type]
+    ("group_bad_layer_names", lambda: CacheGroupSpec(full(), [1, 2]), CacheSpecError),  # type: ignore[arg-type]
+    ("groups_config_zero_pages", lambda: CacheGroupsConfig(0, []), CacheSpecError),  # type: ignore[arg-type]
+    ("groups_config_not_groups", lambda: CacheGroupsConfig(10, [full()]), CacheSpecError),  # type: ignore[arg-type]
     ("merge_empty", lambda: CacheSpec.merge([]), CacheSpecError),
     ("merge_different_types", lambda: CacheSpec.merge([full(), sliding()]), CacheSpecError),
     ("merge_different_windows", lambda: FullAttentionSpec.merge([full(sliding_window=8), full(sliding_window=16)]),
@@ -380,7 +392,7 @@ BAD_INPUTS = [
         num_pages=9, kv_cache_groups=[], max_model_len=8, max_num_batched_tokens=8, data_parallel_size=0),
      InvalidArgumentError),
     ("estimate_specs_not_groups", lambda: estimate_runtime_page_budget(
-        num_pages=9, kv_cache_groups=[full()], max_model_len=8, max_num_batched_tokens=8), CacheSpecError),
+        num_pages=9, kv_cache_groups=[full()], max_model_len=8, max_num_batched_tokens=8), CacheSpecError),  # type: ignore[list-item]
     ("config_none", lambda: create_kv_cache_specs_from_config(None, 16, 8, 128, "float16"), CacheSpecError),
     ("config_unknown_layer_type", lambda: create_kv_cache_specs_from_config(
         {"layer_types": ["banana"]}, 16, 8, 128, "float16"), CacheSpecError),
@@ -397,8 +409,8 @@ BAD_INPUTS = [
     ("config_unhashable_window", lambda: create_kv_cache_specs_from_config(
         {"layer_types": ["sliding_attention"], "sliding_window": [[4]]}, 16, 8, 128, "float16"), CacheSpecError),
     ("config_zero_page_size", lambda: create_kv_cache_specs_from_config({}, 0, 8, 128, "float16"), CacheSpecError),
-    ("config_int_use_mla", lambda: create_kv_cache_specs_from_config({}, 16, 8, 128, "float16", 0), CacheSpecError),
-    ("split_not_groups", lambda: split_cache_groups([sliding()]), CacheSpecError),
+    ("config_int_use_mla", lambda: create_kv_cache_specs_from_config({}, 16, 8, 128, "float16", 0), CacheSpecError),  # type: ignore[arg-type]
+    ("split_not_groups", lambda: split_cache_groups([sliding()]), CacheSpecError),  # type: ignore[list-item]
 ]
 
 

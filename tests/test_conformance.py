@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import settings
 from broken_managers import BROKEN, OBSERVABLE, RefcountsNeverDecremented
+from hypothesis import settings
 
 from verikv.errors import InvalidArgumentError
 from verikv.page_pool import PagePool

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from verikv.dp_sharding import (
     checked_int,
@@ -28,9 +27,9 @@ def test_pages_per_dp_shard_is_none_without_data_parallelism(dp: int | None) -> 
 
 
 def test_numpy_integers_are_accepted() -> None:
-    assert pages_per_dp_shard(np.int64(12), np.int32(4)) == 3
-    assert usable_pages_count(np.uint16(9)) == 8
-    assert dp_shard_for_page_id(np.int64(5), 3, 3) == 1
+    assert pages_per_dp_shard(np.int64(12), np.int32(4)) == 3  # type: ignore[arg-type]
+    assert usable_pages_count(np.uint16(9)) == 8  # type: ignore[arg-type]
+    assert dp_shard_for_page_id(np.int64(5), 3, 3) == 1  # type: ignore[arg-type]
 
 
 def test_dp_shard_mapping_uses_floor_division() -> None:
@@ -66,18 +65,19 @@ def test_shards_partition_the_allocatable_ids(pps: int, dp: int) -> None:
     )
 
 
+# (ill-typed arguments are the point here: their lines carry `type: ignore[arg-type]`)
 BAD_CALLS = [
     ("usable_zero_pages", lambda: usable_pages_count(0), InvalidArgumentError),
     ("usable_negative_pages", lambda: usable_pages_count(-3), InvalidArgumentError),
     ("usable_bool_pages", lambda: usable_pages_count(True), InvalidArgumentError),
-    ("usable_float_pages", lambda: usable_pages_count(8.0), InvalidArgumentError),
+    ("usable_float_pages", lambda: usable_pages_count(8.0), InvalidArgumentError),  # type: ignore[arg-type]
     ("pps_zero_pages", lambda: pages_per_dp_shard(0, 4), InvalidArgumentError),
     ("pps_zero_dp", lambda: pages_per_dp_shard(8, 0), InvalidArgumentError),
     ("pps_negative_dp", lambda: pages_per_dp_shard(8, -2), InvalidArgumentError),
-    ("pps_float_dp", lambda: pages_per_dp_shard(8, 2.0), InvalidArgumentError),
+    ("pps_float_dp", lambda: pages_per_dp_shard(8, 2.0), InvalidArgumentError),  # type: ignore[arg-type]
     ("pps_bool_dp", lambda: pages_per_dp_shard(8, True), InvalidArgumentError),
-    ("pps_numpy_bool_dp", lambda: pages_per_dp_shard(8, np.True_), InvalidArgumentError),
-    ("pps_string_pages", lambda: pages_per_dp_shard("8", 2), InvalidArgumentError),
+    ("pps_numpy_bool_dp", lambda: pages_per_dp_shard(8, np.True_), InvalidArgumentError),  # type: ignore[arg-type]
+    ("pps_string_pages", lambda: pages_per_dp_shard("8", 2), InvalidArgumentError),  # type: ignore[arg-type]
     ("shard_negative_page", lambda: dp_shard_for_page_id(-1, 3, 3), ForeignPageError),
     ("shard_page_beyond_partition", lambda: dp_shard_for_page_id(9, 3, 3), ForeignPageError),
     ("shard_zero_pps", lambda: dp_shard_for_page_id(1, 0, 3), InvalidArgumentError),
@@ -85,7 +85,7 @@ BAD_CALLS = [
     ("bounds_negative_shard", lambda: dp_shard_page_bounds(-1, 4), InvalidArgumentError),
     ("bounds_shard_beyond_dp", lambda: dp_shard_page_bounds(4, 4, dp_size=4), InvalidArgumentError),
     ("bounds_zero_pps", lambda: dp_shard_page_bounds(0, 0), InvalidArgumentError),
-    ("bounds_float_shard", lambda: dp_shard_page_bounds(1.0, 4), InvalidArgumentError),
+    ("bounds_float_shard", lambda: dp_shard_page_bounds(1.0, 4), InvalidArgumentError),  # type: ignore[arg-type]
 ]
 
 

@@ -3,6 +3,8 @@ asserting the safe outcome. The comment above each test says what eSurge does.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,7 @@ from verikv import (
 from verikv.hashing import PageHasher, PageHashWithGroupId
 from verikv.spec.abstraction import abstract_manager
 
-KW = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
+KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
 FULL = CacheGroupSpec(FullAttentionSpec(page_size=4, **KW))
 SW4 = CacheGroupSpec(SlidingWindowSpec(page_size=4, sliding_window=4, **KW))
 

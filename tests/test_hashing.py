@@ -70,7 +70,7 @@ def test_token_ids_are_unsigned_64_bit(scheme: str) -> None:
         with pytest.raises(InvalidArgumentError):
             hasher.hash_request(request(bad), 2)
         with pytest.raises(InvalidArgumentError):
-            hasher.hash_page(None, bad)
+            hasher.hash_page(None, bad)  # type: ignore[arg-type]
 
 
 def _int(value: int) -> bytes:

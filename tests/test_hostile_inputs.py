@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-import verikv
 from hostile import HOSTILE, Case, HashFlipStr, P, World, run_case, substitution_cases
 from hostile_known_open import KNOWN_OPEN
+
+import verikv
 from verikv import (
     CacheGroupsConfig,
     CacheGroupSpec,
@@ -263,7 +264,8 @@ def _pool_targets() -> list[Case]:
                                          group_id=P(None, "opt_count0", either=BIGS), **dp))
         cases += substitution_cases(pre + "touch", build,
                                     lambda w, **k: w["pool"].touch(**resolve(w, k)),
-                                    dict(pages=P(W("views"), "ids", accept={"empty_list"}, reject={"list", "np_array"})))
+                                    dict(pages=P(W("views"), "ids", accept={"empty_list"},
+                                                 reject={"list", "np_array"})))
         cases += substitution_cases(pre + "free_pages", build, method("free_pages"),
                                     dict(ordered_pages=P(W("views"), "ids", reject={"list", "np_array"})))
         cases += substitution_cases(pre + "get_cached_page", build, method("get_cached_page"),
@@ -452,7 +454,8 @@ def _spec_targets() -> list[Case]:
                                 dict(specs=P(lambda: [mamba], "ids", reject={"list", "np_array", "empty_list"})))
     cases += substitution_cases("FullAttentionSpec.merge", empty_world,
                                 lambda w, **k: FullAttentionSpec.merge(**k),
-                                dict(specs=P(lambda: [FULL.kv_cache_spec], "ids", reject={"list", "np_array", "empty_list"})))
+                                dict(specs=P(lambda: [FULL.kv_cache_spec], "ids",
+                                             reject={"list", "np_array", "empty_list"})))
     cases += substitution_cases("CacheGroupSpec", empty_world, lambda w, **k: CacheGroupSpec(**k), dict(
         kv_cache_spec=P(FULL.kv_cache_spec, "object"),
         layer_names=P(None, "object", accept={"None", "empty_list"})))
@@ -472,7 +475,8 @@ def _spec_targets() -> list[Case]:
     config = {"num_hidden_layers": 2, "sliding_window": 8, "layer_types": ["full_attention", "sliding_attention"]}
     cases += substitution_cases("create_kv_cache_specs_from_config", empty_world,
                                 lambda w, **k: verikv.create_kv_cache_specs_from_config(**k), dict(
-                                    config=P(lambda: dict(config), "object", either={"object", "callable", "bad_index", "bad_int", "dict"}),
+                                    config=P(lambda: dict(config), "object",
+                                             either={"object", "callable", "bad_index", "bad_int", "dict"}),
                                     page_size=P(4, COUNT1, either=BIGS), num_kv_heads=P(1, COUNT1, either=BIGS),
                                     head_size=P(8, COUNT1, either=BIGS), dtype=P("float16", "object"),
                                     use_mla=P(False, "bool")))
@@ -480,7 +484,8 @@ def _spec_targets() -> list[Case]:
         cases += substitution_cases(f"create_kv_cache_specs_from_config[config.{key}]", empty_world,
                                     lambda w, key=key, **k: verikv.create_kv_cache_specs_from_config(
                                         {**config, key: k["value"]}, 4, 1, 8, "float16"),
-                                    dict(value=P(config[key], "object", either=BIGS | {"None", "np_int", "hashflip_int", "list"})))
+                                    dict(value=P(config[key], "object",
+                                                 either=BIGS | {"None", "np_int", "hashflip_int", "list"})))
     return cases
 
 
@@ -605,8 +610,9 @@ def _sizing_targets() -> list[Case]:
         memory_bytes=P(None, "opt_count1", either=BIGS | {"None"})))
     for value, expect in (("1/0", "reject"), ("1e999999999", "reject"), ("0.5", "accept"), ("nan", "reject"),
                           ("-0.5", "reject"), ("\ud800", "reject")):
+        # (mypy cannot infer a lambda with default arguments, python/mypy#12557: hence the ignores)
         cases.append(Case(f"plan_kv_cache[utilization={value!r}]", empty_world,
-                          lambda w, value=value: verikv.plan_kv_cache(model(), "h100", max_model_len=1024,
+                          lambda w, value=value: verikv.plan_kv_cache(model(), "h100", max_model_len=1024,  # type: ignore[misc]
                                                                       utilization=value),
                           expect, isolate=True))
     cases += substitution_cases("MambaLayer", empty_world, lambda w, **k: MambaLayer(**k), dict(
@@ -641,7 +647,7 @@ def _cli_cases(tmp: Path) -> list[Case]:
         for value in values:
             expect = "accept" if value == "0.5" else "reject"
             cases.append(Case(f"verikv size[{flag}={value!r}]", empty_world,
-                              lambda w, flag=flag, value=value: _size_cli([*base, flag, value]), expect,
+                              lambda w, flag=flag, value=value: _size_cli([*base, flag, value]), expect,  # type: ignore[misc]
                               isolate=True))
     for name, text in (("nested", "[" * 100000 + "]" * 100000),
                        ("huge_layers", json.dumps({"num_hidden_layers": 10**7, "num_attention_heads": 8,
@@ -652,7 +658,7 @@ def _cli_cases(tmp: Path) -> list[Case]:
                        ("not_object", "[1, 2]"), ("surrogate", '{"model_type": "\\ud800"}')):
         path = tmp / f"{name}.json"
         cases.append(Case(f"verikv size[config={name}]", empty_world,
-                          lambda w, path=path, text=text: (path.write_text(text, errors="surrogatepass"),
+                          lambda w, path=path, text=text: (path.write_text(text, errors="surrogatepass"),  # type: ignore[misc]
                                                            _size_cli(["--model", str(path), "--device", "h100"])),
                           "reject", isolate=True))
     return cases
@@ -673,6 +679,7 @@ def _wrong_order_cases() -> list[Case]:
         return Case(f"order[{cid}]", build, act, expect)
 
     mw = manager_world
+    # (a tuple runs a mutation, then the call; mypy objects to setattr's None inside it)
     return [
         c("free before allocate", mw, lambda w: w["m"].free(w["n"]), "accept"),  # documented no-op
         c("cache_pages without pages", mw, lambda w: w["m"].cache_pages(w["n"], 4)),
@@ -685,9 +692,9 @@ def _wrong_order_cases() -> list[Case]:
         c("hits of another request", mw, lambda w: w["m"].allocate_slots(w["n"], 2, 8, w["hits"])),
         c("request_id reassigned while held", mw, lambda w: setattr(w["a"], "request_id", "zz")),
         c("cache_salt set after construction to a surrogate", mw, lambda w: (
-            setattr(w["n"], "cache_salt", "\ud800"), w["m"].allocate_slots(w["n"], 6))),
+            setattr(w["n"], "cache_salt", "\ud800"), w["m"].allocate_slots(w["n"], 6))),  # type: ignore[func-returns-value]
         c("lora_id set after construction to a str", mw, lambda w: (
-            setattr(w["n"], "lora_id", "x"), w["m"].allocate_slots(w["n"], 6))),
+            setattr(w["n"], "lora_id", "x"), w["m"].allocate_slots(w["n"], 6))),  # type: ignore[func-returns-value]
         c("cache_salt surrogate at construction", mw, lambda w: w["m"].allocate_slots(
             Request("s", list(range(9)), cache_salt="\ud800"), 9)),
         c("hash-flipping salt then eviction", mw, _hash_flip_then_evict, "accept"),

@@ -9,12 +9,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
-from verikv.spec import hit_rules as hr
-from verikv.spec import invariants as inv
-from verikv.spec import manager as m
+from verikv.spec import hit_rules as hr, invariants as inv, manager as m
 from verikv.spec.pool import PreconditionError
 
 FULL4 = m.GroupLayout("full", 4)
@@ -161,7 +158,8 @@ def test_reset_only_when_idle_and_keeps_nothing_cached() -> None:
 def test_dp_shard_is_fixed_by_the_hint_and_lookups_stay_in_it() -> None:
     s = m.init(cfg(FULL4, num_pages=8, data_parallel_size=2))
     s, new = m.allocate_slots(s, req("a", tuple(range(8))), 8, dp_shard_hint=1, data_parallel_size=2)
-    assert new == ((4, 5),) and s.entry("a").shard == 1
+    entry = s.entry("a")
+    assert new == ((4, 5),) and entry is not None and entry.shard == 1
     b = req("b", tuple(range(9)))
     assert m.lookup(s, b, dp_shard_hint=0, data_parallel_size=2).num_tokens == 0
     assert m.lookup(s, b, dp_shard_hint=3, data_parallel_size=2).num_tokens == 8
@@ -200,7 +198,7 @@ def test_invariant_predicates_reject_broken_states() -> None:
     s, _ = m.allocate_slots(s, req("a", tuple(range(9))), 9)
     leaked = m.ManagerState(s.config, s.pool, frozenset(), s.keys, s.content)
     assert not m.inv_ref_count(leaked)
-    wrong = m.ManagerState(s.config, s.pool, s.entries, s.keys, (None, 2) + s.content[2:])
+    wrong = m.ManagerState(s.config, s.pool, s.entries, s.keys, (None, 2) + s.content[2:])  # type: ignore[arg-type]
     assert not m.inv_hit_safe_state(wrong)
     b = req("b", (7,) * 9)
     assert not m.inv_hit_safe(s, b, m.Hit(((1,),), 4))

@@ -11,7 +11,7 @@ adds the failing-key-computation rule (issue 12).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import Phase, settings
@@ -50,7 +50,7 @@ def test_cache_manager_refines_the_spec(name: str) -> None:
 class Counting(ManagerMachine):
     """The machine, counting which paths its runs reach (class-level counter, reset per test)."""
 
-    seen: Counter[str] = Counter()
+    seen: ClassVar[Counter[str]] = Counter()
 
     def check(self) -> None:
         super().check()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -44,7 +45,7 @@ def test_num_pages_must_be_a_positive_integer(bad) -> None:
 
 
 def test_numpy_integer_page_count_is_accepted() -> None:
-    assert PagePool(np.int64(4)).num_pages == 4
+    assert PagePool(np.int64(4)).num_pages == 4  # type: ignore[arg-type]  # numpy integers are accepted at run time
 
 
 def test_constructor_options_are_validated() -> None:
@@ -85,7 +86,7 @@ def test_double_free_and_null_free_raise_and_change_nothing() -> None:
     for bad, error in [([b, a], DoubleFreeError), ([b, 0], NullPageError), ([b, 6], ForeignPageError),
                        ([b, b], DoubleFreeError), ([b, "1"], InvalidArgumentError)]:
         with pytest.raises(error):
-            pool.free_page_ids(bad)
+            pool.free_page_ids(bad)  # type: ignore[arg-type]
         assert abstract_pool(pool) == before
     with pytest.raises(NullPageError):
         pool.free_pages([pool.null_page])
@@ -147,7 +148,8 @@ def test_get_cached_page_needs_every_group() -> None:
     pool.cache_page_id(a, key(0, group=0))
     assert pool.get_cached_page(K[0], [0, 1]) is None
     pool.cache_page_id(b, key(0, group=1))
-    assert [p.page_id for p in pool.get_cached_page(K[0], [0, 1])] == [a, b]
+    hit = pool.get_cached_page(K[0], [0, 1])
+    assert hit is not None and [p.page_id for p in hit] == [a, b]
 
 
 def test_cache_page_errors_change_nothing() -> None:
@@ -159,7 +161,7 @@ def test_cache_page_errors_change_nothing() -> None:
                         (lambda: pool.cache_page_id(a, key(1)), PageStateError),
                         (lambda: pool.cache_page_id(9, key(1)), ForeignPageError),
                         (lambda: pool.cache_page_id(2, None), InvalidArgumentError),
-                        (lambda: pool.cache_page_id(2, [1]), InvalidArgumentError)]:
+                        (lambda: pool.cache_page_id(2, [1]), InvalidArgumentError)]:  # type: ignore[arg-type]
         with pytest.raises(error):
             call()
         assert abstract_pool(pool) == before
@@ -299,7 +301,8 @@ def test_dp_shard_lookup_stays_inside_the_shard() -> None:
     pool.cache_page_id(b, key(0))
     assert pool.lookup_id(key(0)) == a
     assert pool.lookup_id(key(0), dp_shard_hint=1, data_parallel_size=2) == b
-    assert pool.get_cached_page(K[0], [0], dp_shard_hint=0, data_parallel_size=2)[0].page_id == a
+    hit = pool.get_cached_page(K[0], [0], dp_shard_hint=0, data_parallel_size=2)
+    assert hit is not None and hit[0].page_id == a
 
 
 def test_million_page_pool_is_usable() -> None:
@@ -345,7 +348,7 @@ def test_count_free_ids_and_shard_free_counts() -> None:
     with pytest.raises(ForeignPageError):
         pool.count_free_ids([1, 8])
     with pytest.raises(InvalidArgumentError):
-        pool.count_free_ids([1, "2"])
+        pool.count_free_ids([1, "2"])  # type: ignore[list-item]
     dp = {"dp_shard_hint": 0, "data_parallel_size": 2}
     assert pool.get_num_free_pages(**dp) == 0  # shard 0 = pages 1..3, all held
     assert pool.get_num_free_pages(dp_shard_hint=1, data_parallel_size=2) == 4
@@ -394,7 +397,7 @@ def test_page_id_arguments_that_are_not_lists_are_typed_errors(bad: object) -> N
     before = _full_state(pool)
     for call in (pool.touch_ids, pool.free_page_ids, pool.count_free_ids, pool.touch, pool.free_pages):
         with pytest.raises(InvalidArgumentError):
-            call(bad)  # type: ignore[operator]
+            call(bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         pool.get_cached_page(PageHash(1, (1,), None), bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
@@ -418,9 +421,9 @@ def test_failed_dp_calls_build_no_shard_lists() -> None:
     with pytest.raises(OutOfPagesError):
         pool.get_new_page_ids(99, dp_shard_hint=0, data_parallel_size=2)
     with pytest.raises(InvalidArgumentError):
-        pool.lookup_id(["unhashable"], dp_shard_hint=0, data_parallel_size=2)
+        pool.lookup_id(["unhashable"], dp_shard_hint=0, data_parallel_size=2)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
-        pool.get_new_page_ids(1, dp_shard_hint="0")  # a hint is checked even without a DP size
+        pool.get_new_page_ids(1, dp_shard_hint="0")  # type: ignore[arg-type]  # a hint is checked even without a DP size
     assert _full_state(pool) == before
     assert pool.get_new_page_ids(7, dp_shard_hint=0, data_parallel_size=2) == list(range(1, 8))
     assert pool._shards is not None
@@ -484,7 +487,7 @@ def test_a_key_that_changes_its_hash_loses_no_page_on_eviction(equal_pages: int)
 def test_cache_full_pages_rejects_bad_arguments_before_any_change(bad: dict) -> None:
     pool = PagePool(8, enable_kv_events=True)
     hashes: list[PageHash] = []
-    args = dict(request=SimpleNamespace(all_token_ids=list(range(9))), pages=pool.get_new_pages(2),
+    args: dict[str, Any] = dict(request=SimpleNamespace(all_token_ids=list(range(9))), pages=pool.get_new_pages(2),
                 page_hashes=hashes, num_cached_pages=0, num_full_pages=2, page_size=4, kv_cache_group_id=0,
                 hasher=PageHasher("sha256", seed=0))
     before = _full_state(pool)

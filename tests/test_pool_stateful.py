@@ -80,7 +80,8 @@ class IdOnlyPool:
 
 
 def test_machine_runs_against_an_id_level_adapter() -> None:
-    run_state_machine_as_test(make_pool_machine(IdOnlyPool), settings=settings(max_examples=100, stateful_step_count=STEPS))
+    run_state_machine_as_test(make_pool_machine(IdOnlyPool),
+                              settings=settings(max_examples=100, stateful_step_count=STEPS))
 
 
 def test_detector_finds_nothing_in_the_correct_pool() -> None:

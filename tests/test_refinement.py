@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+
 from verikv.proofs import refinement
 from verikv.proofs.refinement_mutants import mutants
 from verikv.proofs.registry import Mutant, discover_checks, discover_mutants

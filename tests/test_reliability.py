@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from verikv import (
     CacheGroupSpec,
     CacheManager,
@@ -28,7 +29,7 @@ from verikv.free_queue import MAX_PAGE_ID
 from verikv.hashing import PageHasher, encode_canonical, hash_page_tokens
 from verikv.spec.abstraction import abstract_manager
 
-KW = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
+KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
 FULL = CacheGroupSpec(FullAttentionSpec(page_size=4, **KW))
 SLIDING = CacheGroupSpec(SlidingWindowSpec(page_size=4, sliding_window=8, **KW))
 SURROGATE = json.loads('"\\ud800"')  # what a JSON request body can carry
@@ -41,11 +42,13 @@ def manager(num_pages: int = 8, groups: list[CacheGroupSpec] | None = None, **kw
 
 def snapshot(m: CacheManager) -> tuple[Any, ...]:
     """Everything a rejected call must leave as it was."""
+    events = m.page_pool._events
+    assert events is not None  # the managers here record KV events
     return (
         abstract_manager(m),
         {rid: m.page_hashes_of(rid) for rid in m.hashed_request_ids()},
         astuple(m.prefix_cache_stats),
-        list(m.page_pool._events._events),  # pending KV events, read without draining
+        list(events._events),  # pending KV events, read without draining
         m.data_parallel_size,
     )
 
@@ -59,14 +62,13 @@ def rejected(m: CacheManager, call: Any, error: type[Exception] = InvalidArgumen
 
 def builtin_only(value: Any) -> bool:
     """True if ``value`` is built from exact builtin immutable types only."""
-    if type(value) in (tuple, PageHashTypes.page_hash, PageHashTypes.with_group):
+    if type(value) in (tuple, PageHashTypes.PageHash, PageHashTypes.PageHashWithGroupId):
         return all(builtin_only(v) for v in value)
     return value is None or type(value) in (int, str, bytes, bool, float)
 
 
 class PageHashTypes:
-    from verikv.hashing import PageHash as page_hash
-    from verikv.hashing import PageHashWithGroupId as with_group
+    from verikv.hashing import PageHash, PageHashWithGroupId
 
 
 # ---- defect 1: keys that cannot change -------------------------------------------------------
@@ -102,7 +104,7 @@ def test_cached_keys_hold_only_exact_builtins() -> None:
 
     m = manager(16)
     r = Request("r", np.arange(9), cache_salt=UnstableStr("s"), lora_id=Int(3),
-                mm_features=[(UnstableStr("img"), 1, 2), (b"raw", 5, 1), (np.int64(5), 6, 1)])
+                mm_features=[(UnstableStr("img"), 1, 2), (b"raw", 5, 1), (np.int64(5), 6, 1)])  # type: ignore[list-item]  # numpy integers are accepted at run time
     m.allocate_slots(r, 9)
     keys = [m.page_pool.key_of(p) for p in m.get_page_ids("r")[0]]
     assert keys[0] is not None and keys[1] is not None
@@ -329,7 +331,7 @@ def test_query_with_a_non_str_id_is_typed() -> None:
 def test_numpy_tokens_are_converted_and_numpy_misuse_is_rejected() -> None:
     r = Request("r", np.arange(5))
     r.append_output_token_ids(np.array([7, 8]))
-    r.append_output_token_ids(np.int32(9))
+    r.append_output_token_ids(np.int32(9))  # type: ignore[arg-type]  # numpy integers are accepted at run time
     assert list(r.all_token_ids) == [0, 1, 2, 3, 4, 7, 8, 9]
     assert all(type(t) is int for t in r.all_token_ids)
     for bad in (np.array(3), np.array([1.5]), np.array([[1, 2]])):
@@ -363,7 +365,7 @@ def test_page_extra_keys_rejects_a_negative_page_index() -> None:
     assert hasher.page_extra_keys(r, 0, 4) == (("lora", 1),)
     for index, size in ((-1, 4), (0, 0), (True, 4), (0, 1.0)):
         with pytest.raises(InvalidArgumentError):
-            hasher.page_extra_keys(r, index, size)
+            hasher.page_extra_keys(r, index, size)  # type: ignore[arg-type]
 
 
 def test_cache_pages_added_to_something_else_is_typed() -> None:

@@ -111,4 +111,5 @@ def test_append_is_all_or_nothing():
 def test_multimodal_features_are_validated_and_sorted():
     a, b = MMFeature("b", 4, 2), ("a", 0, 3)
     r = Request("a", range(8), mm_features=[a, b], cache_salt="t", lora_id=3, prompt_logprobs=True)
-    assert r.mm_features == (MMFeature(*b), a) and isinstance(r.mm_features[0], MMFeature) and r.cache_salt == "t" and r.lora_id == 3 and r.prompt_logprobs
+    assert (r.mm_features == (MMFeature(*b), a) and isinstance(r.mm_features[0], MMFeature) and r.cache_salt == "t"
+            and r.lora_id == 3 and r.prompt_logprobs)

@@ -5,6 +5,8 @@ Numbers marked "eSurge" are the worked examples of reference/esurge-core.md §1.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -26,7 +28,7 @@ from verikv.single_type_managers import (
     get_manager_for_kv_cache_spec,
 )
 
-KW = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
+KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
 HASHER = PageHasher("sha256", seed=7)
 
 

@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
+
 from verikv.cli import main as verikv_main
-from verikv.sizing.cli import configure_parser, main, print_rich, render_plain
-from verikv.sizing.cli import run as size_run
+from verikv.sizing.cli import configure_parser, main, print_rich, render_plain, run as size_run
 from verikv.sizing.planner import plan_kv_cache
 from verikv.sizing.presets import PRESETS, get_preset
 

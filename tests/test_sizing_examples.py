@@ -304,7 +304,7 @@ def test_bamba_fp32_ssm_state():
     plan = plan_kv_cache(g, "h100-sxm")
     assert plan.page_size == 2_064
     assert plan.page_bytes_per_device == 3 * 8_454_144
-    assert [g.spec for g in plan.groups if g.kind == "mamba"][0].raw_page_size_bytes == 8_440_832
+    assert next(g.spec for g in plan.groups if g.kind == "mamba").raw_page_size_bytes == 8_440_832
 
 
 # ---- §4.8 page-size heuristics and index limits -------------------------------------------------

@@ -24,8 +24,10 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+
 from verikv.errors import SizingError, VeriKVError
 from verikv.sizing import plan_kv_cache
 from verikv.sizing.checkpoint import (
@@ -178,7 +180,7 @@ def test_family_layers_bytes_and_pages(family, use_transformers, tmp_path):
 @pytest.mark.parametrize("use_transformers", READERS)
 def test_qwen3_next_linear_attention_is_refused(use_transformers):
     config = json.loads((FIXTURES / "qwen3-next-80b-a3b" / "config.json").read_text())
-    with pytest.raises(SizingError, match="linear_attention.*cannot express"):
+    with pytest.raises(SizingError, match=r"linear_attention.*cannot express"):
         geometry_from_hf_config(config, use_transformers=use_transformers)
 
 
@@ -250,7 +252,8 @@ def test_checkpoint_folder_needs_no_weights_bytes(tmp_path, capsys):
 
 def _safetensors(path: Path, tensors: dict[str, tuple[str, list[int], int]], header_len: int | None = None) -> None:
     """A safetensors file: 8-byte little-endian header length, JSON header, then the data bytes."""
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    header: dict[str, dict[str, Any]] = {"__metadata__": {"format": "pt"}}
+    offset = 0
     for name, (dtype, shape, size) in tensors.items():
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
         offset += size

@@ -11,6 +11,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+
 from verikv.errors import DoesNotFitError, SizingError
 from verikv.sizing import MambaLayer, ModelGeometry, get_preset, plan_kv_cache, uniform_model
 from verikv.sizing.bounds import MAX_BYTES, MAX_DP, MAX_MODEL_LAYERS, MAX_PAGE_SIZE, MAX_TP

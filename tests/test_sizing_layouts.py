@@ -5,8 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from verikv.sizing import arith
 from verikv.sizing.gpu import auto_block_size, kv_heads_per_rank

@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from verikv.cache_manager import CacheManager
 from verikv.cache_specs import CacheGroupsConfig, FullAttentionSpec, MambaSpec, SlidingWindowSpec
@@ -259,7 +258,8 @@ def test_hf_config_reader():
     assert g.dtype == "float16" and g.max_model_len == 2048
     assert all(layer == AttentionLayer(2, 64, sliding_window=256) for layer in g.layers)
     assert g.weights_bytes == 2 * dense_param_count(config, "mistral")
-    assert geometry_from_hf_config({**config, "num_key_value_heads": None}, use_transformers=False).layers[0].num_kv_heads == 8
+    unset_kv_heads = {**config, "num_key_value_heads": None}
+    assert geometry_from_hf_config(unset_kv_heads, use_transformers=False).layers[0].num_kv_heads == 8
     nested = geometry_from_hf_config({"text_config": config})
     assert nested.layers == g.layers
     with pytest.raises(SizingError):

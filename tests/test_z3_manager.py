@@ -10,16 +10,16 @@ the Python ones (stamps compared by order within a key, the only thing the spec 
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import pytest
 import z3
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from verikv.proofs import z3_manager as zm
 from verikv.proofs.z3_common import NONE
-from verikv.spec import manager as M
+from verikv.spec import manager as spec_manager
 from verikv.spec.pool import PreconditionError
 
 RIDS = ("r0", "r1")
@@ -29,28 +29,28 @@ TOKENS = st.one_of(
     st.lists(st.integers(0, 1), min_size=1, max_size=zm.MAX_TOKENS).map(tuple))
 
 
-def config(n: int) -> M.ManagerConfig:
+def config(n: int) -> spec_manager.ManagerConfig:
     """The bound's configuration with ``n`` pages."""
-    return M.ManagerConfig((M.GroupLayout("full", zm.PAGE_SIZE),), n, zm.MAX_TOKENS)
+    return spec_manager.ManagerConfig((spec_manager.GroupLayout("full", zm.PAGE_SIZE),), n, zm.MAX_TOKENS)
 
 
-def request(rid: str, tokens: tuple[int, ...], computed: int = 0) -> M.RequestView:
-    return M.RequestView(rid, tokens, computed)
+def request(rid: str, tokens: tuple[int, ...], computed: int = 0) -> spec_manager.RequestView:
+    return spec_manager.RequestView(rid, tokens, computed)
 
 
-def allocate(s: M.ManagerState, req: M.RequestView, num_new: int, use_hits: bool,
-             delay: bool) -> tuple[M.ManagerState, Any]:
+def allocate(s: spec_manager.ManagerState, req: spec_manager.RequestView, num_new: int, use_hits: bool,
+             delay: bool) -> tuple[spec_manager.ManagerState, Any]:
     """allocate_slots, with the lookup's hits for a request holding no pages when ``use_hits``."""
-    hit = M.lookup(s, req) if use_hits and s.entry(req.request_id) is None else None
+    hit = spec_manager.lookup(s, req) if use_hits and s.entry(req.request_id) is None else None
     if hit is None:
-        return M.allocate_slots(s, req, num_new, delay_cache_pages=delay)
-    return M.allocate_slots(s, req, num_new, hit.num_tokens, hit.pages, delay_cache_pages=delay)
+        return spec_manager.allocate_slots(s, req, num_new, delay_cache_pages=delay)
+    return spec_manager.allocate_slots(s, req, num_new, hit.num_tokens, hit.pages, delay_cache_pages=delay)
 
 
 @st.composite
-def states(draw: st.DrawFn) -> M.ManagerState:
+def states(draw: st.DrawFn) -> spec_manager.ManagerState:
     """A reachable manager state within the bound: init, then a random run of spec calls."""
-    s = M.init(config(draw(st.integers(3, 5))))
+    s = spec_manager.init(config(draw(st.integers(3, 5))))
     for _ in range(draw(st.integers(0, 8))):
         rid = draw(st.sampled_from(RIDS))
         req = request(rid, draw(TOKENS))
@@ -60,11 +60,11 @@ def states(draw: st.DrawFn) -> M.ManagerState:
                 s = allocate(s, req, draw(st.integers(1, zm.MAX_TOKENS)), draw(st.booleans()),
                              draw(st.booleans()))[0]
             elif op == "cache":
-                s = M.cache_pages(s, req, draw(st.integers(0, req.num_tokens)))
+                s = spec_manager.cache_pages(s, req, draw(st.integers(0, req.num_tokens)))
             elif op == "free":
-                s = M.free_request(s, rid)
+                s = spec_manager.free_request(s, rid)
             else:
-                s = M.reset_prefix_cache(s)[0]
+                s = spec_manager.reset_prefix_cache(s)[0]
         except PreconditionError:
             pass
     return s
@@ -78,7 +78,7 @@ def key_code(key: Any) -> int:
     return (1 << len(bits)) + sum(b << i for i, b in enumerate(bits))
 
 
-def pins(sym: zm.ManagerSym, s: M.ManagerState, with_stamps: bool) -> list[z3.BoolRef]:
+def pins(sym: zm.ManagerSym, s: spec_manager.ManagerState, with_stamps: bool) -> list[z3.BoolRef]:
     """``sym`` is ``s``: every field (stamps as the order of each key's page list, or pinned to it)."""
     p = s.pool
     facts = [sym.flen == len(p.free)] + ([sym.clock == p.num_pages] if with_stamps else [])
@@ -89,7 +89,7 @@ def pins(sym: zm.ManagerSym, s: M.ManagerState, with_stamps: bool) -> list[z3.Bo
         if with_stamps:
             facts += [sym.stamp[q] == i for i, q in enumerate(ids)]
         else:
-            facts += [sym.stamp[a] < sym.stamp[b] for a, b in zip(ids, ids[1:])]
+            facts += [sym.stamp[a] < sym.stamp[b] for a, b in pairwise(ids)]
     for r, rid in enumerate(RIDS):
         e = s.entry(rid)
         pages = e.pages[0] if e else ()
@@ -99,7 +99,7 @@ def pins(sym: zm.ManagerSym, s: M.ManagerState, with_stamps: bool) -> list[z3.Bo
     return facts
 
 
-def pin_args(a: zm.ReqArgs, req: M.RequestView, num_new: int = 0, hits: tuple[int, ...] = (),
+def pin_args(a: zm.ReqArgs, req: spec_manager.RequestView, num_new: int = 0, hits: tuple[int, ...] = (),
              delay: bool = False) -> list[z3.BoolRef]:
     """The encoded arguments are the concrete ones (tokens past the prompt are 0)."""
     padded = req.tokens + (0,) * (zm.MAX_TOKENS - req.num_tokens)
@@ -120,7 +120,7 @@ def sat(*facts: z3.BoolRef) -> bool:
 Expected = Callable[[zm.MStep, Any], list[tuple[z3.ExprRef, int | bool]]]
 
 
-def agrees(transition: str, s: M.ManagerState, req: M.RequestView, call: Callable[[], Any],
+def agrees(transition: str, s: spec_manager.ManagerState, req: spec_manager.RequestView, call: Callable[[], Any],
            expected_result: Expected = lambda step, result: [], **args: Any) -> None:
     """The encoded relation accepts exactly the calls Python accepts, with only Python's successor."""
     sym, a = zm.manager_vars("s", s.config.num_pages), zm.req_args("a")
@@ -132,7 +132,7 @@ def agrees(transition: str, s: M.ManagerState, req: M.RequestView, call: Callabl
         assert not sat(*base, step.pre), f"{transition}: encoded pre holds where Python rejects"
         return
     assert sat(*base, step.pre), f"{transition}: encoded pre fails where Python accepts"
-    if isinstance(out, M.Hit):
+    if isinstance(out, spec_manager.Hit):
         post, result = s, out
     else:
         post, result = out if isinstance(out, tuple) else (out, None)
@@ -141,7 +141,7 @@ def agrees(transition: str, s: M.ManagerState, req: M.RequestView, call: Callabl
     assert not sat(*base, step.pre, z3.Not(same)), f"{transition}: another successor is admitted"
 
 
-def hit_result(step: zm.MStep, hit: M.Hit) -> list[tuple[z3.ExprRef, int]]:
+def hit_result(step: zm.MStep, hit: spec_manager.Hit) -> list[tuple[z3.ExprRef, int]]:
     """Lookup: the hit's token count, then its pages (NONE past the hit)."""
     pages = hit.pages[0] + (NONE,) * (len(step.result) - 1 - len(hit.pages[0]))
     return [(step.result[0], hit.num_tokens)] + list(zip(step.result[1:], pages))
@@ -159,26 +159,27 @@ SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[Healt
 
 @SETTINGS
 @given(states(), st.data())
-def test_encoding_matches_spec(s: M.ManagerState, data: st.DataObject) -> None:
+def test_encoding_matches_spec(s: spec_manager.ManagerState, data: st.DataObject) -> None:
     req = request("r0", data.draw(TOKENS), data.draw(st.integers(0, 3)))
     n = s.config.num_pages
 
-    agrees("manager.lookup", s, req, lambda: M.lookup(s, req), hit_result)
+    agrees("manager.lookup", s, req, lambda: spec_manager.lookup(s, req), hit_result)
     num_new = data.draw(st.integers(1, zm.MAX_TOKENS))
     delay = data.draw(st.booleans())
     hits: tuple[int, ...] = ()
     if s.entry("r0") is None and data.draw(st.booleans()):
-        hits = M.lookup(s, req).pages[0] if data.draw(st.booleans()) else tuple(
+        hits = spec_manager.lookup(s, req).pages[0] if data.draw(st.booleans()) else tuple(
             data.draw(st.lists(st.integers(0, n - 1), max_size=zm.MAX_HITS)))
     agrees("manager.allocate_slots", s, req,
-           lambda: M.allocate_slots(s, req, num_new, zm.PAGE_SIZE * len(hits), (hits,), delay_cache_pages=delay),
+           lambda: spec_manager.allocate_slots(s, req, num_new, zm.PAGE_SIZE * len(hits), (hits,),
+                                               delay_cache_pages=delay),
            alloc_result, num_new=num_new, hits=hits, delay=delay)
     # cache_pages, free_request, remove_skipped, reset_prefix_cache.
     nt = data.draw(st.integers(0, zm.MAX_TOKENS))
-    agrees("manager.cache_pages", s, req, lambda: M.cache_pages(s, req, nt), num_new=nt)
-    agrees("manager.free_request", s, req, lambda: M.free_request(s, "r0"))
-    agrees("manager.remove_skipped", s, req, lambda: M.remove_skipped(s, "r0", req.num_computed_tokens))
-    agrees("manager.reset_prefix_cache", s, req, lambda: M.reset_prefix_cache(s),
+    agrees("manager.cache_pages", s, req, lambda: spec_manager.cache_pages(s, req, nt), num_new=nt)
+    agrees("manager.free_request", s, req, lambda: spec_manager.free_request(s, "r0"))
+    agrees("manager.remove_skipped", s, req, lambda: spec_manager.remove_skipped(s, "r0", req.num_computed_tokens))
+    agrees("manager.reset_prefix_cache", s, req, lambda: spec_manager.reset_prefix_cache(s),
            lambda step, done: [(step.result[0], done)])
 
 
@@ -196,10 +197,11 @@ def test_mutant_is_caught(mutant: Any) -> None:
 
 def test_encoding_matches_spec_on_failed_allocation_with_hits() -> None:
     """A case random states rarely reach: hits taken, then too few free pages (INV-ATOMIC's branch)."""
-    s = M.allocate_slots(M.init(config(3)), request("r1", PROMPT[:4]), 4)[0]  # r1 holds and caches both pages
+    # r1 holds and caches both pages
+    s = spec_manager.allocate_slots(spec_manager.init(config(3)), request("r1", PROMPT[:4]), 4)[0]
     req = request("r0", PROMPT)
-    hit = M.lookup(s, req)
+    hit = spec_manager.lookup(s, req)
     assert hit.num_tokens == 4
     agrees("manager.allocate_slots", s, req,
-           lambda: M.allocate_slots(s, req, 2, hit.num_tokens, hit.pages),
+           lambda: spec_manager.allocate_slots(s, req, 2, hit.num_tokens, hit.pages),
            alloc_result, num_new=2, hits=hit.pages[0])

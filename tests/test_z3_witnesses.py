@@ -4,6 +4,7 @@ is caught by a witness (while a single vacuity check would pass it)."""
 from __future__ import annotations
 
 import pytest
+
 from verikv.proofs import z3_witnesses
 from verikv.proofs.registry import Check, Mutant
 
