@@ -548,7 +548,7 @@ class FullHitOneTooLong(FullAttentionManager):
 
     __slots__ = ()
 
-    def _max_hit_pages(self, keys: Any, max_length: int) -> int:
+    def _max_hit_pages(self, keys: Any, max_length: int, group_ids: Any) -> int:
         return min(max_length // self.page_size + 1, len(keys) // self._stride)
 
 

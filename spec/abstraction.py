@@ -76,7 +76,10 @@ def abstract_pool(pool: PoolLike) -> PoolState:
 class ManagerLike(Protocol):
     """The read-only members `abstract_manager` needs (see the module docstring)."""
 
-    page_pool: PoolLike
+    @property
+    def page_pool(self) -> PoolLike:  # read-only, so a manager's concrete pool type stands in
+        ...
+
     max_model_len: int
     enable_caching: bool
     use_eagle: bool
