@@ -300,18 +300,23 @@ def _step(case: Case, node: Any, rid: str, token: int | None, variant: str) -> N
 def _allocate_plain(node: Any, rid: str, num_new: int) -> bool:
     """A DP request's decode step without DP arguments (the shard is the one it holds), as a
     scheduler that remembers nothing calls it: the implementation's decode fast path."""
-    from verikv.testing.adapter import page_ids_of
-
     request, view = node.native(rid), node.view(rid)
     want_state, want = spec.allocate_slots(node.spec, view, num_new)
     result = _manager(node).allocate_slots(request, num_new)
+    _settle_allocation(node, rid, result, want_state, want, f"allocate_slots({num_new}) without DP arguments")
+    return want is not None
+
+
+def _settle_allocation(node: Any, rid: str, result: Any, want_state: Any, want: Any, call: str) -> None:
+    """Compare an allocation's new pages with the spec's, then move the spec to its next state."""
+    from verikv.testing.adapter import page_ids_of
+
     got = None if result is None else page_ids_of(result)
     if got is not None:
         node.check_new_pages(rid, got)
     if got != want:
-        node.fail("REFINEMENT", f"{rid}: allocate_slots({num_new}) without DP arguments returned {got}, spec {want}")
+        node.fail("REFINEMENT", f"{rid}: {call} returned {got}, spec {want}")
     node.spec = want_state
-    return want is not None
 
 
 class KeyComputationFailed(RuntimeError):
@@ -336,8 +341,6 @@ def _admit_with_failing_keys(node: Any, rid: str) -> None:
     """A first prefill chunk (no lookup) while every key computation fails. Either the call
     needs no key and behaves as the spec's allocation, or it raises and changes nothing
     (INV-ATOMIC: keys are computed before anything changes)."""
-    from verikv.testing.adapter import page_ids_of
-
     request, view, manager = node.native(rid), node.view(rid), _manager(node)
     num_new = min(CHUNK, view.num_tokens)
     before = node.snapshot()
@@ -353,12 +356,7 @@ def _admit_with_failing_keys(node: Any, rid: str) -> None:
         return
     finally:
         manager.hasher = real
-    got = None if result is None else page_ids_of(result)
-    if got is not None:
-        node.check_new_pages(rid, got)
-    if got != want:
-        node.fail("REFINEMENT", f"{rid}: allocate_slots with failing keys returned {got}, spec {want}")
-    node.spec = want_state
+    _settle_allocation(node, rid, result, want_state, want, "allocate_slots with failing keys")
     if want is not None:
         _start_running(node, rid, num_new)
 
@@ -374,14 +372,6 @@ def _cache(node: Any, rid: str, back: int) -> None:
     node.spec = spec.cache_pages(node.spec, node.view(rid), n)
 
 
-def _reset(node: Any) -> None:
-    got = node.impl.reset()
-    node.spec, want = spec.reset_prefix_cache(node.spec)
-    if got != want:
-        node.fail("REFINEMENT", f"reset_prefix_cache returned {got}, spec {want}")
-    if want:
-        node.forward.clear()
-        node.backward.clear()
 
 
 def _bad(node: Any, kind: str, rid: str) -> None:
@@ -419,7 +409,7 @@ def apply(case: Case, node: Any, op: Op) -> None:
     elif kind == "cache":
         _cache(node, op[1], op[2])
     elif kind == "reset":
-        _reset(node)
+        node.apply_reset()
     else:
         _bad(node, kind, op[1])
     for name, detail in _ghost_free_failures(node):

@@ -626,6 +626,12 @@ class ManagerMachine(RuleBasedStateMachine):
 
     @rule()
     def reset_prefix_cache(self) -> None:
+        self.apply_reset()
+        self.check()
+
+    def apply_reset(self) -> None:
+        """``reset_prefix_cache`` on both sides; their answers must agree. A reset that happened
+        drops every key, so the learnt digest-to-content renaming starts over."""
         got = self.impl.reset()
         self.spec, want = spec.reset_prefix_cache(self.spec)
         if got != want:
@@ -633,7 +639,6 @@ class ManagerMachine(RuleBasedStateMachine):
         if want:
             self.forward.clear()
             self.backward.clear()
-        self.check()
 
     # ---- bad inputs -------------------------------------------------------------------
 
