@@ -11,6 +11,7 @@ import unittest
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 from broken_managers import BROKEN, OBSERVABLE, RefcountsNeverDecremented
 from hypothesis import settings
@@ -43,6 +44,12 @@ BLACK_BOX_NAMES = {
 }
 """What a black-box or policy-free run reports for each broken manager (it sees the bug through
 a count, a hit's content, or a state change after a failed allocation)."""
+
+
+SHRINKS_AS_WRITTEN = hypothesis.__version_info__ >= (6, 170)
+"""The fixed-seed runs below name the check they expect, as Hypothesis 6.170 generates and shrinks
+them. Older releases allowed by pyproject (CI's lowest-versions run) generate other steps: the bug
+is still caught, but another check may fail first, so there only "caught" is asserted."""
 
 
 def fast(**kw: Any) -> ConformanceConfig:
@@ -84,8 +91,9 @@ def test_broken_manager_is_caught_by_name(name: str, mode: str) -> None:
     expected = white_box_name if mode == "white-box" else BLACK_BOX_NAMES[name]
     with pytest.raises(ConformanceError) as caught:
         check_conformance(factory, MULTI_GROUP, fast(mode=mode))
-    assert expected in caught.value.names, str(caught.value)
-    assert caught.value.layout == MULTI_GROUP
+    assert caught.value.names and caught.value.layout == MULTI_GROUP
+    if SHRINKS_AS_WRITTEN:
+        assert expected in caught.value.names, str(caught.value)
 
 
 def test_non_atomic_allocation_needs_several_groups() -> None:
@@ -248,13 +256,13 @@ def runs_under(config: ConformanceConfig) -> int:
 
 
 def test_the_active_profile_sets_the_budget_unless_the_config_does() -> None:
-    previous = settings.get_current_profile_name()
+    settings.register_profile("conformance-saved", settings())  # the active profile, to restore
     settings.load_profile("conformance-tiny")
     try:
         assert runs_under(ConformanceConfig()) <= TINY_RUNS
         assert runs_under(ConformanceConfig(max_examples=40)) >= 40
     finally:
-        settings.load_profile(previous)
+        settings.load_profile("conformance-saved")
     assert runs_under(ConformanceConfig(profile="conformance-tiny")) <= TINY_RUNS
 
 
@@ -358,5 +366,6 @@ def test_pool_harness_finds_a_double_free_through_the_managers_pool() -> None:
     check_pool_conformance(engine_pool(PagePool), fast(max_examples=30))
     with pytest.raises(ConformanceError) as caught:
         check_pool_conformance(engine_pool(DoubleFreeAccepted), fast())
-    assert "rejects:double-free" in caught.value.names, str(caught.value)
-    assert caught.value.layout == "pool"
+    assert caught.value.names and caught.value.layout == "pool"
+    if SHRINKS_AS_WRITTEN:
+        assert "rejects:double-free" in caught.value.names, str(caught.value)
