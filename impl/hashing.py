@@ -31,7 +31,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 import xxhash
 
@@ -59,6 +59,13 @@ class PageHash(NamedTuple):
     hash_value: int
     token_ids: tuple[int, ...]
     extra_keys: Any | None = None
+
+
+#: The prefix cache's key for one full page, as the manager, coordinator, group managers and
+#: pool handle it: opaque, hashable, equal exactly when the content (the whole prefix up to
+#: and including the page, with its extra keys) is equal. Code outside this module must not
+#: look inside a key; it only compares, hashes and stores keys.
+PageKey: TypeAlias = PageHash
 
 
 class PageHashWithGroupId(NamedTuple):
