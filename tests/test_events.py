@@ -1,4 +1,5 @@
-"""Prefix-cache statistics and KV events validate what they are given (issue 12)."""
+"""Prefix-cache statistics and KV events validate what they are given (issue 12); the event
+log merges the pool's per-page reports into one event per run of a call (issue 17)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,16 @@ import numpy as np
 import pytest
 
 from verikv.errors import InvalidArgumentError
-from verikv.events import PageRemoved, PageStored, PrefixCacheStats, describe_key
+from verikv.events import (
+    AllPagesCleared,
+    EventLog,
+    PageRemoved,
+    PageStored,
+    PrefixCacheStats,
+    StoreContext,
+    split_group,
+    wire_hash,
+)
 from verikv.hashing import PageHash, PageHashWithGroupId
 
 
@@ -27,27 +37,95 @@ def test_record_checks_its_counts_and_changes_nothing_on_error() -> None:
     assert (stats.requests, stats.queries, stats.hits) == (2, 7, 3)
 
 
+H1, H2, H3 = b"\x01" * 32, b"\x02" * 32, b"\x03" * 32
+
+
 def test_events_check_and_normalise_their_fields() -> None:
-    assert PageStored(1, np.int64(5), None, [1, 2]) == PageStored(1, 5, None, (1, 2))  # type: ignore[arg-type]
-    for bad in (dict(page_id=0), dict(page_hash="x"), dict(page_hash=True), dict(group_id=-1)):
+    stored = PageStored([H1, H2], None, np.arange(8), np.int64(4), 0, page_ids=[3, 4])  # type: ignore[arg-type]
+    assert stored == PageStored((H1, H2), None, tuple(range(8)), 4, 0, page_ids=(3, 4))
+    good: dict = dict(page_hashes=(H1,), parent_page_hash=None, token_ids=(1, 2), page_size=2, group_id=None)
+    for bad in (dict(page_hashes=()), dict(page_hashes=(5,)), dict(page_hashes="ab"), dict(parent_page_hash=5),
+                dict(token_ids=(1, 2, 3)), dict(page_size=0), dict(token_ids=(1,), page_size=1, page_hashes=(H1, H2)),
+                dict(group_id=-1), dict(lora_id=-1), dict(lora_name=3), dict(extra_keys=(None, None)),
+                dict(page_ids=(0,)), dict(page_ids=(1, 2)), dict(medium=None), dict(spec_kind=1),
+                dict(sliding_window=0), dict(token_ids="12")):
         with pytest.raises(InvalidArgumentError):
-            PageRemoved(**{**dict(page_id=1, page_hash=5, group_id=None), **bad})  # type: ignore[arg-type]
+            PageStored(**{**good, **bad})
+    for bad in (dict(page_hashes=()), dict(group_id=True), dict(page_ids=(1, 2))):
+        with pytest.raises(InvalidArgumentError):
+            PageRemoved(**{**dict(page_hashes=(H1,)), **bad})
+
+
+def test_wire_hash_of_every_key_shape() -> None:
+    page = PageHash(5, (1, 2), None)
+    assert wire_hash(page) == (5).to_bytes(32, "big") == wire_hash(5)
+    assert wire_hash(b"\xab\xcd") == b"\xab\xcd"  # bytes keys (the opaque PageKey) as they are
+    assert wire_hash(-2) == (-2).to_bytes(1, "big", signed=True) and wire_hash(1 << 256) == (1 << 256).to_bytes(
+        33, "big", signed=True)
+    assert wire_hash("k") == wire_hash(hash("k"))
+    assert split_group(PageHashWithGroupId(page, 3)) == (page, 3)
+    assert split_group((b"k", 2)) == (b"k", 2) and split_group((b"k", -1)) == ((b"k", -1), None)
+    assert split_group(page) == (page, None)
+
+
+def test_outside_a_call_each_report_is_its_own_event() -> None:
+    log = EventLog()
+    log.stored(1, PageHashWithGroupId(PageHash(7, (1, 2), ("x",)), 0))
+    log.stored(2, 9)
+    log.removed(1, PageHashWithGroupId(PageHash(7, (1, 2), ("x",)), 0))
+    log.removed(2, 9)
+    log.cleared()
+    seven = (7).to_bytes(32, "big")
+    assert log.take() == [
+        PageStored((seven,), None, (1, 2), 2, 0, extra_keys=(("x",),), page_ids=(1,)),
+        PageStored(((9).to_bytes(32, "big"),), page_ids=(2,)),  # a bare key: no tokens, no page size
+        PageRemoved((seven,), 0, page_ids=(1,)),
+        PageRemoved(((9).to_bytes(32, "big"),), None, page_ids=(2,)),
+        AllPagesCleared(),
+    ]
+    assert log.take() == []
+
+
+def test_a_call_merges_consecutive_reports_of_one_kind_group_and_run_in_order() -> None:
+    log = EventLog(medium="CPU")
+    run0 = StoreContext(page_size=2, parent_key=(b"p", 0), token_ids=(1, 2, 3, 4), extra_keys=(None, (("salt", "t"),)),
+                        lora_id=3, lora_name="a", spec_kind="full_attention")
+    run1 = StoreContext(page_size=2, parent_key=None, token_ids=(1, 2), spec_kind="sliding_window", sliding_window=4)
+    log.begin_call()
+    log.removed(5, (H1, 0))
+    log.removed(6, (H2, 0))
+    log.removed(7, (H3, 1))
+    log.set_store_context(run0)
+    log.stored(5, (H2, 0))
+    log.stored(6, (H3, 0))
+    log.set_store_context(run1)
+    log.stored(7, (H1, 1))
+    log.begin_call()  # nested: the outermost call emits
+    log.end_call()
+    assert log.take() == []
+    log.end_call()
+    assert log.take() == [
+        PageRemoved((H1, H2), 0, "CPU", (5, 6)),
+        PageRemoved((H3,), 1, "CPU", (7,)),
+        PageStored((H2, H3), wire_hash(b"p"), (1, 2, 3, 4), 2, 0, 3, "a", (None, (("salt", "t"),)), "CPU", (5, 6),
+                   "full_attention"),
+        PageStored((H1,), None, (1, 2), 2, 1, medium="CPU", page_ids=(7,), spec_kind="sliding_window",
+                   sliding_window=4),
+    ]
     with pytest.raises(InvalidArgumentError):
-        PageStored(1, 5, None, "12")  # type: ignore[arg-type]
+        log.end_call()
 
 
-def test_describe_key_never_fails_on_odd_keys() -> None:
-    key = PageHashWithGroupId(PageHash(9, (1, 2), None), 3)
-    assert describe_key(key) == (9, 3, (1, 2))
-    assert describe_key(True) == (1, None, ())
-    assert describe_key("k") == (hash("k"), None, ())
-
-    class LooksLikeAKey:
-        page_hash = "p"
-        group_id = "not an int"
-
-        def get_hash_value(self) -> int:
-            return 0
-
-    odd = LooksLikeAKey()
-    assert describe_key(odd) == (hash(odd), None, ())
+def test_a_removal_between_two_runs_keeps_the_order() -> None:
+    log = EventLog()
+    log.begin_call()
+    log.removed(1, (H1, 0))
+    log.stored(2, (H1, 0))  # no context: one event per page
+    log.stored(3, (H2, 0))
+    log.removed(4, (H2, 0))
+    log.cleared()
+    log.cleared()
+    log.end_call()
+    kinds = [(type(e).__name__, getattr(e, "page_ids", ())) for e in log.take()]
+    assert kinds == [("PageRemoved", (1,)), ("PageStored", (2,)), ("PageStored", (3,)), ("PageRemoved", (4,)),
+                     ("AllPagesCleared", ()), ("AllPagesCleared", ())]
