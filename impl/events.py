@@ -26,6 +26,7 @@ import numpy as np
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import InvalidArgumentError, describe
+from verikv.hashing import key_text, key_value
 
 
 @dataclass
@@ -85,7 +86,7 @@ def split_group(key: object) -> tuple[object, int | None]:
     (`PageHashWithGroupId`, or any ``(key, int)`` pair) is split, any other key has no group."""
     gid = getattr(key, "group_id", None)
     if type(gid) is int and gid >= 0 and hasattr(key, "page_hash"):
-        return key.page_hash, gid  # type: ignore[attr-defined]
+        return key.page_hash, gid
     if type(key) is tuple and len(key) == 2 and type(key[1]) is int and key[1] >= 0:
         return key[0], key[1]
     return key, None
@@ -125,6 +126,15 @@ def _optional_count(value: object, what: str, minimum: int) -> int | None:
     return None if value is None else checked_int(value, what, minimum=minimum)
 
 
+def _optional_text(value: object, what: str) -> str | None:
+    """``None`` or an exact ``str`` that UTF-8 (hence msgpack) can encode."""
+    if value is None:
+        return None
+    if type(value) is not str:
+        raise InvalidArgumentError(f"{what} must be a str, got {describe(value)}")
+    return key_text(value, what)
+
+
 def _check_pages(event: PageStored | PageRemoved) -> None:
     """Validate and normalise the fields both page events share."""
     hashes = _hash_tuple(event.page_hashes, "page_hashes")
@@ -136,8 +146,9 @@ def _check_pages(event: PageStored | PageRemoved) -> None:
         raise InvalidArgumentError(f"{len(ids)} page_ids for {len(hashes)} page_hashes")
     object.__setattr__(event, "page_ids", ids)
     object.__setattr__(event, "group_id", _optional_count(event.group_id, "group_id", 0))
-    if type(event.medium) is not str:
-        raise InvalidArgumentError(f"medium must be a str, got {describe(event.medium)}")
+    if event.medium is None:
+        raise InvalidArgumentError("medium must be a str, got None")
+    _optional_text(event.medium, "medium")
 
 
 @dataclass(frozen=True)
@@ -172,8 +183,8 @@ class PageStored:
 
     def __post_init__(self) -> None:
         _check_pages(self)
-        if self.spec_kind is not None and type(self.spec_kind) is not str:
-            raise InvalidArgumentError(f"spec_kind must be a str or None, got {describe(self.spec_kind)}")
+        _optional_text(self.spec_kind, "spec_kind")
+        _optional_text(self.lora_name, "lora_name")
         object.__setattr__(self, "sliding_window", _optional_count(self.sliding_window, "sliding_window", 1))
         if self.parent_page_hash is not None and type(self.parent_page_hash) is not bytes:
             raise InvalidArgumentError(f"parent_page_hash must be bytes or None, got {describe(self.parent_page_hash)}")
@@ -185,13 +196,11 @@ class PageStored:
             raise InvalidArgumentError(
                 f"{len(tokens)} token_ids do not cover {len(self.page_hashes)} pages of {describe(size)} tokens")
         object.__setattr__(self, "lora_id", _optional_count(self.lora_id, "lora_id", 0))
-        if self.lora_name is not None and type(self.lora_name) is not str:
-            raise InvalidArgumentError(f"lora_name must be a str or None, got {describe(self.lora_name)}")
         if self.extra_keys is not None:
             if not isinstance(self.extra_keys, (tuple, list)) or len(self.extra_keys) != len(self.page_hashes):
-                raise InvalidArgumentError(
-                    f"extra_keys must hold one entry per page ({len(self.page_hashes)}), got {describe(self.extra_keys)}")
-            object.__setattr__(self, "extra_keys", tuple(self.extra_keys))
+                raise InvalidArgumentError(f"extra_keys must hold one entry per page "
+                                           f"({len(self.page_hashes)}), got {describe(self.extra_keys)}")
+            object.__setattr__(self, "extra_keys", tuple(key_value(k) for k in self.extra_keys))
 
 
 @dataclass(frozen=True)
@@ -251,9 +260,9 @@ class EventLog:
     __slots__ = ("_context", "_depth", "_events", "_pending", "medium")
 
     def __init__(self, medium: str = MEDIUM_GPU) -> None:
-        if type(medium) is not str:
-            raise InvalidArgumentError(f"medium must be a str, got {describe(medium)}")
-        self.medium = medium
+        if medium is None:
+            raise InvalidArgumentError("medium must be a str, got None")
+        self.medium: str = _optional_text(medium, "medium")  # type: ignore[assignment]  # not None here
         self._events: list[KVEvent] = []
         self._pending: list[tuple[int, int, Any, StoreContext | None]] = []
         self._depth = 0

@@ -206,7 +206,7 @@ class ZmqEventPublisher:
                 raise InvalidArgumentError(f"{name} must be a str, got {describe(value)}")
         if replay_endpoint is not None and type(replay_endpoint) is not str:
             raise InvalidArgumentError(f"replay_endpoint must be a str or None, got {describe(replay_endpoint)}")
-        if bind is not None and not isinstance(bind, bool) or not isinstance(int_hashes, bool):
+        if (bind is not None and not isinstance(bind, bool)) or not isinstance(int_hashes, bool):
             raise InvalidArgumentError("bind must be a bool or None and int_hashes a bool")
         steps = checked_int(buffer_steps, "buffer_steps", minimum=1)
         water = checked_int(hwm, "hwm", minimum=0)

@@ -168,7 +168,7 @@ def test_eviction_emits_page_removed():
     m.free(a)
     m.take_events()
     admit(m, Request("b", list(range(100, 104))))  # reuses the chain tail page 3
-    assert [(type(e), e.page_id) for e in m.take_events()] == [(PageRemoved, 3), (PageStored, 3)]
+    assert [(type(e), e.page_ids) for e in m.take_events()] == [(PageRemoved, (3,)), (PageStored, (3,))]
 
 
 def test_usage():

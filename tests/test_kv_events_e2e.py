@@ -25,9 +25,9 @@ import pytest
 pytest.importorskip("zmq")
 pytest.importorskip("msgspec")
 
-from verikv import CacheGroupSpec, CacheManager, FullAttentionSpec, Request, SlidingWindowSpec  # noqa: E402
-from verikv.events import split_group, wire_hash  # noqa: E402
-from verikv.kv_events import ZmqEventPublisher  # noqa: E402
+from verikv import CacheGroupSpec, CacheManager, FullAttentionSpec, Request, SlidingWindowSpec
+from verikv.events import split_group, wire_hash
+from verikv.kv_events import ZmqEventPublisher
 
 SUBSCRIBER = Path(__file__).with_name("kv_events_subscriber.py")
 KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
