@@ -18,12 +18,13 @@ path pays nothing otherwise. docs/events.md describes the model.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeAlias
 
 import numpy as np
 
+from verikv.cache_specs import ChunkedLocalAttentionSpec, FullAttentionSpec, MambaSpec, SlidingWindowSpec
 from verikv.dp_sharding import checked_int
 from verikv.errors import InvalidArgumentError, describe
 from verikv.hashing import key_text, key_value
@@ -226,12 +227,12 @@ KVEvent: TypeAlias = PageStored | PageRemoved | AllPagesCleared
 
 @dataclass(frozen=True)
 class StoreContext:
-    """What a manager knows about the run of pages it is about to cache for one request in
-    one group, beyond the pool keys: the events of that run are described with it.
+    """What a manager knows about a run of pages it cached for one request in one group,
+    beyond the pool keys: the `PageStored` of that run is described with it.
 
     ``parent_key`` is the content key of the page before the run (``None`` at the chain's
-    start); ``token_ids`` the tokens the run covers; ``extra_keys`` one entry per page the
-    pool will store (null placeholders excluded), or ``None`` when the request has none.
+    start); ``token_ids`` the tokens of the run's pages; ``extra_keys`` one entry per page, or
+    ``None`` when no page has any.
     """
 
     page_size: int
@@ -242,6 +243,37 @@ class StoreContext:
     lora_name: str | None = None
     spec_kind: str | None = None
     sliding_window: int | None = None
+
+
+#: ``describe(group_id, page_ids) -> StoreContext``: how a manager describes a run of pages it
+#: cached (the pool's keys of those pages are already known to the log)
+Describer: TypeAlias = Callable[[int | None, tuple[int, ...]], StoreContext]
+
+
+def spec_metadata(spec: object) -> tuple[str, int | None]:
+    """vLLM's ``(kv_cache_spec_kind, kv_cache_spec_sliding_window)`` of a cache spec."""
+    if isinstance(spec, SlidingWindowSpec):
+        return "sliding_window", spec.sliding_window
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return "chunked_local_attention", None
+    if isinstance(spec, MambaSpec):
+        return "mamba", None
+    if isinstance(spec, FullAttentionSpec):
+        return ("mla_attention" if spec.use_mla else "full_attention"), None
+    return "unknown", None
+
+
+def describe_run(request: Any, spec: object, page_size: int, first: int, count: int, parent_key: Hashable | None,
+                 extra_keys_of: Callable[[Any, int, int], Any] | None = None) -> StoreContext:
+    """The `StoreContext` of pages ``first .. first+count-1`` of ``request`` in a group of
+    ``spec``: their tokens, their extra keys from ``extra_keys_of(request, index, page_size)``,
+    and the request's LoRA identity (its ``lora_id`` / ``lora_name``, when it has them)."""
+    kind, window = spec_metadata(spec)
+    tokens = request.all_token_ids[first * page_size:(first + count) * page_size]
+    pages = range(first, first + count)
+    extra = None if extra_keys_of is None else [extra_keys_of(request, i, page_size) for i in pages]
+    return StoreContext(page_size, parent_key, tokens, extra if extra is not None and any(extra) else None,
+                        getattr(request, "lora_id", None), getattr(request, "lora_name", None), kind, window)
 
 
 _STORED, _REMOVED, _CLEARED = 0, 1, 2
@@ -264,9 +296,9 @@ class EventLog:
             raise InvalidArgumentError("medium must be a str, got None")
         self.medium: str = _optional_text(medium, "medium")  # type: ignore[assignment]  # not None here
         self._events: list[KVEvent] = []
-        self._pending: list[tuple[int, int, Any, StoreContext | None]] = []
+        self._pending: list[tuple[int, int, Any, Describer | None]] = []
         self._depth = 0
-        self._context: StoreContext | None = None
+        self._context: Describer | None = None
 
     # --- what the pool reports ------------------------------------------------------------
 
@@ -279,7 +311,7 @@ class EventLog:
     def cleared(self) -> None:
         self._report(_CLEARED, 0, None, None)
 
-    def _report(self, kind: int, page_id: int, key: Any, context: StoreContext | None) -> None:
+    def _report(self, kind: int, page_id: int, key: Any, context: Describer | None) -> None:
         self._pending.append((kind, page_id, key, context))
         if not self._depth:
             self._flush()
@@ -299,9 +331,10 @@ class EventLog:
             self._context = None
             self._flush()
 
-    def set_store_context(self, context: StoreContext | None) -> None:
-        """Describe the pages stored from now on with ``context`` (``None``: from their keys)."""
-        self._context = context
+    def set_store_context(self, describe: Describer | None) -> None:
+        """Describe the runs of pages stored from now on with ``describe`` (``None``: each page
+        from its key alone). It is called when the call ends, once per run."""
+        self._context = describe
 
     def take(self) -> list[KVEvent]:
         """Every event since the last take, oldest first; the buffer is emptied."""
@@ -318,7 +351,7 @@ class EventLog:
                 self._events.append(self._event(pending[start:i]))
                 start = i
 
-    def _event(self, run: list[tuple[int, int, Any, StoreContext | None]]) -> KVEvent:
+    def _event(self, run: list[tuple[int, int, Any, Describer | None]]) -> KVEvent:
         kind, _, first_key, context = run[0]
         if kind == _CLEARED:
             return AllPagesCleared()
@@ -330,6 +363,10 @@ class EventLog:
             return PageRemoved(hashes, group_id, self.medium, ids)
         if context is None:
             return _stored_from_keys(contents, hashes, group_id, self.medium, ids)
+        return self._described(context(group_id, ids), hashes, group_id, ids)
+
+    def _described(self, context: StoreContext, hashes: tuple[bytes, ...], group_id: int | None,
+                   ids: tuple[int, ...]) -> PageStored:
         parent = None if context.parent_key is None else wire_hash(split_group(context.parent_key)[0])
         extra = context.extra_keys
         return PageStored(hashes, parent, tuple(context.token_ids), context.page_size, group_id,
@@ -337,7 +374,7 @@ class EventLog:
                           self.medium, ids, context.spec_kind, context.sliding_window)
 
 
-def _same_run(a: tuple[int, int, Any, StoreContext | None], b: tuple[int, int, Any, StoreContext | None]) -> bool:
+def _same_run(a: tuple[int, int, Any, Describer | None], b: tuple[int, int, Any, Describer | None]) -> bool:
     """Whether report ``b`` continues the event that report ``a`` opened."""
     if a[0] != b[0] or a[0] == _CLEARED or a[3] is not b[3]:
         return False

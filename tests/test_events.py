@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from verikv import ChunkedLocalAttentionSpec, FullAttentionSpec, MambaSpec, Request, SlidingWindowSpec
 from verikv.errors import InvalidArgumentError
 from verikv.events import (
     AllPagesCleared,
@@ -14,10 +15,12 @@ from verikv.events import (
     PageStored,
     PrefixCacheStats,
     StoreContext,
+    describe_run,
+    spec_metadata,
     split_group,
     wire_hash,
 )
-from verikv.hashing import PageHash, PageHashWithGroupId
+from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId
 
 
 @pytest.mark.parametrize("fields", [dict(requests=-1), dict(queries="4"), dict(queries=1, hits=2),
@@ -88,9 +91,18 @@ def test_outside_a_call_each_report_is_its_own_event() -> None:
 
 def test_a_call_merges_consecutive_reports_of_one_kind_group_and_run_in_order() -> None:
     log = EventLog(medium="CPU")
-    run0 = StoreContext(page_size=2, parent_key=(b"p", 0), token_ids=(1, 2, 3, 4), extra_keys=(None, (("salt", "t"),)),
-                        lora_id=3, lora_name="a", spec_kind="full_attention")
-    run1 = StoreContext(page_size=2, parent_key=None, token_ids=(1, 2), spec_kind="sliding_window", sliding_window=4)
+    asked: list[tuple[int | None, tuple[int, ...]]] = []
+
+    def run0(group: int | None, ids: tuple[int, ...]) -> StoreContext:
+        asked.append((group, ids))
+        return StoreContext(page_size=2, parent_key=(b"p", 0), token_ids=(1, 2, 3, 4),
+                            extra_keys=(None, (("salt", "t"),)), lora_id=3, lora_name="a", spec_kind="full_attention")
+
+    def run1(group: int | None, ids: tuple[int, ...]) -> StoreContext:
+        asked.append((group, ids))
+        return StoreContext(page_size=2, parent_key=None, token_ids=(1, 2), spec_kind="sliding_window",
+                            sliding_window=4)
+
     log.begin_call()
     log.removed(5, (H1, 0))
     log.removed(6, (H2, 0))
@@ -112,6 +124,7 @@ def test_a_call_merges_consecutive_reports_of_one_kind_group_and_run_in_order() 
         PageStored((H1,), None, (1, 2), 2, 1, medium="CPU", page_ids=(7,), spec_kind="sliding_window",
                    sliding_window=4),
     ]
+    assert asked == [(0, (5, 6)), (1, (7,))]  # one description per run, when the call ends
     with pytest.raises(InvalidArgumentError):
         log.end_call()
 
@@ -129,3 +142,26 @@ def test_a_removal_between_two_runs_keeps_the_order() -> None:
     kinds = [(type(e).__name__, getattr(e, "page_ids", ())) for e in log.take()]
     assert kinds == [("PageRemoved", (1,)), ("PageStored", (2,)), ("PageStored", (3,)), ("PageRemoved", (4,)),
                      ("AllPagesCleared", ()), ("AllPagesCleared", ())]
+
+
+def test_spec_metadata_names_vllms_kinds() -> None:
+    kw: dict = dict(page_size=4, num_kv_heads=1, head_size=8, dtype=np.float16)
+    assert spec_metadata(FullAttentionSpec(use_mla=False, **kw)) == ("full_attention", None)
+    assert spec_metadata(FullAttentionSpec(use_mla=True, **kw)) == ("mla_attention", None)
+    assert spec_metadata(SlidingWindowSpec(use_mla=False, sliding_window=8, **kw)) == ("sliding_window", 8)
+    assert spec_metadata(ChunkedLocalAttentionSpec(use_mla=False, attention_chunk_size=8, **kw)) == (
+        "chunked_local_attention", None)
+    assert spec_metadata(MambaSpec(page_size=16, shapes=((2,),), dtype=np.float16)) == ("mamba", None)
+    assert spec_metadata(object()) == ("unknown", None)
+
+
+def test_describe_run_reads_the_requests_tokens_extra_keys_and_lora() -> None:
+    hasher = PageHasher(seed=0)
+    req = Request("r", list(range(10)), cache_salt="t", lora_id=3)
+    spec = FullAttentionSpec(page_size=4, num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
+    run = describe_run(req, spec, 4, 0, 2, None, hasher.page_extra_keys)
+    assert run == StoreContext(4, None, list(range(8)), [(("lora", 3), ("salt", "t")), (("lora", 3),)], 3, None,
+                               "full_attention", None)
+    plain = Request("p", list(range(10)))
+    assert describe_run(plain, spec, 4, 1, 1, b"parent", hasher.page_extra_keys) == StoreContext(
+        4, b"parent", [4, 5, 6, 7], None, None, None, "full_attention", None)
