@@ -18,9 +18,10 @@ path pays nothing otherwise. docs/events.md describes the model.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -277,6 +278,9 @@ def describe_run(request: Any, spec: object, page_size: int, first: int, count: 
 
 
 _STORED, _REMOVED, _CLEARED = 0, 1, 2
+#: one page report: (kind, page id, pool key, the description of its run when stored)
+_Report: TypeAlias = tuple[int, int, Any, Describer | None]
+_R = TypeVar("_R")
 
 
 class EventLog:
@@ -284,9 +288,10 @@ class EventLog:
 
     The pool reports one page at a time (`stored`, `removed`, `cleared`). Outside a call each
     report is an event of its own; between `begin_call` and the matching `end_call` reports are
-    held and then merged: consecutive reports of one kind, one group and one caching run
-    (`set_store_context`) become one event, in the order they happened, so a consumer that
-    replays the events rebuilds the pool's cached map exactly.
+    held and then merged in the order they happened: consecutive stores of one group and one
+    caching run (`set_store_context`) become one `PageStored`; consecutive removals become one
+    `PageRemoved` per group (removals of distinct pages commute). A consumer that replays the
+    events therefore rebuilds the pool's cached map exactly.
     """
 
     __slots__ = ("_context", "_depth", "_events", "_pending", "medium")
@@ -296,7 +301,7 @@ class EventLog:
             raise InvalidArgumentError("medium must be a str, got None")
         self.medium: str = _optional_text(medium, "medium")  # type: ignore[assignment]  # not None here
         self._events: list[KVEvent] = []
-        self._pending: list[tuple[int, int, Any, Describer | None]] = []
+        self._pending: list[_Report] = []
         self._depth = 0
         self._context: Describer | None = None
 
@@ -336,6 +341,20 @@ class EventLog:
         from its key alone). It is called when the call ends, once per run."""
         self._context = describe
 
+    def recording(self, method: Callable[..., _R], describer_for: Callable[[Any], Describer]) -> Callable[..., _R]:
+        """``method`` (a manager call whose first parameter is ``request``) as one call of this
+        log: its reports become its events when it returns or raises, and the runs it stores
+        are described by ``describer_for(request)``."""
+        @functools.wraps(method)
+        def recorded(*args: Any, **kwargs: Any) -> _R:
+            self.begin_call()
+            try:
+                self.set_store_context(describer_for(args[0] if args else kwargs.get("request")))
+                return method(*args, **kwargs)
+            finally:
+                self.end_call()
+        return recorded
+
     def take(self) -> list[KVEvent]:
         """Every event since the last take, oldest first; the buffer is emptied."""
         events, self._events = self._events, []
@@ -348,10 +367,10 @@ class EventLog:
         start = 0
         for i in range(1, len(pending) + 1):
             if i == len(pending) or not _same_run(pending[start], pending[i]):
-                self._events.append(self._event(pending[start:i]))
+                self._events.extend(map(self._event, _by_group(pending[start:i])))
                 start = i
 
-    def _event(self, run: list[tuple[int, int, Any, Describer | None]]) -> KVEvent:
+    def _event(self, run: list[_Report]) -> KVEvent:
         kind, _, first_key, context = run[0]
         if kind == _CLEARED:
             return AllPagesCleared()
@@ -374,13 +393,25 @@ class EventLog:
                           self.medium, ids, context.spec_kind, context.sliding_window)
 
 
-def _same_run(a: tuple[int, int, Any, Describer | None], b: tuple[int, int, Any, Describer | None]) -> bool:
-    """Whether report ``b`` continues the event that report ``a`` opened."""
-    if a[0] != b[0] or a[0] == _CLEARED or a[3] is not b[3]:
+def _same_run(a: _Report, b: _Report) -> bool:
+    """Whether report ``b`` joins the run that report ``a`` opened: removals join removals
+    (of any group: removals of distinct pages commute, so `_by_group` may regroup them);
+    stores join stores of the same group described by the same run."""
+    if a[0] != b[0] or a[0] == _CLEARED:
         return False
-    if a[0] == _STORED and a[3] is None:
-        return False  # without a context nothing says two pages form one chain run
+    if a[0] == _REMOVED:
+        return True
+    if a[3] is None or a[3] is not b[3]:
+        return False  # without a description nothing says two pages form one chain run
     return split_group(a[2])[1] == split_group(b[2])[1]
+
+
+def _by_group(run: list[_Report]) -> list[list[_Report]]:
+    """A run split by group, the groups in order of first appearance (a store run has one)."""
+    groups: dict[int | None, list[_Report]] = {}
+    for report in run:
+        groups.setdefault(split_group(report[2])[1], []).append(report)
+    return list(groups.values())
 
 
 def _stored_from_keys(contents: list[object], hashes: tuple[bytes, ...], group_id: int | None, medium: str,

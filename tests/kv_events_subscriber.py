@@ -40,6 +40,7 @@ class Router:
         self.batches = 0
         self.events: Counter[str] = Counter()
         self.max_hashes = 0
+        self.max_same_kind_and_group = 0
         self.replays = 0
         self.ranks: set[Any] = set()
         self.block_sizes: set[int] = set()
@@ -53,6 +54,8 @@ class Router:
                 and isinstance(batch[1], list)):
             raise Malformed(f"batch {seq} is not [ts, events, data_parallel_rank]: {batch!r:.200}")
         self.ranks.add(batch[2])
+        kinds = Counter((e.get("type"), e.get("group_idx")) for e in batch[1] if isinstance(e, dict))
+        self.max_same_kind_and_group = max([self.max_same_kind_and_group, *kinds.values()])
         for event in batch[1]:
             self.on_event(event)
         self.batches += 1
@@ -143,6 +146,7 @@ def main(pub_endpoint: str, replay_endpoint: str, topic: str) -> int:
         "batches": router.batches,
         "events": dict(router.events),
         "max_hashes_per_event": router.max_hashes,
+        "max_same_kind_and_group_per_batch": router.max_same_kind_and_group,
         "replays": router.replays,
         "ranks": sorted(map(str, router.ranks)),
         "block_sizes": sorted(router.block_sizes),

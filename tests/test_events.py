@@ -129,6 +129,17 @@ def test_a_call_merges_consecutive_reports_of_one_kind_group_and_run_in_order() 
         log.end_call()
 
 
+def test_consecutive_removals_become_one_event_per_group() -> None:
+    log = EventLog()
+    log.begin_call()
+    for page, group in ((1, 0), (2, 1), (3, 0), (4, 1), (5, 2)):
+        log.removed(page, (bytes([page]), group))
+    log.end_call()
+    assert log.take() == [PageRemoved((b"\x01", b"\x03"), 0, page_ids=(1, 3)),
+                          PageRemoved((b"\x02", b"\x04"), 1, page_ids=(2, 4)),
+                          PageRemoved((b"\x05",), 2, page_ids=(5,))]
+
+
 def test_a_removal_between_two_runs_keeps_the_order() -> None:
     log = EventLog()
     log.begin_call()

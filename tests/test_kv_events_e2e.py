@@ -26,7 +26,7 @@ pytest.importorskip("zmq")
 pytest.importorskip("msgspec")
 
 from verikv import CacheGroupSpec, CacheManager, FullAttentionSpec, Request, SlidingWindowSpec
-from verikv.events import split_group, wire_hash
+from verikv.events import PageStored, split_group, wire_hash
 from verikv.kv_events import ZmqEventPublisher
 
 SUBSCRIBER = Path(__file__).with_name("kv_events_subscriber.py")
@@ -62,7 +62,8 @@ def scheduling_run(m: CacheManager, publish: Any, steps: int = 400, seed: int = 
             seen["reset"] += m.reset_prefix_cache()
         elif action < 0.4 or not running:
             prompt = rng.choice(prefixes) + [rng.randrange(1000) for _ in range(rng.randrange(1, 12))]
-            req = Request(f"r{step}", prompt)
+            req = Request(f"r{step}", prompt, cache_salt=rng.choice([None, None, "tenant-a"]),
+                          lora_id=rng.choice([None, None, 1]))
             hits, n = m.get_computed_pages(req)
             if m.allocate_slots(req, req.num_tokens - n, n, hits) is None:
                 seen["refused"] += 1
@@ -91,15 +92,40 @@ def scheduling_run(m: CacheManager, publish: Any, steps: int = 400, seed: int = 
     return dict(seen)
 
 
+def check_hashes_follow_from_the_published_fields(m: CacheManager, stored: list[PageStored]) -> int:
+    """A router holding the manager's hash scheme and seed recomputes every published hash from
+    the event's parent hash, tokens and extra keys. Returns how many hashes were checked."""
+    checked = 0
+    for event in stored:
+        assert event.lora_id is None or event.extra_keys is not None  # the LoRA identity is in the keys
+        parent = None if event.parent_page_hash is None else int.from_bytes(event.parent_page_hash, "big")
+        ps = event.page_size
+        assert ps is not None and len(event.token_ids) == ps * len(event.page_hashes)
+        for i, published in enumerate(event.page_hashes):
+            extra = None if event.extra_keys is None else event.extra_keys[i]
+            key = m.hasher.hash_page(parent, event.token_ids[i * ps:(i + 1) * ps], extra)
+            assert wire_hash(key) == published
+            parent = key.hash_value
+            checked += 1
+    return checked
+
+
 def test_a_subscriber_process_rebuilds_the_managers_cached_keys() -> None:
     m = CacheManager(40, GROUPS, 64, hash_seed=0, enable_kv_events=True)
+    published: list[Any] = []
+
+    def publish_and_keep(manager: CacheManager) -> int | None:
+        events = manager.take_events()
+        published.extend(events)
+        return pub.publish(events) if events else None
+
     with ZmqEventPublisher("tcp://127.0.0.1:*", replay_endpoint="tcp://127.0.0.1:*", topic=TOPIC,
                            data_parallel_rank=0) as pub:
         assert pub.replay_endpoint is not None
         sub = subprocess.Popen([sys.executable, str(SUBSCRIBER), pub.endpoint, pub.replay_endpoint, TOPIC],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            seen = scheduling_run(m, pub.publish_from)
+            seen = scheduling_run(m, publish_and_keep)
             end = pub.publish([])  # the end marker
             out, err = sub.communicate(timeout=600)
         finally:
@@ -114,6 +140,13 @@ def test_a_subscriber_process_rebuilds_the_managers_cached_keys() -> None:
     # every batch arrived, in order, through the live stream or the replay socket
     assert report["batches"] == end + 1 == seen["batches"] + 1
     assert report["ranks"] == ["0"] and report["block_sizes"] == [4] and report["groups_stored"] == ["0", "1"]
+    # batched per call: a batch (one manager call) has at most one event per kind and group,
+    # and events do cover several pages
+    assert report["max_same_kind_and_group_per_batch"] == 1 and report["max_hashes_per_event"] > 1, report
+    stored = [e for e in published if isinstance(e, PageStored)]
+    assert report["events"]["BlockStored"] == len(stored)
+    assert check_hashes_follow_from_the_published_fields(m, stored) == sum(len(e.page_hashes) for e in stored) > 0
+    assert any(e.lora_id == 1 for e in stored) and any(e.extra_keys for e in stored)
     expected = cached_multiset(m)
     assert expected, "the run ends with pages cached"
     rebuilt = Counter({(g, h): n for g, h, n in report["blocks"]})
