@@ -176,3 +176,19 @@ def test_describe_run_reads_the_requests_tokens_extra_keys_and_lora() -> None:
     plain = Request("p", list(range(10)))
     assert describe_run(plain, spec, 4, 1, 1, b"parent", hasher.page_extra_keys) == StoreContext(
         4, b"parent", [4, 5, 6, 7], None, None, None, "full_attention", None)
+
+
+def test_a_manager_records_calls_only_when_events_are_on() -> None:
+    from verikv import CacheGroupSpec, CacheManager
+
+    group = CacheGroupSpec(FullAttentionSpec(page_size=4, num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False))
+    off = CacheManager(8, [group], 32, hash_seed=0)
+    assert off.page_pool.event_log is None
+    assert "allocate_slots" not in vars(off) and "cache_pages" not in vars(off)  # the class's methods, unwrapped
+    on = CacheManager(8, [group], 32, hash_seed=0, enable_kv_events=True)
+    assert on.allocate_slots.__wrapped__ == CacheManager.allocate_slots.__get__(on)  # type: ignore[attr-defined]
+    req = Request("a", list(range(9)))
+    assert on.allocate_slots(request=req, num_new_tokens=9) is not None  # keyword arguments pass through
+    (stored,) = on.take_events()
+    assert isinstance(stored, PageStored) and stored.page_ids == (1, 2) and stored.token_ids == tuple(range(8))
+    assert stored.spec_kind == "full_attention" and stored.parent_page_hash is None
