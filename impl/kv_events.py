@@ -15,8 +15,9 @@ The wire format is vLLM 0.33's (``vllm/distributed/kv_events.py``, docs/events.m
   ``"AllBlocksCleared"`` with no field;
 - a block hash is bytes, or with ``int_hashes=True`` its low 64 bits as an unsigned int
   (vLLM's ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``);
-- extra keys are published untagged, one entry per block: verikv's ``("lora", x)`` becomes
-  ``x``, ``("mm", hash, offset)`` becomes ``(hash, offset)``, ``("salt", s)`` becomes ``s``;
+- extra keys are published untagged, one entry per block: ``("mm", hash, offset)`` becomes
+  ``(hash, offset)``, any other tagged key its first value (``("lora", x, ...)`` becomes ``x``,
+  ``("salt", s)`` becomes ``s``);
 - on ZMQ, each batch is one PUB message of three frames ``[topic, seq, payload]``, ``seq``
   an 8-byte big-endian counter from 0; an optional ROUTER socket answers a request
   ``[start_seq]`` (8 bytes) with every buffered ``[topic, seq, payload]`` from ``start_seq``
@@ -106,18 +107,16 @@ def _hash_out(value: bytes, int_hashes: bool) -> bytes | int:
 
 
 def untagged_extra_keys(keys: Any) -> tuple[Any, ...] | None:
-    """One page's extra keys as vLLM publishes them: each verikv ``(tag, value...)`` entry
-    loses its tag (a single value stands alone, several stay a tuple); no keys is ``None``."""
+    """One page's extra keys as vLLM publishes them: a multimodal entry ``("mm", hash,
+    offset)`` loses its tag, ``(hash, offset)``; any other tagged entry is reduced to its first
+    value (``("lora", name, path)`` to ``name``, ``("salt", s)`` to ``s``), as vLLM's
+    ``to_event_extra_keys`` does; an untagged entry stays as it is. No keys is ``None``."""
     if keys is None:
         return None
     if not isinstance(keys, tuple):
         return (keys,)
-    out: list[Any] = []
-    for key in keys:
-        if isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], str):
-            out.append(key[1] if len(key) == 2 else key[1:])
-        else:
-            out.append(key)
+    out = [key if not (isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], str))
+           else key[1:] if key[0] == "mm" else key[1] for key in keys]
     return tuple(out) if out else None
 
 

@@ -72,6 +72,7 @@ def test_decode_round_trip_and_bad_payloads() -> None:
 def test_untagged_extra_keys() -> None:
     assert untagged_extra_keys(None) is None and untagged_extra_keys(()) is None
     assert untagged_extra_keys((("lora", "a"), ("mm", b"h", 3), ("salt", b"s"))) == ("a", (b"h", 3), b"s")
+    assert untagged_extra_keys((("lora", "name", "/path"),)) == ("name",)  # vLLM publishes the name only
     assert untagged_extra_keys((5,)) == (5,) and untagged_extra_keys("x") == ("x",)
 
 
