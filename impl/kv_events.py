@@ -39,9 +39,9 @@ from verikv.events import AllPagesCleared, KVEvent, PageRemoved, PageStored
 try:
     import msgspec
     import zmq
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
+except ImportError as _missing:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "verikv.kv_events needs the 'events' extra: pip install 'verikv[events]' (msgspec, pyzmq)") from exc
+        "verikv.kv_events needs the 'events' extra: pip install 'verikv[events]' (msgspec, pyzmq)") from _missing
 
 #: the replay socket's end-of-replay sequence number
 END_SEQ: bytes = (-1).to_bytes(8, "big", signed=True)
@@ -209,9 +209,9 @@ class ZmqEventPublisher:
             raise InvalidArgumentError("bind must be a bool or None and int_hashes a bool")
         steps = checked_int(buffer_steps, "buffer_steps", minimum=1)
         water = checked_int(hwm, "hwm", minimum=0)
-        self.data_parallel_rank = (None if data_parallel_rank is None
+        self.data_parallel_rank: int | None = (None if data_parallel_rank is None
                                    else checked_int(data_parallel_rank, "data_parallel_rank", minimum=0))
-        self.int_hashes = int_hashes
+        self.int_hashes: bool = int_hashes
         self._topic = topic.encode("utf-8")
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=steps)
         self._lock = threading.Lock()

@@ -3,6 +3,8 @@ log merges the pool's per-page reports into one event per run of a call (issue 1
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -54,9 +56,10 @@ def test_events_check_and_normalise_their_fields() -> None:
                 dict(sliding_window=0), dict(token_ids="12")):
         with pytest.raises(InvalidArgumentError):
             PageStored(**{**good, **bad})
-    for bad in (dict(page_hashes=()), dict(group_id=True), dict(page_ids=(1, 2))):
+    removed_bad: list[dict[str, Any]] = [dict(page_hashes=()), dict(group_id=True), dict(page_ids=(1, 2))]
+    for wrong in removed_bad:
         with pytest.raises(InvalidArgumentError):
-            PageRemoved(**{**dict(page_hashes=(H1,)), **bad})
+            PageRemoved(**{"page_hashes": (H1,), **wrong})
 
 
 def test_wire_hash_of_every_key_shape() -> None:

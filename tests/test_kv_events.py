@@ -12,7 +12,7 @@ msgspec = pytest.importorskip("msgspec")
 zmq = pytest.importorskip("zmq")
 
 from verikv.errors import InvalidArgumentError  # noqa: E402
-from verikv.events import AllPagesCleared, PageRemoved, PageStored  # noqa: E402
+from verikv.events import AllPagesCleared, KVEvent, PageRemoved, PageStored  # noqa: E402
 from verikv.kv_events import (  # noqa: E402
     END_SEQ,
     BlockStored,
@@ -27,7 +27,7 @@ H1, H2 = bytes(range(32)), bytes(range(1, 33))
 STORED = PageStored((H1, H2), b"\xff" * 32, tuple(range(8)), 4, 1, 7, "adapter",
                     ((("lora", "adapter"), ("salt", "t")), (("lora", "adapter"), ("mm", b"img", 2))),
                     page_ids=(3, 4), spec_kind="sliding_window", sliding_window=8)
-EVENTS = [STORED, PageRemoved((H1,), 1, page_ids=(3,)), AllPagesCleared()]
+EVENTS: list[KVEvent] = [STORED, PageRemoved((H1,), 1, page_ids=(3,)), AllPagesCleared()]
 
 
 def test_a_batch_is_an_array_of_tagged_maps_with_vllms_field_names() -> None:
