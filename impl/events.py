@@ -96,10 +96,11 @@ def split_group(key: object) -> tuple[object, int | None]:
 
 def wire_hash(key: object) -> bytes:
     """The hash a router sees for a content key: a ``bytes`` key as it is; a `PageHash` (or
-    any key with an int ``hash_value``) or a plain int as its value in 32 big-endian bytes
-    (the shortest signed form for a value outside ``[0, 2**256)``, which only a user's hash
-    callable makes). Any other hashable key is reported by its builtin ``hash``: such keys only
-    come from direct `PagePool` use, and the value is then stable within the process only.
+    any key with an int ``hash_value``) or a plain int as its value in 32 little-endian bytes,
+    which for a SHA-256 key is the digest itself, as verikv reads a digest as a little-endian
+    int (the shortest signed form for a value outside ``[0, 2**256)``, which only a user's
+    hash callable makes). Any other hashable key is reported by its builtin ``hash``: such keys
+    only come from direct `PagePool` use, and the value is then stable within the process only.
     Never fails: events are described after the pool has changed."""
     if type(key) is bytes:
         return key
@@ -107,8 +108,8 @@ def wire_hash(key: object) -> bytes:
     if type(value) is not int:
         value = hash(key)
     if 0 <= value < 1 << (8 * _HASH_WIDTH):
-        return value.to_bytes(_HASH_WIDTH, "big")
-    return value.to_bytes((value.bit_length() + 8) // 8, "big", signed=True)
+        return value.to_bytes(_HASH_WIDTH, "little")
+    return value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
 
 
 def _hash_tuple(values: object, what: str) -> tuple[bytes, ...]:

@@ -64,10 +64,10 @@ def test_events_check_and_normalise_their_fields() -> None:
 
 def test_wire_hash_of_every_key_shape() -> None:
     page = PageHash(5, (1, 2), None)
-    assert wire_hash(page) == (5).to_bytes(32, "big") == wire_hash(5)
+    assert wire_hash(page) == (5).to_bytes(32, "little") == wire_hash(5)
     assert wire_hash(b"\xab\xcd") == b"\xab\xcd"  # bytes keys (the opaque PageKey) as they are
-    assert wire_hash(-2) == (-2).to_bytes(1, "big", signed=True) and wire_hash(1 << 256) == (1 << 256).to_bytes(
-        33, "big", signed=True)
+    assert wire_hash(-2) == (-2).to_bytes(1, "little", signed=True) and wire_hash(1 << 256) == (1 << 256).to_bytes(
+        33, "little", signed=True)
     assert wire_hash("k") == wire_hash(hash("k"))
     assert split_group(PageHashWithGroupId(page, 3)) == (page, 3)
     assert split_group((b"k", 2)) == (b"k", 2) and split_group((b"k", -1)) == ((b"k", -1), None)
@@ -81,12 +81,12 @@ def test_outside_a_call_each_report_is_its_own_event() -> None:
     log.removed(1, PageHashWithGroupId(PageHash(7, (1, 2), ("x",)), 0))
     log.removed(2, 9)
     log.cleared()
-    seven = (7).to_bytes(32, "big")
+    seven = (7).to_bytes(32, "little")
     assert log.take() == [
         PageStored((seven,), None, (1, 2), 2, 0, extra_keys=(("x",),), page_ids=(1,)),
-        PageStored(((9).to_bytes(32, "big"),), page_ids=(2,)),  # a bare key: no tokens, no page size
+        PageStored(((9).to_bytes(32, "little"),), page_ids=(2,)),  # a bare key: no tokens, no page size
         PageRemoved((seven,), 0, page_ids=(1,)),
-        PageRemoved(((9).to_bytes(32, "big"),), None, page_ids=(2,)),
+        PageRemoved(((9).to_bytes(32, "little"),), None, page_ids=(2,)),
         AllPagesCleared(),
     ]
     assert log.take() == []

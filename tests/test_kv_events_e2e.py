@@ -98,7 +98,7 @@ def check_hashes_follow_from_the_published_fields(m: CacheManager, stored: list[
     checked = 0
     for event in stored:
         assert event.lora_id is None or event.extra_keys is not None  # the LoRA identity is in the keys
-        parent = None if event.parent_page_hash is None else int.from_bytes(event.parent_page_hash, "big")
+        parent = None if event.parent_page_hash is None else int.from_bytes(event.parent_page_hash, "little")
         ps = event.page_size
         assert ps is not None and len(event.token_ids) == ps * len(event.page_hashes)
         for i, published in enumerate(event.page_hashes):
