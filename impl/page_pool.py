@@ -38,7 +38,7 @@ from verikv.errors import (
 )
 from verikv.events import EventLog, KVEvent, PrefixCacheStats
 from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLinks, PageRecords, check_key, page_list
-from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, default_hasher
+from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, PageKey, default_hasher
 from verikv.spec import pool as spec_pool  # noqa: F401  (named by the PEP 316 contracts below)
 from verikv.spec.abstraction import abstract_pool  # noqa: F401  (named by the PEP 316 contracts below)
 
@@ -391,9 +391,9 @@ class PagePool:
         if last > len(pages):
             raise InvalidArgumentError(f"num_full_pages={last} exceeds the {len(pages)} pages given")
         parent = page_hashes[-1] if page_hashes else None
-        if not all(isinstance(h, PageHash) for h in page_hashes[first:last]) or (
-                parent is not None and not isinstance(parent, PageHash)):
-            raise InvalidArgumentError("page_hashes must hold PageHash keys")
+        if not all(isinstance(h, PageKey) for h in page_hashes[first:last]) or (
+                parent is not None and not isinstance(parent, PageKey)):
+            raise InvalidArgumentError("page_hashes must hold PageKey keys")
         ids = self._own_ids(pages[first:last])
         self._check_cacheable([pid for pid in ids if pid != NULL_PAGE_ID])
         new_hashes: list[PageHash] = []
