@@ -40,6 +40,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
@@ -275,13 +276,14 @@ MAX_VALUE_DEPTH = 256
 _pack_int_value = struct.Struct("<cq").pack  # b"q" + a signed 64-bit value
 _unpack_int_value = struct.Struct("<q").unpack_from
 _INT_VALUE, _OTHER_VALUE = ord("q"), ord("E")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _value_bytes(value: Any) -> bytes:
     """The prefix of a builtin/callable scheme's key that stands for its hash value: ``q`` and
     the signed 64-bit int (builtin ``hash``), or ``E`` and the canonical encoding of any other
     value (one encoding per value, and prefix-free)."""
-    if type(value) is int and -(1 << 63) <= value < (1 << 63):
+    if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
         return _pack_int_value(b"q", value)
     out = bytearray(b"E")
     try:
@@ -351,12 +353,25 @@ def _xxh3_page_key(parent: bytes, tokens: bytes, extra: Any, suffix: bytes) -> b
     return _xxh3_128(_join((parent, tokens, suffix)))
 
 
-def _tuple_page_key(fn: Callable[[Any], Any]) -> PageKeyFunction:
+def _unpacker(size: int) -> Callable[[bytes], tuple[int, ...]]:
+    """The struct call that reads ``size`` bytes of little-endian uint64 tokens as a tuple."""
+    if len(_UNPACKERS) >= 64:  # bounded: one entry per page size seen
+        _UNPACKERS.clear()
+    unpack = _UNPACKERS[size] = struct.Struct(f"<{size >> 3}Q").unpack
+    return unpack
+
+
+_UNPACKERS: dict[int, Callable[[bytes], tuple[int, ...]]] = {}
+
+
+def _tuple_page_key(fn: Callable[[Any], Any], encode: Callable[[Any], bytes]) -> PageKeyFunction:
     """The page-key function of a scheme that hashes eSurge's ``(parent value, token tuple,
-    extra keys)``: the key is that value followed by the page's exact content."""
+    extra keys)`` with ``fn``: the key is that value (``encode``d) followed by the page's exact
+    content."""
     def page_key(parent: bytes, tokens: bytes, extra: Any, suffix: bytes) -> bytes:
-        ids = struct.unpack(f"<{len(tokens) >> 3}Q", tokens)
-        return _join((_value_bytes(fn((_tuple_key_value(parent), ids, extra))), tokens, suffix))
+        value = _unpack_int_value(parent, 1)[0] if parent[0] == _INT_VALUE else _tuple_key_value(parent)
+        ids = (_UNPACKERS.get(len(tokens)) or _unpacker(len(tokens)))(tokens)
+        return _join((encode(fn((value, ids, extra))), tokens, suffix))
     return page_key
 
 
@@ -442,7 +457,8 @@ class PageHasher:
             self.root_key = _value_bytes(self.root)
         self._page_key: PageKeyFunction = (
             _sha256_page_key if scheme == "sha256" else _xxh3_page_key if scheme == "xxh3_128"
-            else _tuple_page_key(hash if scheme == "builtin" else _guarded(scheme)))  # type: ignore[arg-type]
+            else _tuple_page_key(hash, partial(_pack_int_value, b"q")) if scheme == "builtin"  # (always int64)
+            else _tuple_page_key(_guarded(scheme), _value_bytes))  # type: ignore[arg-type]
 
     def hash_request(self, request: Any, page_size: int, start: int = 0,
                      parent: PageKey | PageHash | int | None = None, stop: int | None = None) -> list[PageKey]:
