@@ -283,12 +283,13 @@ class IdLinks:
         count = len(ids)
         if count == 0:
             return
-        nxt, prev = np.frombuffer(self.next, dtype=np.intc), np.frombuffer(self.prev, dtype=np.intc)
+        nxt, prev = self.next, self.prev
         tail = self.capacity + 2 * li + 1
-        last, first_id, last_id = int(prev[tail]), int(ids[0]), int(ids[-1])
+        last, first_id, last_id = prev[tail], int(ids[0]), int(ids[-1])
         nxt[last], prev[first_id] = first_id, last
-        nxt[ids[:-1]] = ids[1:]
-        prev[ids[1:]] = ids[:-1]
+        inner, following = ids[:-1], ids[1:]
+        np.frombuffer(nxt, dtype=np.intc)[inner] = following  # type: ignore[call-overload]
+        np.frombuffer(prev, dtype=np.intc)[following] = inner  # type: ignore[call-overload]
         nxt[last_id], prev[tail] = tail, last_id
         self.lengths[li] += count
 

@@ -247,11 +247,15 @@ class PagePool:
             return False
         pages = np.frombuffer(array("I", ids), dtype=np.uint32)  # (ids checked: in range)
         ref = np.frombuffer(self._ref, dtype=np.intc)  # type: ignore[call-overload]
-        held = ref[pages]
-        if held.min() < 1:
+        left = ref[pages] - 1
+        if not left.any():  # every page was held once (a request's own pages): all reach 0
+            zeroed = pages
+        elif left.min() < 0:
             return False
-        ref[pages] = held - 1
-        self._free.link_back_array(0, pages[held == 1])
+        else:
+            zeroed = pages[left == 0]
+        ref[pages] = left
+        self._free.link_back_array(0, zeroed)
         return True
 
     def cache_page_id(self, page_id: int, key: Hashable) -> None:
