@@ -406,6 +406,8 @@ def _request_targets() -> list[Case]:
         cache_salt=P(None, "object", accept={"None", "str", "bytes"}, either={"empty_str", "hashflip_str"},
                      reject=set()),
         lora_id=P(None, "opt_count0", either={"2**31"}),
+        lora_name=P(None, "object", accept={"None", "str"}, either={"hashflip_str"}),
+        lora_path=P(None, "object", accept={"None"}),  # a path without a name is refused
         mm_features=P((), "ids", reject={"list", "np_array"}),
         prompt_logprobs=P(False, "bool", reject={"np_bool"})))
 
@@ -418,6 +420,8 @@ def _request_targets() -> list[Case]:
         ("request_id", P("q", "object", accept={"str", "surrogate"}, either={"hashflip_str"})),
         ("cache_salt", P("s", "object", accept={"None", "str", "bytes"}, either={"empty_str", "hashflip_str"})),
         ("lora_id", P(1, "opt_count0", either={"2**31"})),
+        ("lora_name", P("n", "object", accept={"None", "str"}, either={"hashflip_str"})),
+        ("lora_path", P(None, "object", accept={"None"})),  # the request has no name
         ("mm_features", P((), "ids", reject={"list", "np_array"})),
         ("prompt_logprobs", P(True, "bool", reject={"np_bool"})),
     ):
