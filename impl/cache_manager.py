@@ -503,13 +503,20 @@ class CacheManager:
             raise InvalidArgumentError(f"request {request_id!r} already holds pages; hits are only taken first")
         self._check_hit_lengths(ids, num_new_computed_tokens)
         self._check_hit_ids(ids)
-        last = None if rec is None else rec.lookup
-        if not (last is not None and last[0] is pages and last[1] == self.page_pool.key_version
-                and last[2] == num_new_computed_tokens and last[3] == shard and last[4] == ids):
+        if rec is None or not self._is_last_lookup(rec, pages, num_new_computed_tokens, shard):
             self._check_hit_keys(ids, () if rec is None or rec.keys is None else rec.keys)
         if shard is not None:
             self._check_hit_shard(ids, shard, dp)
         return ids
+
+    def _is_last_lookup(self, rec: RequestState, pages: object, num_new_computed_tokens: int,
+                        shard: int | None) -> bool:
+        """``pages`` is the record's last lookup result, for the same length and shard, with
+        the same ids, and no key of the pool has changed since."""
+        last = rec.lookup
+        return (last is not None and last[0] is pages and last[1] == self.page_pool.key_version
+                and last[2] == num_new_computed_tokens and last[3] == shard
+                and last[4] == pages.page_ids)  # type: ignore[attr-defined]  # (it is last[0])
 
     def _hit_ids(self, pages: object) -> PageIds:
         """The ids of ``new_computed_pages`` (None: no hit), one list per group of this pool."""

@@ -122,25 +122,18 @@ class CacheCoordinator:
         self.kv_cache_groups: tuple[CacheGroupSpec, ...] = groups
         self.use_eagle: bool = use_eagle
         self.enable_caching: bool = enable_caching
-        try:
-            self.page_pool: PagePool = PagePool(num_pages, enable_caching, free_order=free_order,
-                                                enable_kv_events=enable_kv_events)
-        except MemoryError:
-            raise InvalidArgumentError(
-                f"num_pages {num_pages}: not enough host memory for the pool's bookkeeping") from None
+        self.page_pool: PagePool = _new_pool(num_pages, enable_caching, free_order, enable_kv_events)
         sizes = [g.kv_cache_spec.page_size for g in groups]
         #: the page size request keys are computed at: the smallest of the groups that cache
         #: (all but Mamba); None when no group caches (or caching is off: any page sizes then)
-        self.key_page_size: int | None = min(
-            (g.kv_cache_spec.page_size for g in groups if not isinstance(g.kv_cache_spec, MambaSpec)),
-            default=None) if enable_caching else None
+        self.key_page_size: int | None = _key_page_size(groups) if enable_caching else None
         self.single_type_managers: tuple[SingleTypeCacheManager, ...] = tuple(
             get_manager_for_kv_cache_spec(g.kv_cache_spec, self.page_pool, gid, self.key_page_size)
             for gid, g in enumerate(groups)
         )
         self._windowed = tuple(m for m in self.single_type_managers if m.frees_skipped_pages)
-        self._lcm_page_size = math.lcm(*sizes) if sizes else 1
-        self._max_page_size = max(sizes) if sizes else 1
+        self._lcm_page_size = math.lcm(*sizes, 1)
+        self._max_page_size = max(sizes, default=1)
         managers = self.single_type_managers
         #: the one group's manager when `decode_step` can decide a step alone (a single group
         #: that never drops pages), else None
@@ -465,6 +458,21 @@ class CacheCoordinator:
 
 #: `decode_step`'s "no new page" (never changed: the caller returns a shared empty result)
 _NO_PAGE: list[int] = []
+
+
+def _key_page_size(groups: tuple[CacheGroupSpec, ...]) -> int | None:
+    """The smallest page size of the groups that cache (all but Mamba); None if there is none."""
+    return min((g.kv_cache_spec.page_size for g in groups if not isinstance(g.kv_cache_spec, MambaSpec)),
+               default=None)
+
+
+def _new_pool(num_pages: int, enable_caching: bool, free_order: str, enable_kv_events: bool) -> PagePool:
+    """The coordinator's pool (`InvalidArgumentError` when the host cannot hold its tables)."""
+    try:
+        return PagePool(num_pages, enable_caching, free_order=free_order, enable_kv_events=enable_kv_events)
+    except MemoryError:
+        raise InvalidArgumentError(
+            f"num_pages {num_pages}: not enough host memory for the pool's bookkeeping") from None
 
 
 def _check_group_rules(groups: tuple[CacheGroupSpec, ...], max_model_len: int, use_eagle: bool,
