@@ -10,7 +10,8 @@ them so eSurge callers keep their call shapes. A group's key for a page is
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from operator import countOf
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -26,11 +27,12 @@ NULL_PAGE_ID = 0
 
 
 class ESurgePoolMethods:
-    """eSurge's `get_cached_page` and `cache_full_pages` for `PagePool` (a mixin)."""
+    """eSurge's `get_cached_page` and `cache_full_pages` for `PagePool` (a mixin: ``self`` is
+    always a `PagePool`, used only through its public methods)."""
 
     __slots__ = ()
 
-    def get_cached_page(self: PagePool, page_hash: PageKey, kv_cache_group_ids: Sequence[int], *,
+    def get_cached_page(self, page_hash: PageKey, kv_cache_group_ids: Sequence[int], *,
                         dp_shard_hint: int | None = None,
                         data_parallel_size: int | None = None) -> list[CachePage] | None:
         """One cached page per group for ``page_hash``, or ``None`` if any group misses.
@@ -38,13 +40,14 @@ class ESurgePoolMethods:
         Each is the oldest page under ``(page_hash, group)`` (inside the hinted shard, if any).
         Counted in `prefix_cache_stats` as one query.
         """
+        pool = cast("PagePool", self)
         group_ids = [checked_int(g, "kv_cache_group_id", minimum=0)
                      for g in page_list(kv_cache_group_ids, "kv_cache_group_ids")]
         keys: list[Hashable] = [PageHashWithGroupId(page_hash, gid) for gid in group_ids]
-        found = self.lookup_all_ids(keys, dp_shard_hint=dp_shard_hint, data_parallel_size=data_parallel_size)
-        return None if found is None else [self.page(pid) for pid in found]
+        found = pool.lookup_all_ids(keys, dp_shard_hint=dp_shard_hint, data_parallel_size=data_parallel_size)
+        return None if found is None else [pool.page(pid) for pid in found]
 
-    def cache_full_pages(self: PagePool, request: Any, pages: Sequence[CachePage], page_hashes: list[PageKey],
+    def cache_full_pages(self, request: Any, pages: Sequence[CachePage], page_hashes: list[PageKey],
                          num_cached_pages: int, num_full_pages: int, page_size: int,
                          kv_cache_group_id: int, *, hasher: PageHasher | None = None) -> None:
         """Register ``pages[num_cached_pages:num_full_pages]`` under the request's page keys.
@@ -54,6 +57,7 @@ class ESurgePoolMethods:
         (the caller's per-request list). Null placeholders in the range are skipped: they hold
         no content, and the chain runs through the key list, not through the pages.
         """
+        pool = cast("PagePool", self)
         first, last, size, group_id = _caching_range(num_cached_pages, num_full_pages, page_size, kv_cache_group_id)
         if hasher is not None and not isinstance(hasher, PageHasher):
             raise InvalidArgumentError(f"hasher must be a PageHasher or None, got {type(hasher).__name__}")
@@ -64,8 +68,8 @@ class ESurgePoolMethods:
         if first >= last:
             return
         _check_key_range(page_hashes, first, last, len(pages))
-        ids = self.own_ids(pages[first:last])
-        self.check_cacheable([pid for pid in ids if pid != NULL_PAGE_ID])
+        ids = pool.own_ids(pages[first:last])
+        pool.check_cacheable([pid for pid in ids if pid != NULL_PAGE_ID])
         new_hashes: list[PageKey] = []
         if len(page_hashes) < last:
             _check_token_source(request)
@@ -77,7 +81,7 @@ class ESurgePoolMethods:
             check_key(key)
         page_hashes.extend(new_hashes)
         for pid, key in keys:
-            self.cache_page_id(pid, key)
+            pool.cache_page_id(pid, key)
 
 
 def _caching_range(num_cached_pages: object, num_full_pages: object, page_size: object,
@@ -97,9 +101,8 @@ def _check_key_range(page_hashes: list[PageKey], first: int, last: int, num_page
             f"page_hashes has {len(page_hashes)} entries, fewer than num_cached_pages={first}")
     if last > num_pages:
         raise InvalidArgumentError(f"num_full_pages={last} exceeds the {num_pages} pages given")
-    parent = page_hashes[-1] if page_hashes else None
-    if not all(isinstance(h, PageKey) for h in page_hashes[first:last]) or (
-            parent is not None and not isinstance(parent, PageKey)):
+    checked = page_hashes[first:last] + page_hashes[-1:]  # the keys used, and the chain's parent
+    if countOf(map(type, checked), PageKey) != len(checked):
         raise InvalidArgumentError("page_hashes must hold PageKey keys")
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import repeat
 from operator import countOf
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from verikv.cache_specs import (
     CacheSpec,
@@ -195,12 +195,12 @@ class SingleTypeCacheManager:
         """Replace each request key of a hit page by the equal key object the pool stores for
         that page, so later lookups and hit checks compare keys by identity. Only an equal key
         is replaced: the list's values never change."""
-        stored = self.page_pool.keys_of_ids(hits)
+        stored = cast("list[PageHashWithGroupId | None]", self.page_pool.keys_of_ids(hits))  # (group_key's)
         stride, num_keys = self._stride, len(keys)
         for j, key in enumerate(stored):
             k = (j + 1) * stride - 1
-            if key is not None and k < num_keys and key[0] is not keys[k] and key[0] == keys[k]:
-                keys[k] = key[0]
+            if key is not None and k < num_keys and key.page_hash is not keys[k] and key.page_hash == keys[k]:
+                keys[k] = key.page_hash
 
     def skipped_range(self, pages: Sequence[int], num_computed_tokens: int) -> tuple[int, int]:
         """Index range ``[start, stop)`` of ``pages`` (a request's list) the request no longer
