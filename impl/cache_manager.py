@@ -390,24 +390,31 @@ class CacheManager:
                 and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
             # A decode step: every argument in its plain form and this object holds pages, so
             # the coordinator can decide it in a few comparisons (`decode_step`).
-            rec = self.coordinator.records.get(request._request_id)
+            coordinator = self.coordinator
+            rec = coordinator.records.get(request._request_id)
             if rec is not None and rec.request is request and rec.pages is not None and request._status <= _PREEMPTED:
-                new = self._decode_step(rec, request, request._num_computed_tokens + num_new_tokens)
-                if new is not None:
-                    return new
+                num_tokens = request._num_computed_tokens + num_new_tokens
+                if num_tokens < rec.cache_at or len(request._tokens) < rec.cache_at:  # no caching due
+                    new = coordinator.decode_step(rec, num_tokens)
+                    if new is not None:
+                        return CachePages._of((new,), self.page_pool) if new else self._no_new_page
+                else:
+                    result = self._decode_step_and_cache(rec, request, num_tokens)
+                    if result is not None:
+                        return result
         return self._allocate_slots(request, num_new_tokens, num_new_computed_tokens, new_computed_pages,
                                     num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size)
 
-    def _decode_step(self, rec: RequestState, req: Request, num_tokens: int) -> CachePages | None:
-        """The decode step of a request that holds pages, when the coordinator can take it
-        alone (`CacheCoordinator.decode_step`), then caching; None (nothing changed) otherwise."""
+    def _decode_step_and_cache(self, rec: RequestState, req: Request, num_tokens: int) -> CachePages | None:
+        """A decode step that fills a key page: the keys first (nothing changes if hashing
+        fails), then the coordinator's step (`CacheCoordinator.decode_step`), then caching.
+        None (nothing changed) when the step is not one the coordinator takes alone."""
         cached = min(num_tokens, len(req._tokens))
-        new_keys = self._caching_keys(req, cached) if cached >= rec.cache_at else None  # before any change
+        new_keys = self._caching_keys(req, cached)
         new = self.coordinator.decode_step(rec, num_tokens)
         if new is None:
             return None
-        if new_keys is not None:
-            self._cache(rec, req, cached, new_keys)
+        self._cache(rec, req, cached, new_keys)
         return CachePages._of((new,), self.page_pool) if new else self._no_new_page
 
     def _allocate_slots(

@@ -138,6 +138,7 @@ class CacheCoordinator:
         #: the one group's manager when `decode_step` can decide a step alone (a single group
         #: that never drops pages), else None
         self._solo = managers[0] if len(managers) == 1 and not managers[0].frees_skipped_pages else None
+        self._solo_page_size = 0 if self._solo is None else self._solo.page_size
         #: a new record's `RequestState.cache_at`: 0, or with caching off a count never reached
         self.initial_cache_at: int = 0 if enable_caching else self.max_model_len + 1
         #: the page lists of a request that holds nothing (one empty tuple per group)
@@ -340,10 +341,10 @@ class CacheCoordinator:
         if solo is None or num_tokens > self.max_model_len:
             return None
         pages: list[int] = rec.pages[0]  # type: ignore[index]  # the caller checked it holds pages
-        need = -(-num_tokens // solo.page_size) - len(pages)
-        if need <= 0:
+        covered = len(pages) * self._solo_page_size
+        if num_tokens <= covered:
             return _NO_PAGE
-        if need == 1 and rec.shard is None and self.page_pool.get_num_free_pages():
+        if num_tokens <= covered + self._solo_page_size and rec.shard is None and self.page_pool.get_num_free_pages():
             return solo.allocate_new_pages(pages, num_tokens)
         return None
 
