@@ -1,8 +1,9 @@
 """`CacheManager`: the scheduler-facing page manager (eSurge's API), and `CachePages`.
 
-The manager validates every argument, keeps each request's content keys (computed once per
-full page with its own `PageHasher`) and its DP shard, and delegates page bookkeeping to a
-coordinator (`verikv.coordinators`). Semantics are eSurge's (reference §1.6) with the
+The manager validates every argument, translates eSurge's API, computes each request's content
+keys (once per full page, with its own `PageHasher`) and delegates page bookkeeping to a
+coordinator (`verikv.coordinators`), which owns the one record per request (`RequestState`):
+the manager keeps no per-request state of its own. Semantics are eSurge's (reference §1.6) with the
 departures of docs/differences.md; the refinements both the spec and this code follow are in
 docs/semantics.md. A raised error always means the call changed nothing.
 

@@ -196,7 +196,15 @@ class SingleTypeCacheManager:
         that page, so later lookups and hit checks compare keys by identity. Only an equal key
         is replaced: the list's values never change."""
         stored = cast("list[PageHashWithGroupId | None]", self.page_pool.keys_of_ids(hits))  # (group_key's)
-        stride, num_keys = self._stride, len(keys)
+        stride, num_keys, m = self._stride, len(keys), len(hits)
+        if stride == 1 and 0 < m <= num_keys and NULL_PAGE not in hits:  # key j <-> page j
+            last = stored[-1]
+            if last is not None and last.page_hash is keys[m - 1]:
+                return  # shared by an earlier lookup (a retry): nothing to gain
+            held = [None if key is None else key.page_hash for key in stored]
+            if held == keys[:m]:
+                keys[:m] = held  # type: ignore[assignment]  # (equal to keys[:m]: no None in it)
+                return
         for j, key in enumerate(stored):
             k = (j + 1) * stride - 1
             if key is not None and k < num_keys and key.page_hash is not keys[k] and key.page_hash == keys[k]:
