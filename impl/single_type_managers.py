@@ -199,9 +199,9 @@ class SingleTypeCacheManager:
         stride, num_keys, m = self._stride, len(keys), len(hits)
         if stride == 1 and 0 < m <= num_keys and NULL_PAGE not in hits:  # key j <-> page j
             last = stored[-1]
-            if last is not None and last.page_hash is keys[m - 1]:
+            if last is not None and last[0] is keys[m - 1]:
                 return  # shared by an earlier lookup (a retry): nothing to gain
-            held = [None if key is None else key.page_hash for key in stored]
+            held = [key and key[0] for key in stored]  # (key[0]: the page key, read fastest by index)
             if held == keys[:m]:
                 keys[:m] = held  # type: ignore[assignment]  # (equal to keys[:m]: no None in it)
                 return
