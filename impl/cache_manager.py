@@ -137,6 +137,8 @@ class _NoNewPages(CachePages):
 
 
 _PREEMPTED = RequestStatus.PREEMPTED
+#: what the decode test reads for an id without a record: it describes no request
+_NO_RECORD = RequestState(None)
 _ZERO = 0  # `x is _ZERO`: x is the plain int 0 (a fast-path guard; anything else takes the checked path)
 
 
@@ -386,14 +388,14 @@ class CacheManager:
         real tokens beyond it raise. Unless caching is off or ``delay_cache_pages``, full pages
         up to the computed tokens are then registered in the prefix cache.
         """
-        if (new_computed_pages is None and num_new_computed_tokens is _ZERO and num_lookahead_tokens is _ZERO
-                and delay_cache_pages is False and dp_shard_hint is None and data_parallel_size is None
+        if (new_computed_pages is dp_shard_hint is data_parallel_size is None
+                and num_new_computed_tokens is num_lookahead_tokens is _ZERO and delay_cache_pages is False
                 and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
             # A decode step: every argument in its plain form and this object holds pages, so
             # the coordinator can decide it in a few comparisons (`decode_step`).
             coordinator = self.coordinator
-            rec = coordinator.records.get(request._request_id)
-            if rec is not None and rec.request is request and rec.pages is not None and request._status <= _PREEMPTED:
+            rec = coordinator.records.get(request._request_id, _NO_RECORD)
+            if rec.request is request and rec.pages is not None and request._status <= _PREEMPTED:
                 num_tokens = request._num_computed_tokens + num_new_tokens
                 if num_tokens < rec.cache_at or len(request._tokens) < rec.cache_at:  # no caching due
                     new = coordinator.decode_step(rec, num_tokens)
