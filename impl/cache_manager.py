@@ -434,15 +434,15 @@ class CacheManager:
         if req._status > _PREEMPTED:
             raise InvalidArgumentError(f"request {req._request_id!r} is finished")
         num_tokens = req._num_computed_tokens + num_new_computed_tokens + num_new_tokens
-        num_slots = self._checked_slots(req, num_tokens, num_new_tokens, num_lookahead_tokens)
         held = self.coordinator.holding(req._request_id)
+        num_slots = self._checked_slots(req, held, num_tokens, num_new_tokens, num_lookahead_tokens)
         stale = self._stale_keys(req)
         # Keys for the caching step are computed before anything changes (INV-ATOMIC).
         cached = min(num_tokens, len(req._tokens))
         cache_at = held.cache_at if held is not None else self.coordinator.initial_cache_at
         new_keys = (self._caching_keys(req, cached, stale)
                     if not delay_cache_pages and self.kv_cache_groups and cached >= cache_at else None)
-        new = self._allocate(req, num_slots, num_new_computed_tokens, new_computed_pages,
+        new = self._allocate(req, held, num_slots, num_new_computed_tokens, new_computed_pages,
                              dp_shard_hint, data_parallel_size, stale)
         if new is None:
             return None
@@ -450,7 +450,8 @@ class CacheManager:
             self._cache(self.coordinator.records[req._request_id], req, cached, new_keys)
         return CachePages._of(new, self.page_pool)
 
-    def _checked_slots(self, req: Request, num_tokens: int, num_new_tokens: int, num_lookahead_tokens: int) -> int:
+    def _checked_slots(self, req: Request, held: RequestState | None, num_tokens: int, num_new_tokens: int,
+                       num_lookahead_tokens: int) -> int:
         """The slots to cover: ``num_tokens`` (which must fit ``max_model_len``) plus the
         lookahead, capped at ``max_model_len``. A request holding nothing must have no
         computed tokens (its KV is gone)."""
@@ -460,21 +461,20 @@ class CacheManager:
             raise InvalidArgumentError(
                 f"request {request_id!r}: {describe(num_tokens - num_new_tokens)} computed + "
                 f"{describe(num_new_tokens)} new tokens exceed max_model_len {max_model_len}")
-        if req._num_computed_tokens and self.kv_cache_groups and self.coordinator.holding(request_id) is None:
+        if req._num_computed_tokens and self.kv_cache_groups and held is None:
             raise InvalidArgumentError(
                 f"request {request_id!r} holds no pages but has num_computed_tokens="
                 f"{req._num_computed_tokens}: its KV is gone (reset num_computed_tokens to 0 on preemption)")
         return min(num_tokens + num_lookahead_tokens, max_model_len)
 
     def _allocate(
-        self, req: Request, num_slots: int, num_new_computed_tokens: int,
+        self, req: Request, held: RequestState | None, num_slots: int, num_new_computed_tokens: int,
         new_computed_pages: object, dp_shard_hint: object, data_parallel_size: object, stale: bool,
     ) -> PageIds | None:
         """The general allocation: resolve the shard, check the hits, let the coordinator plan
         and apply it; None (nothing changed) when it does not fit. ``stale``: the id's kept
         keys belong to another object (`_stale_keys`), dropped once the allocation is made."""
         request_id = req._request_id
-        held = self.coordinator.holding(request_id)
         shard, dp = self._shard_of(request_id, dp_shard_hint, data_parallel_size)
         hits = None
         if new_computed_pages is not None or num_new_computed_tokens:
@@ -558,6 +558,8 @@ class CacheManager:
                     group_ids and (min(group_ids) < 0 or max(group_ids) >= n)):
                 page = next(p for p in group_ids if type(p) is not int or not 0 <= p < n)
                 raise ForeignPageError(f"page id {describe(page)} is not a page of this pool (0..{n - 1})")
+            if NULL_PAGE not in group_ids:
+                continue
             first_real = next((j for j, p in enumerate(group_ids) if p != NULL_PAGE), len(group_ids))
             if first_real and not self._windowed_groups[gid]:
                 raise InvalidArgumentError(f"group {gid}: null page at hit position 0")
