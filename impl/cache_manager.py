@@ -257,9 +257,10 @@ class CacheManager:
             gid = group_id or 0
             rid = request.request_id
             page_size = self._page_sizes[gid]
-            first = self.coordinator.single_type_managers[gid].req_to_pages[rid].index(page_ids[0])
+            rec = self.coordinator.records[rid]  # it holds the pages it just cached, and their keys
+            first = rec.pages[gid].index(page_ids[0])  # type: ignore[index]
             stride = page_size // self._key_page_size
-            parent = self._requests[rid].keys[first * stride - 1] if first else None  # type: ignore[index]
+            parent = rec.keys[first * stride - 1] if first else None  # type: ignore[index]
             return describe_run(request, self.kv_cache_groups[gid].kv_cache_spec, page_size, first, len(page_ids),
                                 parent, self.hasher.page_extra_keys)
         return describe
