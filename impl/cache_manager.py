@@ -406,7 +406,7 @@ class CacheManager:
         real tokens beyond it raise. Unless caching is off or ``delay_cache_pages``, full pages
         up to the computed tokens are then registered in the prefix cache.
         """
-        if (new_computed_pages is dp_shard_hint is data_parallel_size is None
+        if (new_computed_pages is None and dp_shard_hint is None and data_parallel_size is None
                 and num_new_computed_tokens is num_lookahead_tokens is _ZERO and delay_cache_pages is False
                 and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
             # A decode step: every argument in its plain form and this object holds pages, so
