@@ -13,7 +13,7 @@ from typing import Any
 
 import hypothesis
 import pytest
-from broken_managers import BROKEN, OBSERVABLE, RefcountsNeverDecremented
+from broken_managers import BROKEN, MALFORMED_OWN_HIT, OBSERVABLE, RefcountsNeverDecremented
 from hypothesis import settings
 
 from verikv.errors import InvalidArgumentError
@@ -94,6 +94,18 @@ def test_broken_manager_is_caught_by_name(name: str, mode: str) -> None:
     assert caught.value.names and caught.value.layout == MULTI_GROUP
     if SHRINKS_AS_WRITTEN:
         assert expected in caught.value.names, str(caught.value)
+
+
+@pytest.mark.parametrize("mode", ["white-box", "black-box"])
+def test_a_malformed_hit_is_rejected_even_as_the_managers_own_result(mode: str) -> None:
+    """The manager's own latest lookup result, claimed with a count it does not cover or with a
+    page id removed from it, must be rejected like any other malformed hit (issue 18: a shortcut
+    for the manager's own result skipped validation). Only the bad-input cases send it."""
+    with pytest.raises(ConformanceError) as caught:
+        check_conformance(MALFORMED_OWN_HIT, MULTI_GROUP, fast(mode=mode))
+    assert {"REFINEMENT", "INV-ATOMIC"} & set(caught.value.names), str(caught.value)
+    assert "rejected by the spec" in str(caught.value) or "INV-ATOMIC" in caught.value.names, str(caught.value)
+    check_conformance(MALFORMED_OWN_HIT, MULTI_GROUP, fast(mode=mode, bad_inputs=False, max_examples=30))
 
 
 def test_non_atomic_allocation_needs_several_groups() -> None:

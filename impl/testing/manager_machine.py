@@ -76,9 +76,16 @@ MAX_ROUNDS = 8
 """Scheduler steps one `ManagerMachine.schedule` rule may run: an engine runs many steps between
 two arrivals, so outputs grow whole pages (a decoded page is what eSurge's Q1 keys wrongly)."""
 BAD_CALLS: tuple[str, ...] = ("zero", "negative", "too-long", "lookahead", "dp-size", "hits-with-pages",
-                              "cache-too-far", "cache-no-pages", "page-ids")
-"""Invalid calls the machine makes: token counts, DP size, hits for a request holding pages,
-caching past the request's tokens or without pages, page ids of a request without pages."""
+                              "own-hit-miscounted", "own-hit-edited", "cache-too-far", "cache-no-pages",
+                              "page-ids")
+"""Invalid calls the machine makes: token counts, DP size, hits for a request holding pages, the
+manager's own latest lookup result claimed with a token count it does not cover or after one of
+its page ids was dropped from it (a hit of the wrong shape that is still the very object the
+manager returned), caching past the request's tokens or without pages, page ids of a request
+without pages."""
+OWN_HIT_CASES: frozenset[str] = frozenset({"own-hit-miscounted", "own-hit-edited"})
+NEEDS_NO_PAGES: frozenset[str] = OWN_HIT_CASES | {"cache-no-pages", "page-ids"}
+NEEDS_PAGES: frozenset[str] = frozenset({"hits-with-pages", "cache-too-far"})
 KEY_FAILURES: tuple[str, ...] = ("hasher-raises", "lora-not-int", "salt-not-encodable")
 """How the failing-key-computation rule breaks a key: the hash function raises on its n-th
 call, or a request gets an attribute no key can be computed from after construction."""
@@ -687,21 +694,33 @@ class ManagerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.options.bad_inputs and self.requests)
     @rule(data=st.data(), case=st.sampled_from(BAD_CALLS))
     def bad_input(self, data: st.DataObject, case: str) -> None:
-        """One invalid call; both sides reject it and the implementation changes nothing."""
-        rid = data.draw(st.sampled_from(sorted(self.requests)))
-        calls = self.bad_call(rid, case)
-        if calls is not None:
-            self.expect_rejected(f"{case} for {rid}", *calls)
+        """One invalid call about a request the case applies to (with or without pages); both
+        sides reject it and the implementation changes nothing."""
+        fits = [rid for rid in sorted(self.requests) if self.bad_case_fits(rid, case)]
+        if fits:
+            rid = data.draw(st.sampled_from(fits))
+            calls = self.bad_call(rid, case)
+            if calls is not None:
+                self.expect_rejected(f"{case} for {rid}", *calls)
         self.check()
+
+    def bad_case_fits(self, rid: str, case: str) -> bool:
+        """Whether ``case`` can be sent about ``rid``: it holds pages (or none) as the case
+        needs, and for an own-hit case the spec says its lookup hits."""
+        held = self.spec.entry(rid) is not None
+        if (case in NEEDS_PAGES and not held) or (case in NEEDS_NO_PAGES and held):
+            return False
+        return case not in OWN_HIT_CASES or spec.lookup(self.spec, self.view(rid), None, self.dp).num_tokens > 0
 
     def bad_call(self, rid: str, case: str) -> tuple[Callable[[], Any], Callable[[], Any]] | None:
         """The (implementation, spec) calls of one bad-input case, or None when ``case`` does
         not apply to this request and layout."""
         view, s, config = self.view(rid), self.spec, self.config
         entry = s.entry(rid)
-        if case in ("hits-with-pages", "cache-too-far", "cache-no-pages", "page-ids") and (
-                (entry is None) != (case in ("cache-no-pages", "page-ids"))):
+        if (case in NEEDS_PAGES and entry is None) or (case in NEEDS_NO_PAGES and entry is not None):
             return None  # the case needs a request with (or without) pages
+        if case in OWN_HIT_CASES:
+            return self.malformed_own_hit(rid, case == "own-hit-edited")
         if case == "hits-with-pages" and entry is not None:
             ps = config.groups[0].page_size
             own = tuple((pages[0],) if config.groups[g].page_size == ps else () for g, pages in enumerate(entry.pages))
@@ -728,6 +747,27 @@ class ManagerMachine(RuleBasedStateMachine):
                 lambda: spec.allocate_slots(s, view, num_new, computed_new, None, lookahead,
                                             data_parallel_size=dp_size))
 
+
+    def malformed_own_hit(self, rid: str, edit: bool) -> tuple[Callable[[], Any], Callable[[], Any]] | None:
+        """The calls claiming ``rid``'s fresh lookup result (the manager's own object) with a
+        shape that does not fit: a token count one page short of what it covers, or (``edit``)
+        the covered count after the last page id of a group was removed from the object itself
+        (only when the result exposes its id lists as Python lists, as verikv's ``page_ids``).
+        None when the lookup hits nothing."""
+        pages, hit = self.lookup(rid, None)
+        if hit.num_tokens == 0 or self.failures:
+            return None
+        claimed = max(0, hit.num_tokens - self.config.groups[0].page_size)
+        if edit:
+            groups = getattr(pages, "page_ids", pages)
+            edited = next((ids for ids in groups if isinstance(ids, list) and ids), None)
+            if edited is None:
+                return None
+            edited.pop()
+            claimed = hit.num_tokens
+        view, s, spec_hits = self.view(rid), self.spec, page_ids_of(pages)
+        return (lambda: self.impl.allocate(self.native(rid), 1, claimed, pages, 0, False, data_parallel_size=self.dp),
+                lambda: spec.allocate_slots(s, view, 1, claimed, spec_hits, data_parallel_size=self.dp))
 
     # ---- failing key computation -----------------------------------------------------
 
