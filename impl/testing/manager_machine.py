@@ -715,12 +715,10 @@ class ManagerMachine(RuleBasedStateMachine):
         return case not in OWN_HIT_CASES or spec.lookup(self.spec, self.view(rid), None, self.dp).num_tokens > 0
 
     def bad_call(self, rid: str, case: str) -> tuple[Callable[[], Any], Callable[[], Any]] | None:
-        """The (implementation, spec) calls of one bad-input case, or None when ``case`` does
-        not apply to this request and layout."""
+        """The (implementation, spec) calls of one bad-input case about a request it fits
+        (`bad_case_fits`), or None when ``case`` does not apply to this layout or state."""
         view, s, config = self.view(rid), self.spec, self.config
         entry = s.entry(rid)
-        if (case in NEEDS_PAGES and entry is None) or (case in NEEDS_NO_PAGES and entry is not None):
-            return None  # the case needs a request with (or without) pages
         if case in OWN_HIT_CASES:
             return self.malformed_own_hit(rid, case == "own-hit-edited")
         if case == "hits-with-pages" and entry is not None:
@@ -749,7 +747,6 @@ class ManagerMachine(RuleBasedStateMachine):
                 lambda: spec.allocate_slots(s, view, num_new, computed_new, None, lookahead,
                                             data_parallel_size=dp_size))
 
-
     def malformed_own_hit(self, rid: str, edit: bool) -> tuple[Callable[[], Any], Callable[[], Any]] | None:
         """The calls claiming ``rid``'s fresh lookup result (the manager's own object) with a
         shape that does not fit: a token count one page short of what it covers, or (``edit``)
@@ -770,6 +767,7 @@ class ManagerMachine(RuleBasedStateMachine):
         view, s, spec_hits = self.view(rid), self.spec, page_ids_of(pages)
         return (lambda: self.impl.allocate(self.native(rid), 1, claimed, pages, 0, False, data_parallel_size=self.dp),
                 lambda: spec.allocate_slots(s, view, 1, claimed, spec_hits, data_parallel_size=self.dp))
+
 
     # ---- failing key computation -----------------------------------------------------
 
