@@ -374,6 +374,38 @@ def engine_pool(pool_class: type) -> Any:
     return make
 
 
+class IgnoresBadFrees:
+    """A pool behind the id-level API that silently ignores a free of the null page or of a page
+    nobody holds (accepting it, as eSurge does, without the state damage)."""
+
+    def __init__(self, num_pages: int, free_order: str) -> None:
+        self.pool = engine_pool(PagePool)(num_pages, free_order)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pool, name)
+
+    def free_page_ids(self, ids: list[int]) -> None:
+        if 0 not in ids and all(self.pool.ref_count(p) > 0 for p in ids):
+            self.pool.free_page_ids(ids)
+
+
+def test_the_null_page_free_waiver_lets_the_double_free_show() -> None:
+    with pytest.raises(ConformanceError) as caught:
+        check_pool_conformance(IgnoresBadFrees, fast(waivers=frozenset({"null-page-free"})))
+    assert caught.value.names == ["rejects:double-free"], str(caught.value)
+    with pytest.raises(ConformanceError) as caught:
+        check_pool_conformance(IgnoresBadFrees, fast())
+    assert caught.value.names[0] in ("rejects:double-free", "rejects:null-page"), str(caught.value)
+
+
+def test_the_usage_formula_waiver_applies_to_the_pool_harness() -> None:
+    with pytest.raises(ConformanceError) as caught:
+        check_pool_conformance(engine_pool(UsageCountsNullPage), fast())
+    assert "INV-USAGE" in caught.value.names, str(caught.value)
+    check_pool_conformance(engine_pool(UsageCountsNullPage), fast(waivers=frozenset({"usage-formula"}),
+                                                                  max_examples=30))
+
+
 def test_pool_harness_finds_a_double_free_through_the_managers_pool() -> None:
     check_pool_conformance(engine_pool(PagePool), fast(max_examples=30))
     with pytest.raises(ConformanceError) as caught:
