@@ -752,3 +752,72 @@ class CacheManager:
         if held is None:
             raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return held.shard
+
+    # ---- the batched decode step ----------------------------------------------------------------
+
+    def allocate_slots_batch(
+        self,
+        requests: Sequence[Request],
+        num_new_tokens: int | Sequence[int],
+        num_lookahead_tokens: int = 0,
+        delay_cache_pages: bool = False,
+        *,
+        data_parallel_size: int | None = None,
+    ) -> list[CachePages | None]:
+        """One step for many requests: ``allocate_slots(request, n, 0, None, num_lookahead_tokens,
+        delay_cache_pages, data_parallel_size=data_parallel_size)`` for each pair in order
+        (``num_new_tokens``: one count per request, or one int for all).
+
+        Returns one result per request: its new pages per group, or None when they did not fit,
+        having changed nothing for it (INV-ATOMIC per request; the later requests still run, so
+        a smaller one may fit after a larger one did not). Every argument is checked before
+        anything changes: a bad element raises and the whole batch changes nothing. Request ids
+        must be distinct. No hits and no DP hint: a request holding no pages gets them from the
+        whole pool (admit new requests with a lookup and a single `allocate_slots`).
+        """
+        batch = self._checked_batch(requests, num_new_tokens, num_lookahead_tokens, delay_cache_pages,
+                                    data_parallel_size)
+        return [self._allocate_slots(req, n, 0, None, num_lookahead_tokens, delay_cache_pages, None,
+                                     data_parallel_size) for req, n in batch]
+
+    def _checked_batch(
+        self, requests: object, num_new_tokens: object, num_lookahead_tokens: object, delay_cache_pages: object,
+        data_parallel_size: object,
+    ) -> list[tuple[Request, int]]:
+        """The batch as (request, count) pairs, every element checked as `allocate_slots` would
+        check it (pure). Distinct ids make each check independent of the elements before it:
+        an allocation changes only its own request's record."""
+        if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
+            raise InvalidArgumentError(f"requests must be a sequence of verikv.Request, got {describe(requests)}")
+        reqs = [_request(r) for r in requests]
+        if isinstance(num_new_tokens, Sequence) and not isinstance(num_new_tokens, (str, bytes)):
+            counts = [_int(n, "num_new_tokens", 1) for n in num_new_tokens]
+            if len(counts) != len(reqs):
+                raise InvalidArgumentError(f"{len(reqs)} requests but {len(counts)} token counts")
+        else:
+            counts = [_int(num_new_tokens, "num_new_tokens", 1)] * len(reqs)
+        _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
+        if delay_cache_pages is not False and delay_cache_pages is not True:
+            raise InvalidArgumentError(f"delay_cache_pages must be a bool, got {describe(delay_cache_pages)}")
+        if len({req._request_id for req in reqs}) != len(reqs):
+            raise InvalidArgumentError("a request appears twice in the batch (one step schedules a request once)")
+        for req, n in zip(reqs, counts):
+            self._check_extension(req, n, data_parallel_size)
+        return list(zip(reqs, counts))
+
+    def _check_extension(self, req: Request, num_new_tokens: int, data_parallel_size: object) -> None:
+        """Raise what ``allocate_slots(req, num_new_tokens, data_parallel_size=...)`` (no hits)
+        would raise; pure."""
+        request_id = req._request_id
+        if req._status > _PREEMPTED:
+            raise InvalidArgumentError(f"request {request_id!r} is finished")
+        if req._num_computed_tokens + num_new_tokens > self.max_model_len:
+            raise InvalidArgumentError(
+                f"request {request_id!r}: {req._num_computed_tokens} computed + {num_new_tokens} new tokens "
+                f"exceed max_model_len {self.max_model_len}")
+        if self._holding(request_id) is None and req._num_computed_tokens and self.kv_cache_groups:
+            raise InvalidArgumentError(
+                f"request {request_id!r} holds no pages but has num_computed_tokens="
+                f"{req._num_computed_tokens}: its KV is gone (reset num_computed_tokens to 0 on preemption)")
+        self._stale_keys(req)  # raises if another Request object holds pages under this id
+        self._shard_of(request_id, None, data_parallel_size)  # checks the DP size
