@@ -16,8 +16,9 @@ Read-only introspection used by the abstraction function and the conformance har
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
-from itertools import repeat
+from collections.abc import Iterable, Sequence
+from itertools import count, repeat
+from operator import attrgetter, countOf
 from typing import Any, ClassVar
 
 from verikv.cache_specs import CacheGroupsConfig, CacheGroupSpec
@@ -138,6 +139,8 @@ class _NoNewPages(CachePages):
 _PREEMPTED = RequestStatus.PREEMPTED
 _ZERO = 0  # `x is _ZERO`: x is the plain int 0 (a fast-path guard; anything else takes the checked path)
 _INTS = {int}
+_REQUEST_ID = attrgetter("_request_id")
+_STATUS = attrgetter("_status")
 
 
 def _int(value: object, name: str, minimum: int) -> int:
@@ -775,10 +778,55 @@ class CacheManager:
         must be distinct. No hits and no DP hint: a request holding no pages gets them from the
         whole pool (admit new requests with a lookup and a single `allocate_slots`).
         """
+        if num_lookahead_tokens is _ZERO and delay_cache_pages is False and data_parallel_size is None:
+            work = self._decode_plan(requests, num_new_tokens)
+            if work is not None:
+                return self._apply_plan(requests, num_new_tokens, work)  # type: ignore[arg-type]
         batch = self._checked_batch(requests, num_new_tokens, num_lookahead_tokens, delay_cache_pages,
                                     data_parallel_size)
         return [self._allocate_slots(req, n, 0, None, num_lookahead_tokens, delay_cache_pages, None,
                                      data_parallel_size) for req, n in batch]
+
+    def _decode_plan(self, requests: object, num_new_tokens: object) -> list[int] | None:
+        """For a batch in its plain form (a list of `Request`, plain int counts >= 1, distinct
+        ids, none finished), the positions whose single call is not the no-op "its pages have
+        room and no caching is due"; None otherwise (the checked path then decides). Pure.
+
+        An element off the list is a request this manager holds pages for under this very
+        object, with ``computed + n <= capacity`` (so within ``max_model_len``) and below the
+        next caching point: its single call returns the shared empty result and changes nothing.
+        """
+        if type(requests) is not list or countOf(map(type, requests), Request) != len(requests):
+            return None
+        n = len(requests)
+        if type(num_new_tokens) is int:
+            if num_new_tokens < 1:
+                return None
+            counts: Iterable[int] = repeat(num_new_tokens, n)
+        elif (type(num_new_tokens) is list and len(num_new_tokens) == n
+              and countOf(map(type, num_new_tokens), int) == n and (not n or min(num_new_tokens) >= 1)):
+            counts = num_new_tokens
+        else:
+            return None
+        ids = list(map(_REQUEST_ID, requests))
+        if len(set(ids)) != n or (n and max(map(_STATUS, requests)) > _PREEMPTED):
+            return None
+        records = list(map(self._requests.get, ids))
+        return [i for i, req, held, c in zip(count(), requests, records, counts)
+                if held is None or held.request is not req
+                or not held.cache_at > req._num_computed_tokens + c <= held.capacity]
+
+    def _apply_plan(self, requests: list[Request], num_new_tokens: int | list[int], work: list[int]
+                    ) -> list[CachePages | None]:
+        """Check the planned elements as single calls would, then make their calls in order;
+        every other element's result is the shared empty one."""
+        counts = [num_new_tokens] * len(requests) if type(num_new_tokens) is int else num_new_tokens
+        for i in work:
+            self._check_extension(requests[i], counts[i], None)  # type: ignore[index]
+        results: list[CachePages | None] = [self._no_new_page] * len(requests)
+        for i in work:
+            results[i] = self.allocate_slots(requests[i], counts[i])  # type: ignore[index]
+        return results
 
     def _checked_batch(
         self, requests: object, num_new_tokens: object, num_lookahead_tokens: object, delay_cache_pages: object,
