@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import event, given, settings, strategies as st
 
-from verikv import CacheManager, InvalidArgumentError, Request, RequestStatus, VeriKVError
+from verikv import CacheManager, InvalidArgumentError, Request, RequestStatus
 from verikv.spec import invariants as inv, manager as spec
 from verikv.spec.abstraction import abstract_manager
 from verikv.spec.pool import PreconditionError
@@ -368,7 +368,3 @@ def test_a_bad_element_rejects_the_whole_batch_and_changes_nothing(layout: str, 
     # without the bad element the same batch changes the state (the new request gets pages)
     assert m.allocate_slots_batch(good, counts, data_parallel_size=dp)[good.index(fresh)] is not None
     assert snapshot(m) != before
-
-
-def test_errors_are_typed() -> None:
-    assert issubclass(InvalidArgumentError, VeriKVError)
