@@ -485,6 +485,7 @@ def allocate_slots_batch(s: ManagerState, reqs: Sequence[RequestView], num_new_t
     A batch with an element outside its precondition (in its ``s_i``) is rejected as a whole:
     the error is raised and no state is returned. No element takes hits or a DP hint (a
     request holding no pages gets them from the whole pool, as a single call without a hint).
+    Every invariant `allocate_slots` preserves, the batch preserves (by induction on the fold).
     pre: one count per request; distinct request ids (a step schedules a request once); each
     element within the precondition of `allocate_slots` in its ``s_i``.
     """
