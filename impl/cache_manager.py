@@ -19,7 +19,7 @@ import numbers
 from collections.abc import Iterable, Sequence
 from itertools import count, repeat
 from operator import attrgetter, countOf
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from verikv.cache_specs import CacheGroupsConfig, CacheGroupSpec
 from verikv.coordinators import CacheCoordinator, PageIds, get_kv_cache_coordinator
@@ -773,19 +773,32 @@ class CacheManager:
 
         Returns one result per request: its new pages per group, or None when they did not fit,
         having changed nothing for it (INV-ATOMIC per request; the later requests still run, so
-        a smaller one may fit after a larger one did not). Every argument is checked before
-        anything changes: a bad element raises and the whole batch changes nothing. Request ids
-        must be distinct. No hits and no DP hint: a request holding no pages gets them from the
-        whole pool (admit new requests with a lookup and a single `allocate_slots`).
+        a smaller one may fit after a larger one did not). Every argument is checked and every
+        content key computed before anything changes: a bad element raises, as does a failing
+        hash function, and the whole batch changes nothing. Request ids must be distinct. No
+        hits and no DP hint: a request holding no pages gets them from the whole pool (admit new
+        requests with a lookup and a single `allocate_slots`).
         """
+        work = None
         if num_lookahead_tokens is _ZERO and delay_cache_pages is False and data_parallel_size is None:
             work = self._decode_plan(requests, num_new_tokens)
-            if work is not None:
-                return self._apply_plan(requests, num_new_tokens, work)  # type: ignore[arg-type]
-        batch = self._checked_batch(requests, num_new_tokens, num_lookahead_tokens, delay_cache_pages,
-                                    data_parallel_size)
-        return [self._allocate_slots(req, n, 0, None, num_lookahead_tokens, delay_cache_pages, None,
-                                     data_parallel_size) for req, n in batch]
+        if work is None:  # not a plain decode step: check every element; each is planned work
+            reqs, counts = self._checked_batch(requests, num_new_tokens, num_lookahead_tokens, delay_cache_pages,
+                                               data_parallel_size)
+            work = list(range(len(reqs)))
+            lookahead = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
+        else:
+            reqs = requests  # type: ignore[assignment]  # a list of Request (`_decode_plan`)
+            counts = [num_new_tokens] * len(reqs) if type(num_new_tokens) is int else num_new_tokens  # type: ignore[assignment]
+            for i in work:
+                self._check_extension(reqs[i], counts[i], None)
+            lookahead = 0
+        calls = [self._planned_call(reqs[i], counts[i], lookahead, delay_cache_pages is True) for i in work]
+        # every element is checked and every key computed: from here on the state changes
+        results: list[CachePages | None] = [self._no_new_page] * len(reqs)
+        for i, call in zip(work, calls):
+            results[i] = self._make_call(call, data_parallel_size)
+        return results
 
     def _decode_plan(self, requests: object, num_new_tokens: object) -> list[int] | None:
         """For a batch in its plain form (a list of `Request`, plain int counts >= 1, distinct
@@ -816,23 +829,45 @@ class CacheManager:
                 if held is None or held.request is not req
                 or not held.cache_at > req._num_computed_tokens + c <= held.capacity]
 
-    def _apply_plan(self, requests: list[Request], num_new_tokens: int | list[int], work: list[int]
-                    ) -> list[CachePages | None]:
-        """Check the planned elements as single calls would, then make their calls in order;
-        every other element's result is the shared empty one."""
-        counts = [num_new_tokens] * len(requests) if type(num_new_tokens) is int else num_new_tokens
-        for i in work:
-            self._check_extension(requests[i], counts[i], None)  # type: ignore[index]
-        results: list[CachePages | None] = [self._no_new_page] * len(requests)
-        for i in work:
-            results[i] = self.allocate_slots(requests[i], counts[i])  # type: ignore[index]
-        return results
+    def _planned_call(self, req: Request, num_new_tokens: int, num_lookahead_tokens: int, delay_cache_pages: bool
+                      ) -> _Call:
+        """What ``allocate_slots(req, num_new_tokens, 0, None, num_lookahead_tokens,
+        delay_cache_pages)`` will do, with the content keys its caching needs computed (checked
+        arguments; pure)."""
+        stale = self._stale_keys(req)
+        held = self._holding(req._request_id)
+        num_tokens = req._num_computed_tokens + num_new_tokens
+        cached = min(num_tokens, len(req._tokens))
+        cache_at = held.cache_at if held is not None else 0 if self.enable_caching else self._never
+        keys = (self._caching_keys(req, cached, stale)
+                if not delay_cache_pages and self.kv_cache_groups and cached >= cache_at else None)
+        return _Call(req, held, num_tokens, min(num_tokens + num_lookahead_tokens, self.max_model_len), cached,
+                     keys, stale)
+
+    def _make_call(self, call: _Call, data_parallel_size: int | None) -> CachePages | None:
+        """Apply a planned call: the decode cases of `allocate_slots`' fast path (pages with
+        room, or one more page from the whole pool), else the general allocation; then cache."""
+        req, held, num_tokens, cached, keys = call.request, call.held, call.num_tokens, call.cached, call.keys
+        result: CachePages | None
+        if (held is not None and held.request is req and held.shard is None and call.num_slots == num_tokens
+                and (num_tokens <= held.capacity or num_tokens <= held.capacity + self._solo_page_size
+                     and self.page_pool.get_num_free_pages())):
+            result = (self._no_new_page if num_tokens <= held.capacity
+                      else CachePages._of((self._allocate_solo(held, num_tokens),), self.page_pool))
+        else:
+            new = self._allocate(req, call.num_slots, 0, None, None, data_parallel_size, call.stale)
+            if new is None:
+                return None
+            result = CachePages._of(new, self.page_pool)
+        if keys is not None:
+            self._cache(req, cached, keys)
+        return result
 
     def _checked_batch(
         self, requests: object, num_new_tokens: object, num_lookahead_tokens: object, delay_cache_pages: object,
         data_parallel_size: object,
-    ) -> list[tuple[Request, int]]:
-        """The batch as (request, count) pairs, every element checked as `allocate_slots` would
+    ) -> tuple[list[Request], list[int]]:
+        """The batch's requests and counts, every element checked as `allocate_slots` would
         check it (pure). Distinct ids make each check independent of the elements before it:
         an allocation changes only its own request's record."""
         if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
@@ -851,7 +886,7 @@ class CacheManager:
             raise InvalidArgumentError("a request appears twice in the batch (one step schedules a request once)")
         for req, n in zip(reqs, counts):
             self._check_extension(req, n, data_parallel_size)
-        return list(zip(reqs, counts))
+        return reqs, counts
 
     def _check_extension(self, req: Request, num_new_tokens: int, data_parallel_size: object) -> None:
         """Raise what ``allocate_slots(req, num_new_tokens, data_parallel_size=...)`` (no hits)
@@ -869,3 +904,17 @@ class CacheManager:
                 f"{req._num_computed_tokens}: its KV is gone (reset num_computed_tokens to 0 on preemption)")
         self._stale_keys(req)  # raises if another Request object holds pages under this id
         self._shard_of(request_id, None, data_parallel_size)  # checks the DP size
+
+
+class _Call(NamedTuple):
+    """One planned element of a batch (`CacheManager._planned_call`): the request, its record
+    while it holds pages, its token and slot counts, the tokens to cache up to and the keys
+    that caching needs (None: no caching due), and whether its kept keys are stale."""
+
+    request: Request
+    held: RequestState | None
+    num_tokens: int
+    num_slots: int
+    cached: int
+    keys: list[PageHash] | None
+    stale: bool

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from hypothesis import event, given, settings, strategies as st
 
-from verikv import CacheManager, InvalidArgumentError, Request, RequestStatus
+from verikv import CacheManager, HashingError, InvalidArgumentError, Request, RequestStatus
 from verikv.spec import invariants as inv, manager as spec
 from verikv.spec.abstraction import abstract_manager
 from verikv.spec.pool import PreconditionError
-from verikv.testing.adapter import build_cache_manager
+from verikv.testing.adapter import ArmableHash, build_cache_manager
 
 FULL4 = spec.GroupLayout("full", 4)
 FULL16 = spec.GroupLayout("full", 16)
@@ -368,3 +368,28 @@ def test_a_bad_element_rejects_the_whole_batch_and_changes_nothing(layout: str, 
     # without the bad element the same batch changes the state (the new request gets pages)
     assert m.allocate_slots_batch(good, counts, data_parallel_size=dp)[good.index(fresh)] is not None
     assert snapshot(m) != before
+
+
+@pytest.mark.parametrize("failing", [1, 3, 5])
+def test_a_key_computation_that_fails_rejects_the_whole_batch(failing: int) -> None:
+    """Every content key the batch needs is computed before anything changes, as a single
+    call's are: a hasher that raises on the batch's ``failing``-th key leaves the manager as
+    it was, even when requests before the failing one get pages."""
+    hasher = ArmableHash()
+    cfg = config(FULL4, num_pages=16, max_model_len=32)
+    twin = Twin(build_cache_manager(cfg, hash_scheme=hasher))
+    for i in range(3):
+        admit(twin, f"r{i}", [i, 1, 2, 3, 4, 5, 6], None)  # 8 tokens with the sampled one: fills page 2
+    crossing = twin.requests["r3"] = Request("r3", [9] * 9)  # a new request: three pages, keys 1-2
+    # then r0, r1, r2 each fill a page: keys 3, 4, 5 (a failure there comes after r3's pages)
+    reqs = [crossing, *(twin.requests[f"r{i}"] for i in range(3))]
+    counts = [9, 1, 1, 1]
+    before = snapshot(twin.manager)
+    hasher.arm(failing)
+    with pytest.raises(HashingError):
+        twin.manager.allocate_slots_batch(reqs, counts)
+    hasher.disarm()
+    assert snapshot(twin.manager) == before
+    results = twin.manager.allocate_slots_batch(reqs, counts)
+    assert [len(r.get_page_ids()[0]) for r in results] == [3, 0, 0, 0]
+    assert snapshot(twin.manager) != before
