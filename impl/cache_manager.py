@@ -790,7 +790,7 @@ class CacheManager:
         else:
             reqs = requests  # type: ignore[assignment]  # a list of Request (`_decode_plan`)
             counts = [num_new_tokens] * len(reqs) if type(num_new_tokens) is int else num_new_tokens  # type: ignore[assignment]
-            for i in work:
+            for i in work:  # (the plan checked the types, the ids and the statuses)
                 self._check_extension(reqs[i], counts[i], None)
             lookahead = 0
         calls = [self._planned_call(reqs[i], counts[i], lookahead, delay_cache_pages is True) for i in work]
@@ -834,11 +834,15 @@ class CacheManager:
         """What ``allocate_slots(req, num_new_tokens, 0, None, num_lookahead_tokens,
         delay_cache_pages)`` will do, with the content keys its caching needs computed (checked
         arguments; pure)."""
-        stale = self._stale_keys(req)
-        held = self._holding(req._request_id)
+        state = self._requests.get(req._request_id)
+        if state is not None and state.holds and state.request is req:  # running: its identity is frozen
+            held: RequestState | None = state
+            stale, cache_at = state.keys is not None and state.keys_version != req._identity_version, state.cache_at
+        else:
+            held, stale = None, self._stale_keys(req)
+            cache_at = 0 if self.enable_caching else self._never
         num_tokens = req._num_computed_tokens + num_new_tokens
         cached = min(num_tokens, len(req._tokens))
-        cache_at = held.cache_at if held is not None else 0 if self.enable_caching else self._never
         keys = (self._caching_keys(req, cached, stale)
                 if not delay_cache_pages and self.kv_cache_groups and cached >= cache_at else None)
         return _Call(req, held, num_tokens, min(num_tokens + num_lookahead_tokens, self.max_model_len), cached,
@@ -892,6 +896,10 @@ class CacheManager:
         """Raise what ``allocate_slots(req, num_new_tokens, data_parallel_size=...)`` (no hits)
         would raise; pure."""
         request_id = req._request_id
+        state = self._requests.get(request_id)
+        if (state is not None and state.holds and state.request is req and data_parallel_size is None
+                and req._status <= _PREEMPTED and req._num_computed_tokens + num_new_tokens <= self.max_model_len):
+            return  # a running request extended within max_model_len: nothing else can be wrong
         if req._status > _PREEMPTED:
             raise InvalidArgumentError(f"request {request_id!r} is finished")
         if req._num_computed_tokens + num_new_tokens > self.max_model_len:
