@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from hypothesis import event, given, settings, strategies as st
 
-from verikv import CacheManager, HashingError, InvalidArgumentError, Request, RequestStatus
+from verikv import CacheManager, HashingError, InvalidArgumentError, PageRemoved, PageStored, Request, RequestStatus
 from verikv.spec import invariants as inv, manager as spec
 from verikv.spec.abstraction import abstract_manager
 from verikv.spec.pool import PreconditionError
@@ -134,8 +134,15 @@ class Twin:
     requests: dict[str, Request] = field(default_factory=dict)
 
 
-def twins(cfg: spec.ManagerConfig) -> tuple[Twin, Twin]:
-    return Twin(build_cache_manager(cfg, hash_seed=0)), Twin(build_cache_manager(cfg, hash_seed=0))
+#: layouts whose managers record KV events (the events each step emits are compared too)
+WITH_EVENTS = {"full(page 16)", "full+sliding"}
+
+
+def twins(cfg: spec.ManagerConfig, events: bool = False) -> tuple[Twin, Twin]:
+    def build() -> CacheManager:
+        manager: CacheManager = build_cache_manager(cfg, hash_seed=0, enable_kv_events=events)
+        return manager
+    return Twin(build()), Twin(build())
 
 
 def ids_of(results: list[Any]) -> list[tuple[list[int], ...] | None]:
@@ -144,11 +151,12 @@ def ids_of(results: list[Any]) -> list[tuple[list[int], ...] | None]:
 
 def snapshot(m: CacheManager) -> tuple[Any, ...]:
     """Everything observable about a manager's state: the abstract state (pool and page lists),
-    the kept content keys, DP adoption and the lookup statistics."""
+    the kept content keys, DP adoption, the lookup statistics and the KV events since the last
+    snapshot (taken: a later snapshot sees only newer ones)."""
     keys = {rid: m.page_hashes_of(rid) for rid in m.hashed_request_ids()}
     stats = m.prefix_cache_stats
     return (abstract_manager(m), keys, m.data_parallel_size, m.page_pool.key_version,
-            (stats.requests, stats.queries, stats.hits))
+            (stats.requests, stats.queries, stats.hits), m.take_events())
 
 
 def assert_same(a: Twin, b: Twin) -> None:
@@ -244,14 +252,14 @@ def finish_long_requests(twin: Twin, cfg: spec.ManagerConfig) -> None:
             req.status = RequestStatus.FINISHED_LENGTH_CAPPED
 
 
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("layout", sorted(LAYOUTS) + [f"{name}, events" for name in sorted(WITH_EVENTS)])
 @settings(max_examples=40)
 @given(data=st.data())
 def test_batch_equals_single_calls_in_order(layout: str, data: st.DataObject) -> None:
-    cfg = LAYOUTS[layout]
+    cfg = LAYOUTS[layout.removesuffix(", events")]
     page = max((g.page_size for g in cfg.groups if g.kind != "mamba"), default=4)
     cfg = replace(cfg, num_pages=data.draw(st.integers(3, 16), label="num_pages") * cfg.data_parallel_size)
-    a, b = twins(cfg)
+    a, b = twins(cfg, events=layout.endswith(", events"))
     dp = cfg.data_parallel_size if cfg.data_parallel_size > 1 else None
     shared = data.draw(st.lists(st.integers(0, 3), min_size=page, max_size=2 * page), label="shared prefix")
     for i in range(data.draw(st.integers(1, 8), label="requests")):
@@ -272,13 +280,14 @@ def test_batch_equals_single_calls_in_order(layout: str, data: st.DataObject) ->
         assert_same(a, b)
 
 
-def test_decode_steps_shaped_like_the_benchmark() -> None:
+@pytest.mark.parametrize("events", [False, True])
+def test_decode_steps_shaped_like_the_benchmark(events: bool) -> None:
     """64 running decodes on 16-token pages with prompts of 64-79 tokens (as
     `benchmarks.decode_batch`): each step one request in 16 crosses a page boundary and one
     fills a page that is then cached. The pool has room for only a few crossings, so later
     steps refuse requests, which are preempted and re-prefilled by the batch itself."""
     cfg = config(FULL16, num_pages=316 + 1 + 6, max_model_len=256)
-    a, b = twins(cfg)
+    a, b = twins(cfg, events=events)
     for i in range(64):
         tokens = [(i * 131 + k * 7) % 1000 for k in range(64 + i % 16)]
         for twin in (a, b):
@@ -293,6 +302,26 @@ def test_decode_steps_shaped_like_the_benchmark() -> None:
         for twin, results in zip((a, b), (batch, singles)):
             advance(twin, step, results, token=t)
     assert refused > 0
+
+
+def test_kv_events_come_in_the_order_of_single_calls() -> None:
+    """A step that caches a page (b) before a step that takes a page evicting a cached one (a):
+    single calls store, then remove; so must the batch."""
+    cfg = config(FULL4, num_pages=6, max_model_len=32)  # pages 1..5
+    a, b = twins(cfg, events=True)
+    for twin in (a, b):
+        admit(twin, "x", [9] * 8, None)  # pages 1 and 2, both cached ...
+        twin.manager.free(twin.requests["x"])  # ... and free: the free list is 3, 4, 5, 2, 1
+        admit(twin, "b", [1] * 7, None)  # pages 3 and 4; its 8th token fills page 4
+        admit(twin, "a", [2] * 4, None)  # page 5; its 5th token needs a page: 2, evicting x's key
+        twin.manager.take_events()
+    batch = a.manager.allocate_slots_batch([a.requests["b"], a.requests["a"]], 1)
+    singles = [b.manager.allocate_slots(b.requests[rid], 1) for rid in ("b", "a")]
+    assert ids_of(batch) == ids_of(singles) == [([],), ([2],)]
+    events = b.manager.take_events()
+    assert [(type(e), e.page_id) for e in events] == [(PageStored, 4), (PageRemoved, 2)]  # type: ignore[union-attr]
+    assert a.manager.take_events() == events
+    assert_same(a, b)
 
 
 BAD_ELEMENTS = ["not-a-request", "count-zero", "count-bool", "count-float", "finished", "too-long", "duplicate",
