@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Iterable, Sequence
-from itertools import count, repeat
+from itertools import repeat
 from operator import attrgetter, countOf
 from typing import Any, ClassVar
 

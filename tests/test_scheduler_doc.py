@@ -38,7 +38,8 @@ def test_scheduler_loop_runs_and_covers_every_path(monkeypatch, capsys):
     def counting_allocate_batch(self, requests, num_new_tokens, *args, **kwargs):
         results = allocate_batch(self, requests, num_new_tokens, *args, **kwargs)
         calls["batch-refused"] += results.count(None)
-        calls["batch-chunked"] += sum(r.num_computed_tokens + n < r.num_tokens for r, n in zip(requests, num_new_tokens))
+        calls["batch-chunked"] += sum(req.num_computed_tokens + n < req.num_tokens
+                                      for req, n in zip(requests, num_new_tokens))
         return results
 
     def counting_lookup(self, request, **kwargs):
