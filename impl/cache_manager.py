@@ -760,8 +760,11 @@ class CacheManager:
         # every element is checked and every key computed: from here on the state changes
         results: list[CachePages | None] = [self._no_new_page] * len(reqs)
         if not self._make_decode_calls(work, calls, results, data_parallel_size):
+            log = self.page_pool.event_log
+            # with KV events, each element is one recorded call, as the single call it stands for
+            make = self._make_call if log is None else log.recording(self._make_call, self._describer)
             for i, call in zip(work, calls):
-                results[i] = self._make_call(call, data_parallel_size)
+                results[i] = make(call[0], call, data_parallel_size)
         return results
 
     def _decode_work(self, requests: object, num_new_tokens: object) -> list[int] | None:
@@ -816,9 +819,9 @@ class CacheManager:
                           keys, stale))
         return calls
 
-    def _make_call(self, call: _Call, data_parallel_size: int | None) -> CachePages | None:
-        """Apply a planned call: the coordinator's decode step when it decides it alone (as
-        `allocate_slots` does), else the general allocation; then cache."""
+    def _make_call(self, request: Request, call: _Call, data_parallel_size: int | None) -> CachePages | None:
+        """Apply the planned call of ``request``: the coordinator's decode step when it decides it
+        alone (as `allocate_slots` does), else the general allocation; then cache."""
         req, held, num_tokens, num_slots, cached, keys, stale = call
         new = (self.coordinator.decode_step(held, num_tokens)
                if held is not None and num_slots == num_tokens and data_parallel_size is None else None)

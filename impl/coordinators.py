@@ -486,7 +486,7 @@ class CacheCoordinator:
         while KV events are recorded (one call orders its removals before the caller's caching).
         """
         solo = self._solo
-        if solo is None or self.page_pool._events is not None:  # (the pool's event log, read only)
+        if solo is None or self.page_pool.event_log is not None:
             return None
         page_size = solo.page_size
         lists: list[list[int]] = [rec.pages[0] for rec in records]  # type: ignore[index]  # all hold pages

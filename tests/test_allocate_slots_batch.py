@@ -321,7 +321,7 @@ def test_kv_events_come_in_the_order_of_single_calls() -> None:
     singles = [b.manager.allocate_slots(b.requests[rid], 1) for rid in ("b", "a")]
     assert ids_of(batch) == ids_of(singles) == [([],), ([2],)]
     events = b.manager.take_events()
-    assert [(type(e), e.page_id) for e in events] == [(PageStored, 4), (PageRemoved, 2)]  # type: ignore[union-attr]
+    assert [(type(e), e.page_ids) for e in events] == [(PageStored, (4,)), (PageRemoved, (2,))]  # type: ignore[union-attr]
     assert a.manager.take_events() == events
     assert_same(a, b)
 
