@@ -17,8 +17,9 @@ Read-only introspection used by the abstraction function and the conformance har
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
-from operator import countOf
+from collections.abc import Iterable, Sequence
+from itertools import repeat
+from operator import attrgetter, countOf
 from typing import Any, ClassVar
 
 from verikv.cache_specs import CacheGroupsConfig, CacheGroupSpec
@@ -139,6 +140,8 @@ class _NoNewPages(CachePages):
 _PREEMPTED = RequestStatus.PREEMPTED
 #: what the decode test reads for an id without a record: it describes no request
 _NO_RECORD = RequestState(None)
+_REQUEST_ID = attrgetter("_request_id")
+_STATUS = attrgetter("_status")
 _ZERO = 0  # `x is _ZERO`: x is the plain int 0 (a fast-path guard; anything else takes the checked path)
 
 
@@ -717,3 +720,178 @@ class CacheManager:
         if held is None:
             raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return held.shard
+
+    # ---- the batched decode step ----------------------------------------------------------------
+
+    def allocate_slots_batch(
+        self,
+        requests: Sequence[Request],
+        num_new_tokens: int | Sequence[int],
+        num_lookahead_tokens: int = 0,
+        delay_cache_pages: bool = False,
+        *,
+        data_parallel_size: int | None = None,
+    ) -> list[CachePages | None]:
+        """One step for many requests: ``allocate_slots(request, n, 0, None, num_lookahead_tokens,
+        delay_cache_pages, data_parallel_size=data_parallel_size)`` for each pair in order
+        (``num_new_tokens``: one count per request, or one int for all).
+
+        Returns one result per request: its new pages per group, or None when they did not fit,
+        having changed nothing for it (INV-ATOMIC per request; the later requests still run, so
+        a smaller one may fit after a larger one did not). Every argument is checked and every
+        content key computed before anything changes: a bad element raises, as does a failing
+        hash function, and the whole batch changes nothing. Request ids must be distinct. No
+        hits and no DP hint: a request holding no pages gets them from the whole pool (admit new
+        requests with a lookup and a single `allocate_slots`).
+        """
+        work = None
+        if num_lookahead_tokens is _ZERO and delay_cache_pages is False and data_parallel_size is None:
+            work = self._decode_work(requests, num_new_tokens)
+        if work is None:  # not a plain decode step: check every element; each is work
+            reqs, counts = self._checked_batch(requests, num_new_tokens, num_lookahead_tokens, delay_cache_pages,
+                                               data_parallel_size)
+            work = list(range(len(reqs)))
+            lookahead = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
+        else:  # (`_decode_work` checked the types, the ids and the statuses)
+            reqs = requests  # type: ignore[assignment]
+            counts = [num_new_tokens] * len(reqs) if type(num_new_tokens) is int else num_new_tokens  # type: ignore[assignment]
+            lookahead = 0
+        calls = self._planned_calls(reqs, counts, work, lookahead, delay_cache_pages is True, data_parallel_size)
+        # every element is checked and every key computed: from here on the state changes
+        results: list[CachePages | None] = [self._no_new_page] * len(reqs)
+        if not self._make_decode_calls(work, calls, results, data_parallel_size):
+            log = self.page_pool.event_log
+            # with KV events, each element is one recorded call, as the single call it stands for
+            make = self._make_call if log is None else log.recording(self._make_call, self._describer)
+            for i, call in zip(work, calls):
+                results[i] = make(call[0], call, data_parallel_size)
+        return results
+
+    def _decode_work(self, requests: object, num_new_tokens: object) -> list[int] | None:
+        """For a batch in its plain form (a list of `Request`, plain int counts >= 1, distinct
+        ids, none finished), the positions whose single call may do something
+        (`CacheCoordinator.decode_work`); every other call returns the shared "no new page"
+        result and changes nothing. None when the batch is not in that form (the checked path
+        then decides). Pure."""
+        if type(requests) is not list or countOf(map(type, requests), Request) != len(requests):
+            return None
+        n = len(requests)
+        if type(num_new_tokens) is int:
+            if num_new_tokens < 1:
+                return None
+            counts: Iterable[int] = repeat(num_new_tokens, n)
+        elif (type(num_new_tokens) is list and len(num_new_tokens) == n
+              and countOf(map(type, num_new_tokens), int) == n and (not n or min(num_new_tokens) >= 1)):
+            counts = num_new_tokens
+        else:
+            return None
+        ids = list(map(_REQUEST_ID, requests))
+        if len(set(ids)) != n or (n and max(map(_STATUS, requests)) > _PREEMPTED):
+            return None
+        return self.coordinator.decode_work(list(map(self.coordinator.records.get, ids)), requests, counts)
+
+    def _planned_calls(self, reqs: list[Request], counts: list[int], work: list[int], num_lookahead_tokens: int,
+                       delay_cache_pages: bool, data_parallel_size: int | None) -> list[_Call]:
+        """What ``allocate_slots(reqs[i], counts[i], 0, None, num_lookahead_tokens,
+        delay_cache_pages, data_parallel_size=...)`` will do for each ``i`` of ``work``, each
+        checked (status, ids and types are already) and with the content keys its caching
+        needs computed. Pure."""
+        records, max_model_len, initial_cache_at = self.coordinator.records, self.max_model_len, \
+            self.coordinator.initial_cache_at
+        caching = not delay_cache_pages and bool(self.kv_cache_groups)
+        calls: list[_Call] = []
+        for i in work:
+            req, n = reqs[i], counts[i]
+            rec = records.get(req._request_id)
+            num_tokens = req._num_computed_tokens + n
+            if (rec is not None and rec.pages is not None and rec.request is req and num_tokens <= max_model_len
+                    and data_parallel_size is None):  # running, within bounds: nothing else to check
+                held: RequestState | None = rec
+                stale, cache_at = rec.keys is not None and rec.keys_version != req._identity_version, rec.cache_at
+            else:
+                self._check_extension(req, n, data_parallel_size)
+                held = self.coordinator.holding(req._request_id)
+                stale = self._stale_keys(req)
+                cache_at = initial_cache_at if held is None else held.cache_at
+            cached = min(num_tokens, len(req._tokens))
+            keys = self._caching_keys(req, cached, stale) if caching and cached >= cache_at else None
+            calls.append((req, held, num_tokens, min(num_tokens + num_lookahead_tokens, max_model_len), cached,
+                          keys, stale))
+        return calls
+
+    def _make_call(self, request: Request, call: _Call, data_parallel_size: int | None) -> CachePages | None:
+        """Apply the planned call of ``request``: the coordinator's decode step when it decides it
+        alone (as `allocate_slots` does), else the general allocation; then cache."""
+        req, held, num_tokens, num_slots, cached, keys, stale = call
+        new = (self.coordinator.decode_step(held, num_tokens)
+               if held is not None and num_slots == num_tokens and data_parallel_size is None else None)
+        if new is not None:
+            result = CachePages._of((new,), self.page_pool) if new else self._no_new_page
+        else:
+            ids = self._allocate(req, held, num_slots, 0, None, None, data_parallel_size, stale)
+            if ids is None:
+                return None
+            result = CachePages._of(ids, self.page_pool)
+        if keys is not None:
+            self._cache(self.coordinator.records[req._request_id], req, cached, keys)
+        return result
+
+    def _make_decode_calls(self, work: list[int], calls: list[_Call], results: list[CachePages | None],
+                           data_parallel_size: int | None) -> bool:
+        """Apply planned calls that are all decode steps of running requests, their new pages
+        taken at once (`CacheCoordinator.decode_steps`), then their caching in order; False
+        (nothing changed) when the coordinator does not take them so."""
+        if data_parallel_size is not None or any(held is None or num_slots != num_tokens
+                                                 for _, held, num_tokens, num_slots, _, _, _ in calls):
+            return False
+        news = self.coordinator.decode_steps([call[1] for call in calls],  # type: ignore[misc]  # all held
+                                             [call[2] for call in calls])
+        if news is None:
+            return False
+        pool, no_new_page = self.page_pool, self._no_new_page
+        for i, (req, held, _, _, cached, keys, _), new in zip(work, calls, news):
+            results[i] = CachePages._of((new,), pool) if new else no_new_page
+            if keys is not None:
+                self._cache(held, req, cached, keys)  # type: ignore[arg-type]  # (held, checked above)
+        return True
+
+    def _checked_batch(
+        self, requests: object, num_new_tokens: object, num_lookahead_tokens: object, delay_cache_pages: object,
+        data_parallel_size: object,
+    ) -> tuple[list[Request], list[int]]:
+        """The batch's requests and counts, every element checked as `allocate_slots` would
+        check it (pure). Distinct ids make each check independent of the elements before it:
+        an allocation changes only its own request's record."""
+        if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
+            raise InvalidArgumentError(f"requests must be a sequence of verikv.Request, got {describe(requests)}")
+        reqs = [_request(r) for r in requests]
+        if isinstance(num_new_tokens, Sequence) and not isinstance(num_new_tokens, (str, bytes)):
+            counts = [_int(n, "num_new_tokens", 1) for n in num_new_tokens]
+            if len(counts) != len(reqs):
+                raise InvalidArgumentError(f"{len(reqs)} requests but {len(counts)} token counts")
+        else:
+            counts = [_int(num_new_tokens, "num_new_tokens", 1)] * len(reqs)
+        _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
+        if delay_cache_pages is not False and delay_cache_pages is not True:
+            raise InvalidArgumentError(f"delay_cache_pages must be a bool, got {describe(delay_cache_pages)}")
+        if len({req._request_id for req in reqs}) != len(reqs):
+            raise InvalidArgumentError("a request appears twice in the batch (one step schedules a request once)")
+        for req, n in zip(reqs, counts):
+            self._check_extension(req, n, data_parallel_size)
+        return reqs, counts
+
+    def _check_extension(self, req: Request, num_new_tokens: int, data_parallel_size: object) -> None:
+        """Raise what ``allocate_slots(req, num_new_tokens, data_parallel_size=...)`` (no hits)
+        would raise; pure."""
+        if req._status > _PREEMPTED:
+            raise InvalidArgumentError(f"request {req._request_id!r} is finished")
+        self._checked_slots(req, self.coordinator.holding(req._request_id), req._num_computed_tokens + num_new_tokens,
+                            num_new_tokens, 0)
+        self._stale_keys(req)  # raises if another Request object holds pages under this id
+        self._shard_of(req._request_id, None, data_parallel_size)  # checks the DP size
+
+
+_Call = tuple[Request, "RequestState | None", int, int, int, "list[PageKey] | None", bool]
+"""One planned element of a batch (`CacheManager._planned_calls`): the request, its record
+while it holds pages, its token and slot counts, the tokens to cache up to, the keys that
+caching needs (None: no caching due) and whether its kept keys are stale."""

@@ -22,7 +22,8 @@ the classes exist for eSurge's names and dispatch (`get_kv_cache_coordinator`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import count
 from operator import countOf
 from typing import TYPE_CHECKING, NamedTuple, TypedDict, cast
 
@@ -456,6 +457,56 @@ class CacheCoordinator:
         """Copies of the request's page ids per group, or None for an unknown request."""
         rec = self.holding(request_id)
         return None if rec is None else tuple(list(pages) for pages in rec.pages)  # type: ignore[union-attr]
+
+    # ---- the batched decode step (`CacheManager.allocate_slots_batch`) ----------------------------
+
+    def decode_work(self, records: list[RequestState | None], requests: list[Request], counts: Iterable[int]
+                    ) -> list[int]:
+        """The positions of a decode batch (``records[i]``: the record of ``requests[i]``'s id,
+        if any; ``counts[i]`` >= 1 new tokens) whose `allocate_slots` call may do something.
+        Every other one is a request that holds pages under this very object, one group that
+        never drops pages (`decode_step` decides its step alone), with room in its pages for
+        ``computed + count <= max_model_len`` tokens and below its next caching point: its call
+        returns "no new page" and changes nothing. Pure; one pass over the batch."""
+        solo = self._solo
+        if solo is None:
+            return list(range(len(requests)))
+        page_size, limit = solo.page_size, self.max_model_len
+        return [i for i, req, rec, c in zip(count(), requests, records, counts)
+                if rec is None or rec.request is not req or rec.pages is None
+                or not rec.cache_at > req._num_computed_tokens + c <= len(rec.pages[0]) * page_size
+                or req._num_computed_tokens + c > limit]
+
+    def decode_steps(self, records: list[RequestState], num_tokens: list[int]) -> list[list[int]] | None:
+        """`decode_step` for each record in order (each holds pages, within ``max_model_len``),
+        made at once: when every step is one `decode_step` decides alone (one group that never
+        drops pages, at most one new page, from the whole pool) and all the new pages are free,
+        they are taken in one pool call and handed out in order: the pages each step gets and the
+        keys evicted are those of the steps one by one. None (nothing changed) otherwise, and
+        while KV events are recorded (one call orders its removals before the caller's caching).
+        """
+        solo = self._solo
+        if solo is None or self.page_pool.event_log is not None:
+            return None
+        page_size = solo.page_size
+        lists: list[list[int]] = [rec.pages[0] for rec in records]  # type: ignore[index]  # all hold pages
+        needs = [-(-n // page_size) - len(pages) for n, pages in zip(num_tokens, lists)]
+        if max(needs, default=0) > 1:
+            return None
+        total = countOf(needs, 1)
+        if total > self.page_pool.get_num_free_pages() or (
+                total and any(rec.shard is not None for rec, need in zip(records, needs) if need > 0)):
+            return None
+        new = iter(self.page_pool.get_new_page_ids(total))
+        out: list[list[int]] = []
+        for need, pages in zip(needs, lists):
+            if need > 0:
+                page = next(new)
+                pages.append(page)
+                out.append([page])
+            else:
+                out.append(_NO_PAGE)
+        return out
 
 
 #: `decode_step`'s "no new page" (never changed: the caller returns a shared empty result)

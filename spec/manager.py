@@ -466,6 +466,43 @@ def _with_progress(s: ManagerState, rid: RequestId, num_tokens: int | None) -> f
     return rest | {(rid, num_tokens)} if num_tokens is not None else rest
 
 
+# --- allocate_slots_batch: the batched decode step ---------------------------------------------
+
+BatchResults = tuple[tuple[tuple[int, ...], ...] | None, ...]
+"""One `allocate_slots` result per request of a batch: its new pages per group, or None."""
+
+
+def allocate_slots_batch(s: ManagerState, reqs: Sequence[RequestView], num_new_tokens: Sequence[int],
+                         num_lookahead_tokens: int = 0, delay_cache_pages: bool = False,
+                         data_parallel_size: int | None = None) -> tuple[ManagerState, BatchResults]:
+    """Extend each request by its new tokens: the left fold of `allocate_slots` over the batch.
+
+    Element ``i`` is ``allocate_slots(s_i, reqs[i], num_new_tokens[i], 0, None,
+    num_lookahead_tokens, delay_cache_pages, None, data_parallel_size)`` in the state ``s_i``
+    the elements before it left (``s_0 = s``), and its result is element ``i`` of the results.
+    So each request is all or nothing (INV-ATOMIC): a None leaves the state as that element
+    found it, and the fold goes on, so a later request that needs fewer pages may still fit.
+    A batch with an element outside its precondition (in its ``s_i``) is rejected as a whole:
+    the error is raised and no state is returned. No element takes hits or a DP hint (a
+    request holding no pages gets them from the whole pool, as a single call without a hint).
+    Every invariant `allocate_slots` preserves, the batch preserves (by induction on the fold).
+    pre: one count per request; distinct request ids (a step schedules a request once); each
+    element within the precondition of `allocate_slots` in its ``s_i``.
+    """
+    if len(reqs) != len(num_new_tokens):
+        raise _fail("allocate_slots_batch", f"{len(reqs)} requests but {len(num_new_tokens)} token counts")
+    ids = [req.request_id for req in reqs]
+    if len(set(ids)) != len(ids):
+        raise _fail("allocate_slots_batch", f"a request id appears twice in {ids!r}")
+    t = s
+    results: list[tuple[tuple[int, ...], ...] | None] = []
+    for req, n in zip(reqs, num_new_tokens):
+        t, new = allocate_slots(t, req, n, 0, None, num_lookahead_tokens, delay_cache_pages,
+                                None, data_parallel_size)
+        results.append(new)
+    return t, tuple(results)
+
+
 # --- free, free_page_hashes, reset_prefix_cache ---------------------------------------------
 
 def free_request(s: ManagerState, rid: RequestId) -> ManagerState:
