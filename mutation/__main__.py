@@ -1,0 +1,134 @@
+"""``python -m mutation [MODULE ...]``: run mutmut over verikv's core modules, record the results.
+
+mutmut names a mutant after its file's path (``verikv/page_table.py`` -> ``verikv.page_table``)
+and activates it only when that name equals the function's ``__module__``. The repository keeps
+the package in ``impl/`` (imported as ``verikv``), so each run works on a staged copy
+``mutation/stage/<module>/`` where ``impl/`` is laid out as ``verikv/`` (with ``spec/`` and
+``proofs/`` inside it, as installed) beside ``tests/`` and ``pyproject.toml``. The staged
+``pyproject.toml`` keeps the repository's ``[tool.mutmut]`` settings and adds the module to mutate
+and its killer tests (``mutation/modules.py``).
+
+Options: ``--max-children N`` (default 2: the machine is shared), ``--report`` (only rebuild
+``RESULTS.md`` from the recorded results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from mutation.modules import BY_NAME, MODULES, Module
+from mutation.report import write_report
+
+REPO = Path(__file__).resolve().parent.parent
+HERE = REPO / "mutation"
+STAGE = HERE / "stage"
+RESULTS = HERE / "results"
+
+# mutmut's own verdicts for a mutant's exit code (mutmut.stats.status_by_exit_code), grouped.
+DETECTED = {"killed", "timeout", "segfault", "caught by type check"}
+
+
+def stage(module: Module) -> Path:
+    """A fresh staged copy of the repository for ``module``'s run."""
+    root = STAGE / module.name
+    if root.exists():
+        shutil.rmtree(root)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "impl", root / "verikv", ignore=ignore)
+    shutil.copytree(REPO / "spec", root / "verikv" / "spec", ignore=ignore)
+    shutil.copytree(REPO / "proofs", root / "verikv" / "proofs", ignore=ignore)
+    shutil.copytree(REPO / "tests", root / "tests", ignore=ignore)
+    (root / "pyproject.toml").write_text(staged_pyproject(module))
+    return root
+
+
+def killers(module: Module) -> list[str]:
+    """The module's killer test files that exist (its kill-test file may not be written yet)."""
+    return [k for k in (*module.killers, module.kill_tests) if (REPO / k).exists()]
+
+
+def staged_pyproject(module: Module) -> str:
+    """The repository's pyproject.toml with its ``[tool.mutmut]`` table completed for ``module``."""
+    text = (REPO / "pyproject.toml").read_text()
+    settings = tomllib.loads(text)["tool"]["mutmut"]
+    settings["only_mutate"] = [module.path]
+    settings["pytest_add_cli_args_test_selection"] = killers(module)
+    table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in settings.items())
+    without = re.sub(r"^\[tool\.mutmut\]\n(?:(?!\[).*\n?)*", "", text, flags=re.MULTILINE)
+    return f"{without}\n[tool.mutmut]\n{table}\n"
+
+
+def run_mutmut(root: Path, max_children: int) -> None:
+    """mutmut over the staged copy; its verdicts stay in ``root/mutants``."""
+    subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
+                   cwd=root, check=True)
+
+
+def verdicts(root: Path, module: Module) -> dict[str, str]:
+    """mutant name -> mutmut's verdict, read from the run's metadata."""
+    from mutmut.stats import status_by_exit_code
+
+    meta = json.loads((root / "mutants" / f"{module.path}.meta").read_text())
+    return {name: status_by_exit_code[code] for name, code in sorted(meta["exit_code_by_key"].items())}
+
+
+def diffs_of(root: Path, module: Module, names: list[str]) -> dict[str, str]:
+    """Each mutant's diff against the original, as ``mutmut show`` prints it (read in-process: fast)."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    with contextlib.chdir(root):
+        return {name: get_diff_for_mutant(name, path=Path(module.path)) for name in names}
+
+
+def measured_commit() -> dict[str, object]:
+    """The commit the staged code came from, and whether impl/ or tests/ differed from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
+                          capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "impl", "spec", "tests"], cwd=REPO, check=True,
+                           capture_output=True, text=True).stdout.strip()
+    return {"commit": head, "uncommitted_changes": bool(dirty)}
+
+
+def measure(module: Module, max_children: int) -> None:
+    """Run ``module``'s mutants and record verdicts, counts and every undetected mutant's diff."""
+    origin = measured_commit()
+    root = stage(module)
+    run_mutmut(root, max_children)
+    by_name = verdicts(root, module)
+    undetected = diffs_of(root, module, [name for name, verdict in by_name.items() if verdict not in DETECTED])
+    counts: dict[str, int] = {}
+    for verdict in by_name.values():
+        counts[verdict] = counts.get(verdict, 0) + 1
+    RESULTS.mkdir(exist_ok=True)
+    record = {"module": module.name, **origin, "killers": killers(module), "counts": counts,
+              "verdicts": by_name, "undetected": undetected}
+    (RESULTS / f"{module.name}.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mutation", description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", metavar="MODULE",
+                        help=f"core modules to run (default: all): {', '.join(BY_NAME)}")
+    parser.add_argument("--max-children", type=int, default=2, help="mutants run at once (default 2)")
+    parser.add_argument("--report", action="store_true", help="only rebuild RESULTS.md from recorded results")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.modules if name not in BY_NAME]
+    if unknown:
+        parser.error(f"not a core module: {', '.join(unknown)}")
+    if not args.report:
+        for name in args.modules or list(BY_NAME):
+            measure(BY_NAME[name], args.max_children)
+    write_report(RESULTS, HERE / "triage.toml", HERE / "RESULTS.md", MODULES, DETECTED)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
