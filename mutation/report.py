@@ -18,19 +18,35 @@ from typing import Any
 from mutation.modules import Module
 
 
-def load_triage(path: Path) -> dict[str, dict[str, str]]:
-    """mutant name -> its triage entry (``verdict``, ``reason``)."""
+def load_triage(path: Path) -> list[dict[str, str]]:
+    """The triage entries: ``function``, ``mutated`` (the mutated line), ``verdict``, ``reason``."""
     if not path.exists():
-        return {}
-    entries = tomllib.loads(path.read_text())["survivor"]
-    return {entry["mutant"]: entry for entry in entries}
+        return []
+    entries: list[dict[str, str]] = tomllib.loads(path.read_text())["survivor"]
+    return entries
 
 
-def summarize(record: dict[str, Any], triage: dict[str, dict[str, str]], detected: Collection[str]) -> dict[str, Any]:
+def added_lines(diff: str) -> list[str]:
+    """The lines a mutant's diff adds, stripped."""
+    return [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+def triage_of(name: str, diff: str, triage: list[dict[str, str]]) -> dict[str, str] | None:
+    """The entry for mutant ``name``: same function, and its diff adds exactly the entry's line."""
+    function = name.partition("__mutmut_")[0]
+    added = added_lines(diff)
+    for entry in triage:
+        if entry["function"] == function and added == [entry["mutated"]]:
+            return entry
+    return None
+
+
+def summarize(record: dict[str, Any], triage: list[dict[str, str]], detected: Collection[str]) -> dict[str, Any]:
     """Counts of one module's run, with the equivalent and still-open survivors."""
     verdicts: dict[str, str] = record["verdicts"]
     undetected = [name for name, verdict in verdicts.items() if verdict not in detected]
-    equivalent = [name for name in undetected if triage.get(name, {}).get("verdict") == "equivalent"]
+    entries = {name: triage_of(name, record["undetected"][name], triage) for name in undetected}
+    equivalent = [name for name, entry in entries.items() if entry is not None and entry["verdict"] == "equivalent"]
     found = sum(1 for verdict in verdicts.values() if verdict in detected)
     relevant = len(verdicts) - len(equivalent)
     return {
