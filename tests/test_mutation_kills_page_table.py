@@ -42,13 +42,13 @@ NAMED_ERRORS: list[tuple[str, Callable[[], object], str]] = [
     ("tgt of move_row", lambda: _table().move_row(0, 2), "tgt"),
     ("src of swap_row", lambda: _table().swap_row(2, 0), "src"),
     ("tgt of swap_row", lambda: _table().swap_row(0, 2), "tgt"),
-    ("page_ids not 1-D", lambda: _table().append_row([[1, 2]], 0), "page_ids"),
-    ("page_ids ragged", lambda: _table().append_row([[1], [1, 2]], 0), "page_ids"),
+    ("page_ids not 1-D", lambda: _table().append_row([[1, 2]], 0), "page_ids"),  # type: ignore[list-item]
+    ("page_ids ragged", lambda: _table().append_row([[1], [1, 2]], 0), "page_ids"),  # type: ignore[list-item]
     ("page_ids beyond int64", lambda: _table().append_row(np.array([2**63], dtype=np.uint64), 0), "page_ids"),
     ("page_size", lambda: _table().compute_slot_mapping(0, [0], [0], [1]), "page_size"),
-    ("row_indices", lambda: _table().compute_slot_mapping(2, [0.5], [0], [1]), "row_indices"),
-    ("num_computed_tokens", lambda: _table().compute_slot_mapping(2, [0], [0.5], [1]), "num_computed_tokens"),
-    ("num_scheduled_tokens", lambda: _table().compute_slot_mapping(2, [0], [0], [0.5]), "num_scheduled_tokens"),
+    ("row_indices", lambda: _table().compute_slot_mapping(2, [0.5], [0], [1]), "row_indices"),  # type: ignore[list-item]
+    ("num_computed_tokens", lambda: _table().compute_slot_mapping(2, [0], [0.5], [1]), "num_computed_tokens"),  # type: ignore[list-item]
+    ("num_scheduled_tokens", lambda: _table().compute_slot_mapping(2, [0], [0], [0.5]), "num_scheduled_tokens"),  # type: ignore[list-item]
     ("lengths differ", lambda: _table().compute_slot_mapping(2, [0, 1], [0], [1]), "differ in length"),
     ("repeated rows", lambda: _table().compute_slot_mapping(2, [0, 0], [0, 0], [1, 1]), "repeated"),
     ("negative computed", lambda: _table().compute_slot_mapping(2, [0], [-1], [1]), "num_computed_tokens"),
@@ -82,7 +82,7 @@ def test_the_error_names_what_it_rejects(call: Callable[[], object], name: str) 
 
 def test_a_non_integer_page_id_list_is_shown_in_the_error() -> None:
     with pytest.raises(InvalidArgumentError, match=re.escape("[1.5]")):
-        _table().append_row([1.5], 0)
+        _table().append_row([1.5], 0)  # type: ignore[list-item]
 
 
 def test_page_ids_out_of_range_report_the_first_bad_id() -> None:

@@ -104,7 +104,7 @@ def test_multimodal_items_may_end_at_the_prompt_end_and_are_kept_in_offset_order
 
 
 def test_token_zero_is_valid_on_every_path() -> None:
-    request = Request("r", [np.int64(0), 1])  # NumPy ints take the checked path
+    request = Request("r", [np.int64(0), 1])  # type: ignore[list-item]  # NumPy ints take the checked path
     assert list(request.all_token_ids) == [0, 1]
     request.append_output_token_ids(0)
     request.append_output_token_ids([0])
@@ -113,7 +113,7 @@ def test_token_zero_is_valid_on_every_path() -> None:
 
 def test_appended_numpy_tokens_become_plain_ints() -> None:
     request = _request()
-    request.append_output_token_ids([np.int64(5)])
+    request.append_output_token_ids([np.int64(5)])  # type: ignore[list-item]
     assert request.all_token_ids[-1] == 5
     assert type(request.all_token_ids[-1]) is int
 
