@@ -9,7 +9,8 @@ the package in ``impl/`` (imported as ``verikv``), so each run works on a staged
 and its killer tests (``mutation/modules.py``).
 
 Options: ``--max-children N`` (default 2: the machine is shared), ``--report`` (only rebuild
-``RESULTS.md`` from the recorded results).
+``RESULTS.md`` from the recorded results), ``--recheck`` (run the current killers against the
+mutants the last run left undetected, e.g. after writing kill tests).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -113,19 +115,56 @@ def measure(module: Module, max_children: int) -> None:
     (RESULTS / f"{module.name}.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
 
 
+def recheck(module: Module) -> None:
+    """Run the module's current killers against each mutant its last run left undetected.
+
+    After new kill tests are written, this confirms them without regenerating every mutant:
+    the current ``tests/`` is copied into the run's staged mutants, and each undetected mutant
+    is activated (``MUTANT_UNDER_TEST``) for one pytest run of the killers, stopping at the
+    first failure, one mutant at a time. The code under test is still that of the recorded run.
+    """
+    from mutmut.stats import status_by_exit_code
+
+    path = RESULTS / f"{module.name}.json"
+    record = json.loads(path.read_text())
+    mutants = STAGE / module.name / "mutants"
+    shutil.copytree(REPO / "tests", mutants / "tests", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", *settings["pytest_add_cli_args"],
+               *killers(module)]
+    for name in list(record["undetected"]):
+        env = {**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": str(mutants)}
+        code = subprocess.run(command, cwd=mutants, env=env, capture_output=True).returncode
+        verdict = status_by_exit_code[code]
+        if verdict in DETECTED:
+            record["verdicts"][name] = verdict
+            del record["undetected"][name]
+    counts: dict[str, int] = {}
+    for verdict in record["verdicts"].values():
+        counts[verdict] = counts.get(verdict, 0) + 1
+    record.update(counts=counts, killers=killers(module), rechecked=measured_commit())
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mutation", description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", metavar="MODULE",
                         help=f"core modules to run (default: all): {', '.join(BY_NAME)}")
     parser.add_argument("--max-children", type=int, default=2, help="mutants run at once (default 2)")
     parser.add_argument("--report", action="store_true", help="only rebuild RESULTS.md from recorded results")
+    parser.add_argument("--recheck", action="store_true",
+                        help="run the current killers against the undetected mutants of the last run only")
     args = parser.parse_args(argv)
     unknown = [name for name in args.modules if name not in BY_NAME]
     if unknown:
         parser.error(f"not a core module: {', '.join(unknown)}")
     if not args.report:
         for name in args.modules or list(BY_NAME):
-            measure(BY_NAME[name], args.max_children)
+            if args.recheck:
+                recheck(BY_NAME[name])
+            else:
+                measure(BY_NAME[name], args.max_children)
     write_report(RESULTS, HERE / "triage.toml", HERE / "RESULTS.md", MODULES, DETECTED)
     return 0
 

@@ -42,7 +42,7 @@ MODULES: tuple[Module, ...] = (
     _module("free_queue", "free_queue", "page_pool", "pool_spec"),
     _module("request", "request", "hashing", "bad_input"),
     _module("hashing", "hashing", "request", "bad_input"),
-    _module("page_pool", "page_pool", "free_queue", "pool_spec", "pool_mutants"),
+    _module("page_pool", "page_pool", "free_queue", "pool_spec"),
     _module("single_type_managers", "single_type_managers", "coordinators", "cache_manager"),
     _module("coordinators", "coordinators", "single_type_managers", "cache_manager"),
     _module("cache_manager", "cache_manager", "bad_input", "esurge_regressions", "reliability"),

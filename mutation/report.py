@@ -51,6 +51,7 @@ def summarize(record: dict[str, Any], triage: list[dict[str, str]], detected: Co
     relevant = len(verdicts) - len(equivalent)
     return {
         "module": record["module"], "commit": record["commit"], "dirty": record["uncommitted_changes"],
+        "rechecked": record.get("rechecked"),
         "total": len(verdicts), "killed": record["counts"].get("killed", 0),
         "timeout": record["counts"].get("timeout", 0) + record["counts"].get("segfault", 0),
         "survived": record["counts"].get("survived", 0), "no_tests": record["counts"].get("no tests", 0),
@@ -63,8 +64,10 @@ def _table(rows: Iterable[dict[str, Any]]) -> list[str]:
     lines = ["| module | measured on | mutants | killed | timeout | survived | no tests | equivalent | open "
              "| kill rate (non-equivalent) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        commit = r["commit"] + (" + uncommitted" if r["dirty"] else "")
-        lines.append(f"| {r['module']} | `{commit}` | {r['total']} | {r['killed']} | {r['timeout']} | {r['survived']} "
+        commit = f"`{r['commit']}`" + (" + uncommitted tests" if r["dirty"] else "")
+        if r["rechecked"]:
+            commit += f"; survivors rechecked with the killers of `{r['rechecked']['commit']}`"
+        lines.append(f"| {r['module']} | {commit} | {r['total']} | {r['killed']} | {r['timeout']} | {r['survived']} "
                      f"| {r['no_tests']} | {r['equivalent']} | {len(r['open'])} | {100 * r['rate']:.1f} % |")
     return lines
 

@@ -98,9 +98,10 @@ def test_multimodal_items_must_be_triples() -> None:
 
 
 def test_multimodal_items_may_end_at_the_prompt_end_and_are_kept_in_offset_order() -> None:
-    request = _request(mm_features=[("b", 2, 2), ("a", 0, 1)])  # a 4-token prompt: positions 2..3 and 0
+    # a 4-token prompt: "a" at positions 2..3, "b" at 0; by offset "b" comes first, by hash it would not
+    request = _request(mm_features=[("a", 2, 2), ("b", 0, 1)])
     assert [f.offset for f in request.mm_features] == [0, 2]
-    assert [f.mm_hash for f in request.mm_features] == ["a", "b"]
+    assert [f.mm_hash for f in request.mm_features] == ["b", "a"]
 
 
 def test_token_zero_is_valid_on_every_path() -> None:
