@@ -38,22 +38,28 @@ RESULTS = HERE / "results"
 DETECTED = {"killed", "timeout", "segfault", "caught by type check"}
 
 
-def stage(module: Module) -> Path:
-    """A fresh staged copy of the repository for ``module``'s run."""
+def stage(module: Module, source: Path) -> Path:
+    """A fresh staged copy of ``source`` (a checkout of the repository) for ``module``'s run.
+
+    This repository's kill tests are laid over the source's tests, so another checkout (e.g. a
+    newer main) is measured with the checks written here.
+    """
     root = STAGE / module.name
     if root.exists():
         shutil.rmtree(root)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(REPO / "impl", root / "verikv", ignore=ignore)
-    shutil.copytree(REPO / "spec", root / "verikv" / "spec", ignore=ignore)
-    shutil.copytree(REPO / "proofs", root / "verikv" / "proofs", ignore=ignore)
-    shutil.copytree(REPO / "tests", root / "tests", ignore=ignore)
+    shutil.copytree(source / "impl", root / "verikv", ignore=ignore)
+    shutil.copytree(source / "spec", root / "verikv" / "spec", ignore=ignore)
+    shutil.copytree(source / "proofs", root / "verikv" / "proofs", ignore=ignore)
+    shutil.copytree(source / "tests", root / "tests", ignore=ignore)
+    for kill_tests in (REPO / "tests").glob("test_mutation_kills_*.py"):
+        shutil.copy2(kill_tests, root / "tests" / kill_tests.name)
     (root / "pyproject.toml").write_text(staged_pyproject(module))
     return root
 
 
 def killers(module: Module) -> list[str]:
-    """The module's killer test files that exist (its kill-test file may not be written yet)."""
+    """The module's killer test files that exist here (its kill-test file may not be written yet)."""
     return [k for k in (*module.killers, module.kill_tests) if (REPO / k).exists()]
 
 
@@ -90,19 +96,23 @@ def diffs_of(root: Path, module: Module, names: list[str]) -> dict[str, str]:
         return {name: get_diff_for_mutant(name, path=Path(module.path)) for name in names}
 
 
-def measured_commit() -> dict[str, object]:
-    """The commit the staged code came from, and whether impl/ or tests/ differed from it."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
-                          capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "impl", "spec", "tests"], cwd=REPO, check=True,
-                           capture_output=True, text=True).stdout.strip()
-    return {"commit": head, "uncommitted_changes": bool(dirty)}
+def measured_commit(source: Path = REPO) -> dict[str, object]:
+    """The commit the staged code came from, and whether impl/, spec/ or tests/ differed from it
+    (plus this branch's commit when the code came from another checkout)."""
+    def git(*args: str, where: Path = source) -> str:
+        return subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True).stdout.strip()
+
+    changed = git("status", "--porcelain", "--", "impl", "spec", "tests")
+    record: dict[str, object] = {"commit": git("rev-parse", "--short", "HEAD"), "uncommitted_changes": bool(changed)}
+    if source.resolve() != REPO.resolve():
+        record["kill_tests_from"] = git("rev-parse", "--short", "HEAD", where=REPO)
+    return record
 
 
-def measure(module: Module, max_children: int) -> None:
+def measure(module: Module, max_children: int, source: Path = REPO) -> None:
     """Run ``module``'s mutants and record verdicts, counts and every undetected mutant's diff."""
-    origin = measured_commit()
-    root = stage(module)
+    origin = measured_commit(source)
+    root = stage(module, source)
     run_mutmut(root, max_children)
     by_name = verdicts(root, module)
     undetected = diffs_of(root, module, [name for name, verdict in by_name.items() if verdict not in DETECTED])
@@ -153,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"core modules to run (default: all): {', '.join(BY_NAME)}")
     parser.add_argument("--max-children", type=int, default=2, help="mutants run at once (default 2)")
     parser.add_argument("--report", action="store_true", help="only rebuild RESULTS.md from recorded results")
+    parser.add_argument("--source", type=Path, default=REPO,
+                        help="measure another checkout of the repository (default: this one), with these kill tests")
     parser.add_argument("--recheck", action="store_true",
                         help="run the current killers against the undetected mutants of the last run only")
     args = parser.parse_args(argv)
@@ -164,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.recheck:
                 recheck(BY_NAME[name])
             else:
-                measure(BY_NAME[name], args.max_children)
+                measure(BY_NAME[name], args.max_children, args.source)
     write_report(RESULTS, HERE / "triage.toml", HERE / "RESULTS.md", MODULES, DETECTED)
     return 0
 
