@@ -10,7 +10,8 @@ and its killer tests (``mutation/modules.py``).
 
 Options: ``--max-children N`` (default 2: the machine is shared), ``--report`` (only rebuild
 ``RESULTS.md`` from the recorded results), ``--recheck`` (run the current killers against the
-mutants the last run left undetected, e.g. after writing kill tests).
+mutants the last run left undetected, e.g. after writing kill tests), ``--source DIR`` (measure
+another checkout, e.g. a newer main, with this branch's kill tests).
 """
 
 from __future__ import annotations
