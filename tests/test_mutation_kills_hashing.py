@@ -15,8 +15,15 @@ import itertools
 import numpy as np
 import pytest
 
+from verikv import Request, hashing
 from verikv.errors import InvalidArgumentError
-from verikv.hashing import encode_canonical
+from verikv.hashing import PageHasher, default_hasher, encode_canonical, key_atom
+
+
+def _named(name: str) -> str:
+    """``name`` as a whole word: a renamed or re-cased name does not match."""
+    return rf"(?<![\w]){name}(?![\w])"
+
 
 # Pairwise different values (as typed values: 1, 1.0 and True are different keys).
 VALUES: list[object] = [
@@ -65,5 +72,66 @@ def test_the_buffer_must_be_a_bytearray(out: object) -> None:
 
 
 def test_an_unencodable_string_is_named() -> None:
-    with pytest.raises(InvalidArgumentError, match=r"(?<!\w)string(?!\w)"):
+    with pytest.raises(InvalidArgumentError, match=_named("string")):
         encode_canonical("\ud800", bytearray())
+
+
+# --- the page span of hash_request (start / stop) ---------------------------------------------
+
+def _six_token_request() -> Request:
+    return Request("r", [5, 6, 7, 8, 9, 10])  # page size 2: three full pages
+
+
+def test_hash_request_spans_start_to_stop() -> None:
+    hasher = PageHasher("sha256", seed=1)
+    request = _six_token_request()
+    full = hasher.hash_request(request, 2)
+    assert len(full) == 3
+    assert hasher.hash_request(request, 2, start=1, parent=full[0]) == full[1:]
+    assert hasher.hash_request(request, 2, stop=3) == full  # stop may equal the full pages
+    assert hasher.hash_request(request, 2, start=1, parent=full[0], stop=1) == []
+    assert hasher.hash_request(request, 2, start=np.int64(0), stop=np.int64(2)) == full[:2]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("start", "stop", "name"), [
+    (-1, None, "start"), (1.5, None, "start"), (0, 4, "stop"), (0, 1.5, "stop"), (2, 1, "stop"),
+], ids=["start negative", "start float", "stop beyond", "stop float", "stop before start"])
+def test_hash_request_names_a_bad_span(start: object, stop: object, name: str) -> None:
+    hasher = PageHasher("sha256", seed=1)
+    request = _six_token_request()
+    parent = hasher.hash_request(request, 2)[0]
+    with pytest.raises(InvalidArgumentError, match=_named(name)):
+        hasher.hash_request(request, 2, start=start, parent=parent, stop=stop)  # type: ignore[arg-type]
+
+
+# --- default_hasher: one deterministic hasher per scheme --------------------------------------
+
+@pytest.mark.parametrize("scheme", ["sha256", "xxh3_128"])
+def test_default_hasher_is_one_deterministic_instance_per_scheme(scheme: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hashing, "_DEFAULT_HASHERS", {})  # build it here, not in an earlier test
+    hasher = default_hasher(scheme)
+    assert default_hasher(scheme) is hasher
+    expected = PageHasher(scheme, seed=hashing.DEFAULT_SEED).hash_request(_six_token_request(), 2)
+    assert hasher.hash_request(_six_token_request(), 2) == expected
+
+
+def test_the_default_scheme_is_sha256(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hashing, "_DEFAULT_HASHERS", {})
+    assert default_hasher().scheme == "sha256"
+
+
+# --- key_atom: exact builtins ------------------------------------------------------------------
+
+def test_a_bytes_subclass_atom_becomes_plain_bytes() -> None:
+    class Salt(bytes):
+        pass
+
+    atom = key_atom(Salt(b"ab"), "cache_salt")
+    assert atom == b"ab"
+    assert type(atom) is bytes
+
+
+def test_an_unencodable_text_atom_is_named() -> None:
+    with pytest.raises(InvalidArgumentError, match=_named("cache_salt")):
+        key_atom("\ud800", "cache_salt")
