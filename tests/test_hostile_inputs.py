@@ -244,8 +244,12 @@ def _pool_targets() -> list[Case]:
         for name in ("page", "ref_count", "key_of"):
             cases += substitution_cases(pre + name, build, method(name),
                                         dict(page_id=P(2, "bounded")))
-        cases += substitution_cases(pre + "count_free_ids", build, method("count_free_ids"),
-                                    dict(page_ids=P([1, 5], "ids")))
+        for name in ("count_free_ids", "keys_of_ids", "check_cacheable"):
+            cases += substitution_cases(pre + name, build, method(name), dict(page_ids=P([1, 5], "ids")))
+        cases += substitution_cases(pre + "own_ids", build, method("own_ids"),
+                                    dict(pages=P(W("views"), "ids", reject={"list", "np_array"})))
+        cases += substitution_cases(pre + "lookup_all_ids", build, method("lookup_all_ids"),
+                                    dict(keys=P(["k2", "k4"], "ids", accept={"list", "np_array"}), **dp))
         cases += substitution_cases(pre + "get_num_free_pages", build, method("get_num_free_pages"), dp)
         for name in ("get_new_page_ids", "get_new_pages"):
             cases += substitution_cases(pre + name, build, method(name),
@@ -260,8 +264,7 @@ def _pool_targets() -> list[Case]:
         cases += substitution_cases(pre + "lookup_id", build, method("lookup_id"),
                                     dict(key=P("k2", "key", accept={"None"}), **dp))
         cases += substitution_cases(pre + "lookup_run_ids", build, method("lookup_run_ids"),
-                                    dict(keys=P(["k2", "k4"], "ids", accept={"list", "np_array"}),
-                                         group_id=P(None, "opt_count0", either=BIGS), **dp))
+                                    dict(keys=P(["k2", "k4"], "ids", accept={"list", "np_array"}), **dp))
         cases += substitution_cases(pre + "touch", build,
                                     lambda w, **k: w["pool"].touch(**resolve(w, k)),
                                     dict(pages=P(W("views"), "ids", accept={"empty_list"},
@@ -379,6 +382,11 @@ def _hashing_targets() -> list[Case]:
                                 lambda w, **k: w["h"].extend(**resolve(w, k)), dict(
                                     request=P(W("r"), "object"), page_size=P(4, COUNT1),
                                     hashes=P(W("hashes"), "ids", reject={"list", "np_array"})))
+    cases += substitution_cases("PageHasher.page_hashes", hasher,
+                                lambda w, **k: w["h"].page_hashes(**resolve(w, k)), dict(
+                                    request=P(W("r"), "object"), page_size=P(4, COUNT1)))
+    cases += substitution_cases("PageHasher.key_hash_value", hasher, lambda w, **k: w["h"].key_hash_value(**k),
+                                dict(key=P(bytes(32), "object")))
     cases += substitution_cases("hash_page_tokens", empty_world,
                                 lambda w, **k: verikv.hash_page_tokens(**k), dict(
                                     hash_function=P("sha256", "object", either={"callable"}),
