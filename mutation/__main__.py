@@ -127,23 +127,23 @@ def measure(module: Module, max_children: int, source: Path = REPO) -> None:
 
 
 def recheck(module: Module) -> None:
-    """Run the module's current killers against each mutant its last run left undetected.
+    """Run the module's kill tests against each mutant its last run left undetected.
 
     After new kill tests are written, this confirms them without regenerating every mutant:
-    the current ``tests/`` is copied into the run's staged mutants, and each undetected mutant
-    is activated (``MUTANT_UNDER_TEST``) for one pytest run of the killers, stopping at the
-    first failure, one mutant at a time. The code under test is still that of the recorded run.
+    the current kill-test file is copied into the run's staged mutants, and each undetected
+    mutant is activated (``MUTANT_UNDER_TEST``) for one pytest run of that file, stopping at the
+    first failure, one mutant at a time. The other killers already passed on these mutants, so
+    only the new checks can change a verdict. The code under test is still that of the run.
     """
     from mutmut.stats import status_by_exit_code
 
     path = RESULTS / f"{module.name}.json"
     record = json.loads(path.read_text())
     mutants = STAGE / module.name / "mutants"
-    shutil.copytree(REPO / "tests", mutants / "tests", dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy2(REPO / module.kill_tests, mutants / module.kill_tests)
     settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", *settings["pytest_add_cli_args"],
-               *killers(module)]
+               module.kill_tests]
     for name in list(record["undetected"]):
         env = {**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": str(mutants)}
         code = subprocess.run(command, cwd=mutants, env=env, capture_output=True).returncode
