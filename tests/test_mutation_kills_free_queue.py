@@ -140,3 +140,15 @@ def test_first_of_an_emptied_list_is_unlinked() -> None:
     assert links.first(0) == 1
     links.pop_front(0, 2)
     assert links.first(0) == UNLINKED
+
+
+def test_link_back_array_appends_to_its_own_list() -> None:
+    links = IdLinks(8, num_lists=2)
+    links.link_back_array(1, np.array([], dtype=np.intc))  # nothing to link: nothing changes
+    assert (links.ids(0), links.ids(1), links.lengths) == ([], [], [0, 0])
+    links.link_back_array(1, np.array([5], dtype=np.intc))
+    links.link_back_array(1, np.array([2, 7], dtype=np.intc))
+    links.link_back(0, [1])
+    assert links.ids(1) == [5, 2, 7]
+    assert links.ids(0) == [1]
+    assert links.lengths == [1, 3]
