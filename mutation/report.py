@@ -26,9 +26,15 @@ def load_triage(path: Path) -> list[dict[str, str]]:
     return entries
 
 
+def code_of(line: str) -> str:
+    """A source line without its trailing comment and surrounding blanks (comments may change
+    while the code, and so the mutant, stays the same)."""
+    return line.split("  #")[0].strip()
+
+
 def added_lines(diff: str) -> list[str]:
-    """The lines a mutant's diff adds, stripped."""
-    return [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    """The code of the lines a mutant's diff adds."""
+    return [code_of(line[1:]) for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
 
 
 def triage_of(name: str, diff: str, triage: list[dict[str, str]]) -> dict[str, str] | None:
@@ -36,7 +42,7 @@ def triage_of(name: str, diff: str, triage: list[dict[str, str]]) -> dict[str, s
     function = name.partition("__mutmut_")[0]
     added = added_lines(diff)
     for entry in triage:
-        if entry["function"] == function and added == [entry["mutated"]]:
+        if entry["function"] == function and added == [code_of(entry["mutated"])]:
             return entry
     return None
 
