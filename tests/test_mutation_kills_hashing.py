@@ -17,7 +17,7 @@ import pytest
 
 from verikv import Request, hashing
 from verikv.errors import InvalidArgumentError
-from verikv.hashing import PageHasher, default_hasher, encode_canonical, key_atom
+from verikv.hashing import PageHasher, default_hasher, encode_canonical, key_atom, key_value
 
 
 def _named(name: str) -> str:
@@ -135,3 +135,47 @@ def test_a_bytes_subclass_atom_becomes_plain_bytes() -> None:
 def test_an_unencodable_text_atom_is_named() -> None:
     with pytest.raises(InvalidArgumentError, match=_named("cache_salt")):
         key_atom("\ud800", "cache_salt")
+
+
+# --- key_value: extra keys as exact builtins ---------------------------------------------------
+
+def _nested(levels: int) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = (value,)
+    return value
+
+
+def test_key_value_keeps_builtin_atoms_and_normalizes_the_rest() -> None:
+    class Text(str):
+        pass
+
+    class Real(float):
+        pass
+
+    for atom in (None, True, False, 7, b"x"):
+        assert key_value(atom) is atom
+    assert type(key_value(Text("a"))) is str
+    assert key_value(1.5) == 1.5 and type(key_value(Real(1.5))) is float
+    assert key_value(np.int64(3)) == 3 and type(key_value(np.int64(3))) is int
+    assert key_value([1, ["a", b"b"]]) == (1, ("a", b"b"))
+
+
+def test_key_value_allows_max_key_depth_levels_of_nesting() -> None:
+    assert key_value(_nested(hashing.MAX_KEY_DEPTH)) == _nested(hashing.MAX_KEY_DEPTH)
+    with pytest.raises(InvalidArgumentError):
+        key_value(_nested(hashing.MAX_KEY_DEPTH + 1))
+
+
+@pytest.mark.parametrize("value", ["\ud800", ("a", "\ud800"), float("nan"), (1.0, float("nan")), object()],
+                         ids=["surrogate", "nested surrogate", "nan", "nested nan", "object"])
+def test_key_value_names_a_bad_extra_key(value: object) -> None:
+    with pytest.raises(InvalidArgumentError, match=_named("extra key")):
+        key_value(value)
+
+
+def test_a_hasher_keeps_its_scheme_and_seed_and_names_a_bad_seed() -> None:
+    hasher = PageHasher("xxh3_128", seed=7)
+    assert (hasher.scheme, hasher.seed) == ("xxh3_128", 7)
+    with pytest.raises(InvalidArgumentError, match=_named("seed")):
+        PageHasher("sha256", seed=1.5)  # type: ignore[arg-type]
