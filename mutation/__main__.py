@@ -28,7 +28,7 @@ import tomllib
 from pathlib import Path
 
 from mutation.modules import BY_NAME, MODULES, Module
-from mutation.report import write_report
+from mutation.report import load_triage, triage_of, write_report
 
 REPO = Path(__file__).resolve().parent.parent
 HERE = REPO / "mutation"
@@ -144,7 +144,10 @@ def recheck(module: Module) -> None:
     settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", *settings["pytest_add_cli_args"],
                module.kill_tests]
-    for name in list(record["undetected"]):
+    triage = load_triage(HERE / "triage.toml")
+    for name, diff in list(record["undetected"].items()):
+        if triage_of(name, diff, triage) is not None:
+            continue  # triaged as equivalent: no test can kill it
         env = {**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": str(mutants)}
         code = subprocess.run(command, cwd=mutants, env=env, capture_output=True).returncode
         verdict = status_by_exit_code[code]
