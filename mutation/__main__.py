@@ -38,6 +38,9 @@ RESULTS = HERE / "results"
 # mutmut's own verdicts for a mutant's exit code (mutmut.stats.status_by_exit_code), grouped.
 DETECTED = {"killed", "timeout", "segfault", "caught by type check"}
 
+RECHECK_TIMEOUT = 300
+"""Seconds one recheck run of a kill-test file may take (it takes about one on an idle machine)."""
+
 
 def stage(module: Module, source: Path) -> Path:
     """A fresh staged copy of ``source`` (a checkout of the repository) for ``module``'s run.
@@ -149,8 +152,11 @@ def recheck(module: Module) -> None:
         if triage_of(name, diff, triage) is not None:
             continue  # triaged as equivalent: no test can kill it
         env = {**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": str(mutants)}
-        code = subprocess.run(command, cwd=mutants, env=env, capture_output=True).returncode
-        verdict = status_by_exit_code[code]
+        try:
+            code = subprocess.run(command, cwd=mutants, env=env, capture_output=True, timeout=RECHECK_TIMEOUT).returncode
+            verdict = status_by_exit_code[code]
+        except subprocess.TimeoutExpired:  # the mutant made the tests hang: detected, as mutmut counts it
+            verdict = "timeout"
         if verdict in DETECTED:
             record["verdicts"][name] = verdict
             del record["undetected"][name]
