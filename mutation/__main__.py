@@ -153,8 +153,8 @@ def recheck(module: Module) -> None:
             continue  # triaged as equivalent: no test can kill it
         env = {**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": str(mutants)}
         try:
-            code = subprocess.run(command, cwd=mutants, env=env, capture_output=True, timeout=RECHECK_TIMEOUT).returncode
-            verdict = status_by_exit_code[code]
+            run = subprocess.run(command, cwd=mutants, env=env, capture_output=True, timeout=RECHECK_TIMEOUT)
+            verdict = status_by_exit_code[run.returncode]
         except subprocess.TimeoutExpired:  # the mutant made the tests hang: detected, as mutmut counts it
             verdict = "timeout"
         if verdict in DETECTED:
