@@ -74,7 +74,7 @@ def _table(rows: Iterable[dict[str, Any]]) -> list[str]:
         if r["kill_tests_from"]:
             commit += f" with the kill tests of `{r['kill_tests_from']}`"
         if r["rechecked"]:
-            commit += f"; survivors rechecked with the killers of `{r['rechecked']['commit']}`"
+            commit += f"; survivors rechecked with the kill tests of `{r['rechecked']['commit']}`"
         lines.append(f"| {r['module']} | {commit} | {r['total']} | {r['killed']} | {r['timeout']} | {r['survived']} "
                      f"| {r['no_tests']} | {r['equivalent']} | {len(r['open'])} | {100 * r['rate']:.1f} % |")
     return lines
