@@ -544,33 +544,55 @@ def _num_layers(config: object) -> int | None:
 
 
 def _layer_kinds(config: object, num_layers: int | None) -> list[str | None]:
-    """Attention kind of every layer (one entry when the layer count is unknown)."""
+    """Attention kind of every layer (one entry when the layer count is unknown), from the first
+    source the config has: ``layer_types``, per-layer window / chunk lists, ``sliding_window_pattern``,
+    else one kind for all layers."""
     count = 1 if num_layers is None else num_layers
     layer_types = _config_get(config, "layer_types")
     if layer_types is not None:
-        if not _is_list(layer_types):
-            raise CacheSpecError(f"layer_types must be a list, got {describe(layer_types)}")
-        return [_layer_kind(t) for t in layer_types]
+        return _kinds_from_layer_types(layer_types)
     window = _config_get(config, "sliding_window")
     chunk = _config_get(config, "attention_chunk_size")
     if _is_list(window) or _is_list(chunk):
-        kinds: list[str | None] = []
-        for i in range(count):
-            has_window = _at_layer(window, i, num_layers, "sliding_window") is not None
-            has_chunk = _at_layer(chunk, i, num_layers, "attention_chunk_size") is not None
-            if has_window and has_chunk:
-                raise CacheSpecError(f"layer {i} has both a sliding window and a chunk size")
-            kinds.append("sliding" if has_window else "chunked" if has_chunk else "full")
-        return kinds
+        return _kinds_from_per_layer_sizes(window, chunk, count, num_layers)
     pattern = _config_get(config, "sliding_window_pattern")
     if pattern is not None and window is not None:
-        every = checked_int(pattern, "sliding_window_pattern", minimum=1, error=CacheSpecError)
-        return ["full" if (i + 1) % every == 0 else "sliding" for i in range(count)]
+        return _kinds_from_window_pattern(pattern, count)
+    return [_uniform_kind(config, window, chunk)] * count
+
+
+def _kinds_from_layer_types(layer_types: Any) -> list[str | None]:
+    """One kind per entry of ``layer_types`` (``None`` for layers with no attention cache)."""
+    if not _is_list(layer_types):
+        raise CacheSpecError(f"layer_types must be a list, got {describe(layer_types)}")
+    return [_layer_kind(t) for t in layer_types]
+
+
+def _kinds_from_per_layer_sizes(window: object, chunk: object, count: int, num_layers: int | None) -> list[str | None]:
+    """Sliding where a layer has a window, chunked where it has a chunk size, else full; never both."""
+    kinds: list[str | None] = []
+    for i in range(count):
+        has_window = _at_layer(window, i, num_layers, "sliding_window") is not None
+        has_chunk = _at_layer(chunk, i, num_layers, "attention_chunk_size") is not None
+        if has_window and has_chunk:
+            raise CacheSpecError(f"layer {i} has both a sliding window and a chunk size")
+        kinds.append("sliding" if has_window else "chunked" if has_chunk else "full")
+    return kinds
+
+
+def _kinds_from_window_pattern(pattern: object, count: int) -> list[str | None]:
+    """Every ``pattern``-th layer full, the others sliding."""
+    every = checked_int(pattern, "sliding_window_pattern", minimum=1, error=CacheSpecError)
+    return ["full" if (i + 1) % every == 0 else "sliding" for i in range(count)]
+
+
+def _uniform_kind(config: object, window: object, chunk: object) -> str:
+    """The one kind of every layer: sliding when a window is set and ``use_sliding_window`` is not
+    ``False``, chunked when a chunk size is set, else full; never both."""
     uses_window = window is not None and _config_get(config, "use_sliding_window") is not False
     if uses_window and chunk is not None:
         raise CacheSpecError("config sets both sliding_window and attention_chunk_size for every layer")
-    kind = "sliding" if uses_window else "chunked" if chunk is not None else "full"
-    return [kind] * count
+    return "sliding" if uses_window else "chunked" if chunk is not None else "full"
 
 
 def _layer_geometry(

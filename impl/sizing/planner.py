@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from verikv.cache_specs import (
@@ -220,17 +221,107 @@ def plan_kv_cache(
     if not isinstance(model, ModelGeometry):
         raise SizingError(f"model must be a ModelGeometry, got {type(model).__name__}")
     acc = device if isinstance(device, Accelerator) else get_accelerator(device)
+    tp, dp = _resolve_parallelism(tp, dp, num_devices)
+    kern = _resolve_kernel(model, acc, kernel)
+    dtype = _resolve_kv_dtype(model, acc, kern, kv_dtype)
+    mml = _resolve_max_model_len(model, max_model_len)
+    mnbt = _resolve_max_num_batched_tokens(max_num_batched_tokens, mml)
+    seqs = checked_int(max_num_seqs, "max_num_seqs", minimum=1, maximum=2**16, error=SizingError)
+    memory = _resolve_memory_inputs(
+        model, acc, kern, tp, dp, utilization=utilization, utilization_of=utilization_of,
+        memory_bytes=memory_bytes, weights_bytes=weights_bytes, weights_shards=weights_shards,
+        in_use_bytes=in_use_bytes, reserved_bytes=reserved_bytes, workspace_bytes=workspace_bytes,
+        kv_cache_bytes=kv_cache_bytes,
+    )
+    notes: list[str] = []
+    ps = _resolve_page_size(model, kern, dtype, tp, mml, seqs, page_size, notes)
+    layout = _page_layout(model, kern, dtype, ps, tp, notes)
+    budget, utilization_rule = _kv_budget(memory, kern, notes)
+    per_shard, limited_by = _pages_per_shard(budget, layout.page_bytes, dp, ps if kern.flat_int32_slots else 1, notes)
+    num_pages = per_shard * dp
+    plan_groups = tuple(
+        PlanGroup(kind, layers,
+                  _group_spec(model.layers[layers[0]], layout.arrays[layers[0]], kern, dtype, ps, tp, mml))
+        for kind, layers in layout.groups
+    )
+    config_groups = [CacheGroupSpec(g.spec) for g in plan_groups]
+    estimate = _estimate(num_pages, config_groups, mml, mnbt, dp)
+    if estimate is None:
+        raise _does_not_fit(model, acc, tp, dp, mml, mnbt, ps, config_groups, memory, budget,
+                            layout.page_bytes, per_shard)
+    return KVCachePlan(
+        model=model.name, device=acc.name, platform=acc.platform, kernel=kern.name, kv_dtype=dtype.name,
+        page_size=ps, tp=tp, dp=dp, memory_bytes=memory.memory, memory_source=memory.memory_source,
+        utilization=float(memory.utilization), utilization_rule=utilization_rule,
+        weights_bytes_per_device=memory.weights_per_device, in_use_bytes=memory.in_use,
+        reserved_bytes=memory.reserved_total, workspace_bytes=memory.workspace, budget_bytes=budget,
+        page_bytes_per_device=layout.page_bytes,
+        unpadded_page_bytes_per_device=layout.unpadded_page_bytes, pages_per_shard=per_shard, num_pages=num_pages,
+        limited_by=limited_by, kv_bytes_per_device=per_shard * layout.page_bytes, max_model_len=mml,
+        max_num_batched_tokens=mnbt, pages_per_request=estimate.pages_per_request,
+        max_concurrent_requests=estimate.max_num_seqs, buffers=_buffers(layout.arrays, layout.buffers, per_shard,
+                                                                       num_pages),
+        groups=plan_groups, shard_ranges=tuple(shard_range(s, per_shard) for s in range(dp)), notes=tuple(notes),
+    )
+
+
+@dataclass(frozen=True)
+class _MemoryInputs:
+    """The validated per-device memory arguments the KV budget is computed from.
+
+    ``reserved_total`` is the caller's reserved bytes plus the kernel's workspace; ``given_budget``
+    is ``kv_cache_bytes`` (``None``: the budget follows from the utilisation rule).
+    """
+
+    utilization: Fraction
+    utilization_of: str
+    memory: int
+    memory_source: str
+    weights_per_device: int
+    in_use: int
+    reserved_total: int
+    workspace: int
+    given_budget: int | None
+
+
+@dataclass(frozen=True)
+class _PageLayout:
+    """What one page id costs on one device and how the layers' arrays share buffers.
+
+    ``arrays`` holds each layer's arrays for one page (padded to one page size on GPU),
+    ``groups`` the cache groups ``(kind, layers)``, ``buffers`` the layers sharing each buffer.
+    """
+
+    arrays: list[tuple[PageArray, ...]]
+    groups: list[tuple[str, tuple[int, ...]]]
+    buffers: list[tuple[int, ...]]
+    page_bytes: int
+    unpadded_page_bytes: int
+
+
+def _resolve_parallelism(tp: int, dp: int, num_devices: int | None) -> tuple[int, int]:
+    """``(tp, dp)`` validated; ``num_devices``, when given, must equal ``tp * dp``."""
     tp = checked_int(tp, "tp", minimum=1, maximum=MAX_TP, error=SizingError)
     dp = checked_int(dp, "dp", minimum=1, maximum=MAX_DP, error=SizingError)
     if num_devices is not None and checked_int(num_devices, "num_devices", minimum=1, error=SizingError) != tp * dp:
         raise SizingError(f"num_devices = {num_devices} but tp * dp = {tp * dp}")
-    kern = _resolve_kernel(model, acc, kernel)
-    dtype = _resolve_kv_dtype(model, acc, kern, kv_dtype)
-    mml = _resolve_max_model_len(model, max_model_len)
-    mnbt = mml if max_num_batched_tokens is None else min(
-        checked_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1, maximum=INT32_MAX,
-                    error=SizingError), mml)
-    seqs = checked_int(max_num_seqs, "max_num_seqs", minimum=1, maximum=2**16, error=SizingError)
+    return tp, dp
+
+
+def _resolve_max_num_batched_tokens(max_num_batched_tokens: int | None, mml: int) -> int:
+    """The tokens of one step, at most ``max_model_len`` (its default)."""
+    if max_num_batched_tokens is None:
+        return mml
+    return min(checked_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1, maximum=INT32_MAX,
+                           error=SizingError), mml)
+
+
+def _resolve_memory_inputs(
+    model: ModelGeometry, acc: Accelerator, kern: Kernel, tp: int, dp: int, *, utilization: float | str,
+    utilization_of: str, memory_bytes: int | None, weights_bytes: int | None, weights_shards: int | None,
+    in_use_bytes: int, reserved_bytes: int, workspace_bytes: int | None, kv_cache_bytes: int | None,
+) -> _MemoryInputs:
+    """Validate the memory arguments of ``plan_kv_cache`` (in the order of its signature) and fill in defaults."""
     if not isinstance(utilization_of, str) or utilization_of not in UTILIZATION_RULES:
         raise SizingError(f"utilization_of must be one of {UTILIZATION_RULES}, got {utilization_of!r}")
     util = utilization_fraction(utilization)
@@ -242,77 +333,8 @@ def plan_kv_cache(
     weights = _resolve_weights(model, weights_bytes, required=given_budget is None)
     shards = tp if weights_shards is None else checked_int(
         weights_shards, "weights_shards", minimum=1, maximum=tp * dp, error=SizingError)
-    notes: list[str] = []
-
-    ps = _resolve_page_size(model, kern, dtype, tp, mml, seqs, page_size, notes)
-    arrays = [layer_arrays(layer, kern, dtype.name, model.dtype, ps, tp) for layer in model.layers]
-    if kern.platform == "gpu":
-        arrays = _pad_to_uniform_pages(model, arrays, notes)
-        groups, buffers_layout = _gpu_groups(model)
-        group_size = len(buffers_layout)
-        page_bytes = group_size * arrays[0][0].page_bytes
-        # a page id is used by one group at a time: its data needs at most the largest layer per tensor
-        unpadded = sum(max(sum(a.unpadded_bytes for a in arrays[i]) for i in tensor) for tensor in buffers_layout)
-    else:
-        groups = _tpu_groups(model)
-        buffers_layout = [(i,) for i in range(len(model.layers))]
-        page_bytes = sum(a.page_bytes for layer in arrays for a in layer)
-        unpadded = sum(a.unpadded_bytes for layer in arrays for a in layer)
-    _note_padding(model, arrays, tp, notes)
-
-    weights_dev = cdiv(weights, shards)
-    reserved_total = reserved + workspace
-    if workspace:
-        notes.append(f"{kern.name} workspace of {workspace:,} B added to the reserved bytes")
-    if given_budget is None:
-        budget = device_budget(memory, weights_dev + in_use, reserved_total, util.numerator, util.denominator,
-                               utilization_of)
-    else:
-        budget, utilization_of = given_budget, "given"
-        notes.append(f"KV budget of {given_budget:,} B per device given directly; utilisation, weights, in-use, "
-                     f"reserved and workspace bytes not applied")
-    index_unit = ps if kern.flat_int32_slots else 1
-    per_shard = pages_per_shard(budget, page_bytes, dp, index_unit)
-    limited_by = "memory" if per_shard == memory_page_limit(budget, page_bytes) else "int32 index"
-    if limited_by != "memory":
-        notes.append("page count capped so page ids and slot indices fit in int32")
-    num_pages = per_shard * dp
-
-    plan_groups = tuple(
-        PlanGroup(kind, layers, _group_spec(model.layers[layers[0]], arrays[layers[0]], kern, dtype, ps, tp, mml))
-        for kind, layers in groups
-    )
-    config_groups = [CacheGroupSpec(g.spec) for g in plan_groups]
-    estimate = _estimate(num_pages, config_groups, mml, mnbt, dp)
-    if estimate is None:
-        # the same estimate on a pool too large to run out gives the pages one request needs
-        needed = _estimate(2**62, config_groups, mml, mnbt, 1).pages_per_request
-        largest = _largest_fitting_len(num_pages, config_groups, mml, mnbt, dp)
-        overdrawn = "" if budget >= 0 else (
-            f"; weights ({weights_dev:,} B per device), other memory in use and reserved bytes already exceed "
-            f"the usable memory")
-        raise KVCacheDoesNotFitError(
-            f"{model.name} on {acc.name} (tp={tp}, dp={dp}): one request of {mml} tokens needs {needed} pages of "
-            f"{ps} tokens, but the budget of {budget:,} B per device holds {per_shard} page(s) of "
-            f"{page_bytes:,} B per shard ({num_pages} in all, page 0 reserved); the largest max_model_len that "
-            f"fits is {largest}{overdrawn}",
-            max_model_len=mml, largest_max_model_len=largest, pages_per_request=needed, num_pages=num_pages,
-            budget_bytes=budget, page_bytes=page_bytes,
-        )
-    buffers = _buffers(arrays, buffers_layout, per_shard, num_pages)
-    shard_ranges = tuple(shard_range(s, per_shard) for s in range(dp))
-    return KVCachePlan(
-        model=model.name, device=acc.name, platform=acc.platform, kernel=kern.name, kv_dtype=dtype.name,
-        page_size=ps, tp=tp, dp=dp, memory_bytes=memory, memory_source=memory_source,
-        utilization=float(util), utilization_rule=utilization_of, weights_bytes_per_device=weights_dev,
-        in_use_bytes=in_use, reserved_bytes=reserved_total, workspace_bytes=workspace, budget_bytes=budget,
-        page_bytes_per_device=page_bytes,
-        unpadded_page_bytes_per_device=unpadded, pages_per_shard=per_shard, num_pages=num_pages,
-        limited_by=limited_by, kv_bytes_per_device=per_shard * page_bytes, max_model_len=mml,
-        max_num_batched_tokens=mnbt, pages_per_request=estimate.pages_per_request,
-        max_concurrent_requests=estimate.max_num_seqs, buffers=buffers, groups=plan_groups,
-        shard_ranges=shard_ranges, notes=tuple(notes),
-    )
+    return _MemoryInputs(util, utilization_of, memory, memory_source, cdiv(weights, shards), in_use,
+                         reserved + workspace, workspace, given_budget)
 
 
 def _resolve_kernel(model: ModelGeometry, acc: Accelerator, name: str | None) -> Kernel:
@@ -371,24 +393,43 @@ def _resolve_page_size(model: ModelGeometry, kern: Kernel, dtype: KVDType, tp: i
     """The page size: validated if given, else the kernel's rule (raised on GPU to hold a Mamba state)."""
     alignment = packing(dtype.bits) if kern.page_multiple == 0 else kern.page_multiple
     if page_size is None:
-        if kern.platform == "tpu":
-            auto_alignment = tpu_mla_token_packing(kern.token_packing, dtype.bits) if kern.is_mla else alignment
-            chosen = auto_page_size(mml, seqs, auto_alignment)
-        else:
-            chosen = auto_block_size(kern.default_page_size, alignment)
+        chosen = _kernel_page_size(kern, dtype, mml, seqs, alignment)
     else:
-        chosen = checked_int(page_size, "page_size", minimum=1, maximum=MAX_PAGE_SIZE, error=SizingError)
-        if not all(holds for _, holds in page_size_rule(chosen, alignment)):
-            raise SizingError(f"page_size {chosen} must be a multiple of {alignment} for {kern.name} with {dtype.name}")
-        if kern.allowed_page_sizes is not None and chosen not in kern.allowed_page_sizes:
-            raise SizingError(f"kernel {kern.name} accepts page sizes {kern.allowed_page_sizes}, not {chosen}")
+        chosen = _checked_page_size(page_size, kern, dtype, alignment)
     mamba = [layer for layer in model.layers if isinstance(layer, MambaLayer)]
     if kern.platform != "gpu" or not mamba:
         return chosen
+    return _page_size_holding_mamba_state(model, mamba, kern, dtype, tp, alignment, chosen,
+                                          raise_to_fit=page_size is None, notes=notes)
+
+
+def _kernel_page_size(kern: Kernel, dtype: KVDType, mml: int, seqs: int, alignment: int) -> int:
+    """The kernel's default page size: TPU picks one from the request shape, GPU uses its block size."""
+    if kern.platform == "tpu":
+        auto_alignment = tpu_mla_token_packing(kern.token_packing, dtype.bits) if kern.is_mla else alignment
+        return auto_page_size(mml, seqs, auto_alignment)
+    return auto_block_size(kern.default_page_size, alignment)
+
+
+def _checked_page_size(page_size: int, kern: Kernel, dtype: KVDType, alignment: int) -> int:
+    """A caller's page size: an int that the kernel's alignment and allowed sizes accept."""
+    chosen = checked_int(page_size, "page_size", minimum=1, maximum=MAX_PAGE_SIZE, error=SizingError)
+    if not all(holds for _, holds in page_size_rule(chosen, alignment)):
+        raise SizingError(f"page_size {chosen} must be a multiple of {alignment} for {kern.name} with {dtype.name}")
+    if kern.allowed_page_sizes is not None and chosen not in kern.allowed_page_sizes:
+        raise SizingError(f"kernel {kern.name} accepts page sizes {kern.allowed_page_sizes}, not {chosen}")
+    return chosen
+
+
+def _page_size_holding_mamba_state(model: ModelGeometry, mamba: list[MambaLayer], kern: Kernel, dtype: KVDType,
+                                   tp: int, alignment: int, chosen: int, *, raise_to_fit: bool,
+                                   notes: list[str]) -> int:
+    """GPU hybrid models: one attention page must hold the largest Mamba state. A default page size
+    is raised until it does; a caller's page size that is too small is an error."""
     attention = next(layer for layer in model.layers if not isinstance(layer, MambaLayer))
     per_token = layer_arrays(attention, kern, dtype.name, model.dtype, 1, tp)[0].page_bytes
     state = max(sum(a.page_bytes for a in layer_arrays(m, kern, dtype.name, model.dtype, 1, tp)) for m in mamba)
-    if page_size is None:
+    if raise_to_fit:
         unified = unified_block_size(state, per_token, alignment, chosen)
         if unified != chosen:
             notes.append(f"page size raised from {chosen} to {unified} tokens so one attention page holds a "
@@ -399,6 +440,78 @@ def _resolve_page_size(model: ModelGeometry, kern: Kernel, dtype: KVDType, tp: i
         raise SizingError(f"page_size {chosen} gives {chosen * per_token:,} B attention pages, smaller than the "
                           f"Mamba state of {state:,} B; use at least {least}")
     return chosen
+
+
+def _page_layout(model: ModelGeometry, kern: Kernel, dtype: KVDType, ps: int, tp: int,
+                 notes: list[str]) -> _PageLayout:
+    """Every layer's arrays for one page of ``ps`` tokens, grouped by the platform's rule."""
+    arrays = [layer_arrays(layer, kern, dtype.name, model.dtype, ps, tp) for layer in model.layers]
+    layout = _gpu_page_layout(model, arrays, notes) if kern.platform == "gpu" else _tpu_page_layout(model, arrays)
+    _note_padding(model, layout.arrays, tp, notes)
+    return layout
+
+
+def _tpu_page_layout(model: ModelGeometry, arrays: list[tuple[PageArray, ...]]) -> _PageLayout:
+    """TPU: one buffer per layer, so a page id costs the sum over all layers."""
+    return _PageLayout(
+        arrays=arrays, groups=_tpu_groups(model), buffers=[(i,) for i in range(len(model.layers))],
+        page_bytes=sum(a.page_bytes for layer in arrays for a in layer),
+        unpadded_page_bytes=sum(a.unpadded_bytes for layer in arrays for a in layer),
+    )
+
+
+def _gpu_page_layout(model: ModelGeometry, arrays: list[tuple[PageArray, ...]], notes: list[str]) -> _PageLayout:
+    """GPU: pages of one size, ``group_size`` tensors each shared by one layer of every group."""
+    arrays = _pad_to_uniform_pages(model, arrays, notes)
+    groups, buffers = _gpu_groups(model)
+    # a page id is used by one group at a time: its data needs at most the largest layer per tensor
+    unpadded = sum(max(sum(a.unpadded_bytes for a in arrays[i]) for i in tensor) for tensor in buffers)
+    return _PageLayout(arrays=arrays, groups=groups, buffers=buffers,
+                       page_bytes=len(buffers) * arrays[0][0].page_bytes, unpadded_page_bytes=unpadded)
+
+
+def _kv_budget(memory: _MemoryInputs, kern: Kernel, notes: list[str]) -> tuple[int, str]:
+    """The KV budget per device and the rule it came from (``"given"`` for ``kv_cache_bytes``)."""
+    if memory.workspace:
+        notes.append(f"{kern.name} workspace of {memory.workspace:,} B added to the reserved bytes")
+    if memory.given_budget is not None:
+        notes.append(f"KV budget of {memory.given_budget:,} B per device given directly; utilisation, weights, "
+                     f"in-use, reserved and workspace bytes not applied")
+        return memory.given_budget, "given"
+    budget = device_budget(memory.memory, memory.weights_per_device + memory.in_use, memory.reserved_total,
+                           memory.utilization.numerator, memory.utilization.denominator, memory.utilization_of)
+    return budget, memory.utilization_of
+
+
+def _pages_per_shard(budget: int, page_bytes: int, dp: int, index_unit: int, notes: list[str]) -> tuple[int, str]:
+    """Pages per DP shard and what limits them: ``"memory"`` or ``"int32 index"``."""
+    per_shard = pages_per_shard(budget, page_bytes, dp, index_unit)
+    if per_shard == memory_page_limit(budget, page_bytes):
+        return per_shard, "memory"
+    notes.append("page count capped so page ids and slot indices fit in int32")
+    return per_shard, "int32 index"
+
+
+def _does_not_fit(model: ModelGeometry, acc: Accelerator, tp: int, dp: int, mml: int, mnbt: int, ps: int,
+                  groups: list[CacheGroupSpec], memory: _MemoryInputs, budget: int, page_bytes: int,
+                  per_shard: int) -> KVCacheDoesNotFitError:
+    """The error for a budget that does not hold one request of ``mml`` tokens: how many pages it
+    needs, how many fit, and the largest ``max_model_len`` that would fit."""
+    num_pages = per_shard * dp
+    # the same estimate on a pool too large to run out gives the pages one request needs
+    needed = _estimate(2**62, groups, mml, mnbt, 1).pages_per_request
+    largest = _largest_fitting_len(num_pages, groups, mml, mnbt, dp)
+    overdrawn = "" if budget >= 0 else (
+        f"; weights ({memory.weights_per_device:,} B per device), other memory in use and reserved bytes already "
+        f"exceed the usable memory")
+    return KVCacheDoesNotFitError(
+        f"{model.name} on {acc.name} (tp={tp}, dp={dp}): one request of {mml} tokens needs {needed} pages of "
+        f"{ps} tokens, but the budget of {budget:,} B per device holds {per_shard} page(s) of "
+        f"{page_bytes:,} B per shard ({num_pages} in all, page 0 reserved); the largest max_model_len that "
+        f"fits is {largest}{overdrawn}",
+        max_model_len=mml, largest_max_model_len=largest, pages_per_request=needed, num_pages=num_pages,
+        budget_bytes=budget, page_bytes=page_bytes,
+    )
 
 
 def _pad_to_uniform_pages(model: ModelGeometry, arrays: list[tuple[PageArray, ...]],

@@ -1,0 +1,195 @@
+"""``python -m mutation [MODULE ...]``: run mutmut over verikv's core modules, record the results.
+
+mutmut names a mutant after its file's path (``verikv/page_table.py`` -> ``verikv.page_table``)
+and activates it only when that name equals the function's ``__module__``. The repository keeps
+the package in ``impl/`` (imported as ``verikv``), so each run works on a staged copy
+``mutation/stage/<module>/`` where ``impl/`` is laid out as ``verikv/`` (with ``spec/`` and
+``proofs/`` inside it, as installed) beside ``tests/`` and ``pyproject.toml``. The staged
+``pyproject.toml`` keeps the repository's ``[tool.mutmut]`` settings and adds the module to mutate
+and its killer tests (``mutation/modules.py``).
+
+Options: ``--max-children N`` (default 2: the machine is shared), ``--report`` (only rebuild
+``RESULTS.md`` from the recorded results), ``--recheck`` (run the current killers against the
+mutants the last run left undetected, e.g. after writing kill tests), ``--source DIR`` (measure
+another checkout, e.g. a newer main, with this branch's kill tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from mutation.modules import BY_NAME, MODULES, Module
+from mutation.report import load_triage, triage_of, write_report
+
+REPO = Path(__file__).resolve().parent.parent
+HERE = REPO / "mutation"
+STAGE = HERE / "stage"
+RESULTS = HERE / "results"
+
+# mutmut's own verdicts for a mutant's exit code (mutmut.stats.status_by_exit_code), grouped.
+DETECTED = {"killed", "timeout", "segfault", "caught by type check"}
+
+RECHECK_TIMEOUT = 300
+"""Seconds one recheck run of a kill-test file may take (it takes about one on an idle machine)."""
+
+
+def stage(module: Module, source: Path) -> Path:
+    """A fresh staged copy of ``source`` (a checkout of the repository) for ``module``'s run.
+
+    This repository's kill tests are laid over the source's tests, so another checkout (e.g. a
+    newer main) is measured with the checks written here.
+    """
+    root = STAGE / module.name
+    if root.exists():
+        shutil.rmtree(root)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(source / "impl", root / "verikv", ignore=ignore)
+    shutil.copytree(source / "spec", root / "verikv" / "spec", ignore=ignore)
+    shutil.copytree(source / "proofs", root / "verikv" / "proofs", ignore=ignore)
+    shutil.copytree(source / "tests", root / "tests", ignore=ignore)
+    for kill_tests in (REPO / "tests").glob("test_mutation_kills_*.py"):
+        shutil.copy2(kill_tests, root / "tests" / kill_tests.name)
+    (root / "pyproject.toml").write_text(staged_pyproject(module))
+    return root
+
+
+def killers(module: Module) -> list[str]:
+    """The module's killer test files that exist here (its kill-test file may not be written yet)."""
+    return [k for k in (*module.killers, module.kill_tests) if (REPO / k).exists()]
+
+
+def staged_pyproject(module: Module) -> str:
+    """The repository's pyproject.toml with its ``[tool.mutmut]`` table completed for ``module``."""
+    text = (REPO / "pyproject.toml").read_text()
+    settings = tomllib.loads(text)["tool"]["mutmut"]
+    settings["only_mutate"] = [module.path]
+    settings["pytest_add_cli_args_test_selection"] = killers(module)
+    table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in settings.items())
+    without = re.sub(r"^\[tool\.mutmut\]\n(?:(?!\[).*\n?)*", "", text, flags=re.MULTILINE)
+    return f"{without}\n[tool.mutmut]\n{table}\n"
+
+
+def run_mutmut(root: Path, max_children: int) -> None:
+    """mutmut over the staged copy; its verdicts stay in ``root/mutants``."""
+    subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
+                   cwd=root, check=True)
+
+
+def verdicts(root: Path, module: Module) -> dict[str, str]:
+    """mutant name -> mutmut's verdict, read from the run's metadata."""
+    from mutmut.stats import status_by_exit_code
+
+    meta = json.loads((root / "mutants" / f"{module.path}.meta").read_text())
+    return {name: status_by_exit_code[code] for name, code in sorted(meta["exit_code_by_key"].items())}
+
+
+def diffs_of(root: Path, module: Module, names: list[str]) -> dict[str, str]:
+    """Each mutant's diff against the original, as ``mutmut show`` prints it (read in-process: fast)."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    with contextlib.chdir(root):
+        return {name: get_diff_for_mutant(name, path=Path(module.path)) for name in names}
+
+
+def measured_commit(source: Path = REPO) -> dict[str, object]:
+    """The commit the staged code came from, and whether impl/, spec/ or tests/ differed from it
+    (plus this branch's commit when the code came from another checkout)."""
+    def git(*args: str, where: Path = source) -> str:
+        return subprocess.run(["git", *args], cwd=where, check=True, capture_output=True, text=True).stdout.strip()
+
+    changed = git("status", "--porcelain", "--", "impl", "spec", "tests")
+    record: dict[str, object] = {"commit": git("rev-parse", "--short", "HEAD"), "uncommitted_changes": bool(changed)}
+    if source.resolve() != REPO.resolve():
+        record["kill_tests_from"] = git("rev-parse", "--short", "HEAD", where=REPO)
+    return record
+
+
+def measure(module: Module, max_children: int, source: Path = REPO) -> None:
+    """Run ``module``'s mutants and record verdicts, counts and every undetected mutant's diff."""
+    origin = measured_commit(source)
+    root = stage(module, source)
+    run_mutmut(root, max_children)
+    by_name = verdicts(root, module)
+    undetected = diffs_of(root, module, [name for name, verdict in by_name.items() if verdict not in DETECTED])
+    counts: dict[str, int] = {}
+    for verdict in by_name.values():
+        counts[verdict] = counts.get(verdict, 0) + 1
+    RESULTS.mkdir(exist_ok=True)
+    record = {"module": module.name, **origin, "killers": killers(module), "counts": counts,
+              "verdicts": by_name, "undetected": undetected}
+    (RESULTS / f"{module.name}.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+
+
+def recheck(module: Module) -> None:
+    """Run the module's kill tests against each mutant its last run left undetected.
+
+    After new kill tests are written, this confirms them without regenerating every mutant:
+    the current kill-test file is copied into the run's staged mutants, and each undetected
+    mutant is activated (``MUTANT_UNDER_TEST``) for one pytest run of that file, stopping at the
+    first failure, one mutant at a time. The other killers already passed on these mutants, so
+    only the new checks can change a verdict. The code under test is still that of the run.
+    """
+    from mutmut.stats import status_by_exit_code
+
+    path = RESULTS / f"{module.name}.json"
+    record = json.loads(path.read_text())
+    mutants = STAGE / module.name / "mutants"
+    shutil.copy2(REPO / module.kill_tests, mutants / module.kill_tests)
+    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", *settings["pytest_add_cli_args"],
+               module.kill_tests]
+    triage = load_triage(HERE / "triage.toml")
+    for name, diff in list(record["undetected"].items()):
+        if triage_of(name, diff, triage) is not None:
+            continue  # triaged as equivalent: no test can kill it
+        env = {**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": str(mutants)}
+        try:
+            run = subprocess.run(command, cwd=mutants, env=env, capture_output=True, timeout=RECHECK_TIMEOUT)
+            verdict = status_by_exit_code[run.returncode]
+        except subprocess.TimeoutExpired:  # the mutant made the tests hang: detected, as mutmut counts it
+            verdict = "timeout"
+        if verdict in DETECTED:
+            record["verdicts"][name] = verdict
+            del record["undetected"][name]
+    counts: dict[str, int] = {}
+    for verdict in record["verdicts"].values():
+        counts[verdict] = counts.get(verdict, 0) + 1
+    record.update(counts=counts, killers=killers(module), rechecked=measured_commit())
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mutation", description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", metavar="MODULE",
+                        help=f"core modules to run (default: all): {', '.join(BY_NAME)}")
+    parser.add_argument("--max-children", type=int, default=2, help="mutants run at once (default 2)")
+    parser.add_argument("--report", action="store_true", help="only rebuild RESULTS.md from recorded results")
+    parser.add_argument("--source", type=Path, default=REPO,
+                        help="measure another checkout of the repository (default: this one), with these kill tests")
+    parser.add_argument("--recheck", action="store_true",
+                        help="run the current killers against the undetected mutants of the last run only")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.modules if name not in BY_NAME]
+    if unknown:
+        parser.error(f"not a core module: {', '.join(unknown)}")
+    if not args.report:
+        for name in args.modules or list(BY_NAME):
+            if args.recheck:
+                recheck(BY_NAME[name])
+            else:
+                measure(BY_NAME[name], args.max_children, args.source)
+    write_report(RESULTS, HERE / "triage.toml", HERE / "RESULTS.md", MODULES, DETECTED)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Checks written for mutants of impl/free_queue.py that the suite let through (mutation/triage.toml).
+
+They pin behaviour the docstrings state and the suite never exercised: ids that were never
+linked are unlinked (not just ids that were popped), a queue over an empty range is empty,
+every list of a multi-list `IdLinks` has its own sentinels, bounds are exclusive where the
+docstrings say ``0..capacity-1``, and rejected arguments are named. Expected values come from
+the arguments, not from running the code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from verikv.errors import ForeignPageError, InvalidArgumentError, PageStateError
+from verikv.free_queue import UNLINKED, CachePage, FreeCachePageQueue, IdLinks, PageRecords
+
+
+def _named(name: str) -> str:
+    """``name`` as a whole word: a renamed or re-cased name does not match."""
+    return rf"(?<![\w]){re.escape(name)}(?![\w])"
+
+
+def _range_queue(num_pages: int, first: int, stop: int) -> FreeCachePageQueue:
+    """A pool-style queue over ids ``0..num_pages-1`` holding ``first..stop-1`` (not owned)."""
+    records = PageRecords.for_pool(num_pages)
+    return FreeCachePageQueue.for_range(records, first, stop, lambda pid: CachePage.view(records, pid))
+
+
+NAMED_ERRORS: list[tuple[str, Callable[[], object], str]] = [
+    ("page_id negative", lambda: CachePage(-1), "page_id"),
+    ("ref_cnt negative", lambda: CachePage(1, -1), "ref_cnt"),
+    ("queue pages not a list", lambda: FreeCachePageQueue("ab"), "pages"),  # type: ignore[arg-type]
+    ("append_n pages not a list", lambda: _range_queue(4, 1, 2).append_n("ab"), "pages"),  # type: ignore[arg-type]
+    ("append_ids ids not a list", lambda: _range_queue(4, 1, 2).append_ids(5), "ids"),  # type: ignore[arg-type]
+    ("is_linked page_id", lambda: _range_queue(4, 1, 2).is_linked(1.5), "page_id"),  # type: ignore[arg-type]
+    ("popleft_ids n", lambda: _range_queue(4, 1, 2).popleft_ids(-1), "n"),
+]
+
+
+@pytest.mark.parametrize(("call", "name"), [(c, n) for _, c, n in NAMED_ERRORS], ids=[i for i, _, _ in NAMED_ERRORS])
+def test_the_error_names_what_it_rejects(call: Callable[[], object], name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=_named(name)):
+        call()
+
+
+def test_a_page_state_error_says_which_way_the_state_is_wrong() -> None:
+    queue = _range_queue(4, 1, 3)  # holds 1, 2; page 3 is not linked
+    with pytest.raises(PageStateError, match=_named("not linked in")):
+        queue.remove_id(3)
+    with pytest.raises(PageStateError, match=_named("already linked in")):
+        queue.append_ids([1])
+
+
+def test_ids_never_linked_are_unlinked_and_can_be_appended() -> None:
+    queue = _range_queue(6, 3, 5)  # holds 3, 4; pages 1, 2, 5 were never linked
+    assert [queue.is_linked(p) for p in range(6)] == [False, False, False, True, True, False]
+    queue.append_ids([1, 5])
+    assert queue.ids() == [3, 4, 1, 5]
+
+
+def test_a_queue_over_an_empty_range_is_empty() -> None:
+    queue = _range_queue(6, 3, 3)
+    assert queue.ids() == []
+    assert len(queue) == 0
+    assert not any(queue.is_linked(p) for p in range(6))
+    queue.append_ids([2, 3])
+    assert queue.ids() == [2, 3]
+
+
+def test_ids_outside_the_range_are_foreign_or_unlinked() -> None:
+    queue = _range_queue(4, 1, 4)
+    assert queue.is_linked(4) is False  # the capacity is not an id
+    with pytest.raises(ForeignPageError):
+        queue.append_ids([4])
+
+
+def test_is_linked_accepts_numpy_ids() -> None:
+    queue = _range_queue(4, 1, 3)
+    assert queue.is_linked(np.int64(1)) is True  # type: ignore[arg-type]
+    assert queue.is_linked(np.int64(3)) is False  # type: ignore[arg-type]
+
+
+def test_popping_every_free_page_is_allowed() -> None:
+    queue = _range_queue(4, 1, 4)
+    assert queue.popleft_ids(3) == [1, 2, 3]
+    assert len(queue) == 0
+
+
+def test_a_range_queue_hands_out_page_views() -> None:
+    queue = _range_queue(4, 1, 4)
+    page = queue.popleft()
+    assert isinstance(page, CachePage)
+    assert page.page_id == 1
+
+
+def test_a_queue_built_from_pages_keeps_their_hashes_and_allows_one_null_page() -> None:
+    queue = FreeCachePageQueue([CachePage(1, page_hash="a"), CachePage(2, page_hash=("b", 2))])
+    assert [p.page_hash for p in queue.get_all_free_pages()] == ["a", ("b", 2)]
+    with pytest.raises(InvalidArgumentError):
+        FreeCachePageQueue([CachePage(0, is_null=True), CachePage(1, is_null=True)])
+
+
+def test_incr_ref_adds_one() -> None:
+    page = CachePage(3, ref_cnt=2)
+    page.incr_ref()
+    assert page.ref_cnt == 3
+
+
+def test_repr_shows_the_page_hash() -> None:
+    assert "'key-7'" in repr(CachePage(3, 1, "key-7"))
+
+
+# --- IdLinks: each list has its own sentinels --------------------------------------------------
+
+def test_id_links_default_to_one_list() -> None:
+    assert IdLinks(4).lengths == [0]
+
+
+def test_each_list_of_id_links_is_separate() -> None:
+    links = IdLinks(8, num_lists=2)
+    links.fill_range(1, 2, 5)
+    assert links.ids(1) == [2, 3, 4]
+    assert links.ids(0) == []
+    assert (links.first(0), links.first(1)) == (UNLINKED, 2)
+    links.link_front(1, [6])
+    links.link_front(0, [7])
+    assert links.ids(1) == [6, 2, 3, 4]
+    assert links.ids(0) == [7]
+    assert (links.first(0), links.first(1)) == (7, 6)
+    assert links.lengths == [1, 4]
+
+
+def test_first_of_an_emptied_list_is_unlinked() -> None:
+    links = IdLinks(4)
+    links.fill_range(0, 1, 3)
+    assert links.first(0) == 1
+    links.pop_front(0, 2)
+    assert links.first(0) == UNLINKED
+
+
+def test_link_back_array_appends_to_its_own_list() -> None:
+    links = IdLinks(8, num_lists=2)
+    links.link_back_array(1, np.array([], dtype=np.intc))  # nothing to link: nothing changes
+    assert (links.ids(0), links.ids(1), links.lengths) == ([], [], [0, 0])
+    links.link_back_array(1, np.array([5], dtype=np.intc))
+    links.link_back_array(1, np.array([2, 7], dtype=np.intc))
+    links.link_back(0, [1])
+    assert links.ids(1) == [5, 2, 7]
+    assert links.ids(0) == [1]
+    assert links.lengths == [1, 3]

@@ -1,0 +1,75 @@
+"""Checks written for mutants of impl/page_pool.py that the suite let through (mutation/triage.toml).
+
+They pin what `PagePool`'s docstrings promise: rejected arguments are named, zero pages is a
+valid request on every path, eSurge's `get_new_pages` honours the shard hint like
+`get_new_page_ids`, the pool's free queue hands out views of the pool's pages, and a refused
+prefix-cache reset says how many pages are held. Expected values come from the arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from verikv.errors import InvalidArgumentError
+from verikv.free_queue import CachePage
+from verikv.page_pool import PagePool
+
+
+def _named(name: str) -> str:
+    """``name`` as a whole word: a renamed or re-cased name does not match."""
+    return rf"(?<![\w]){re.escape(name)}(?![\w])"
+
+
+NAMED_ERRORS: list[tuple[str, Callable[[], object], str]] = [
+    ("num_pages of the pool", lambda: PagePool(0), "num_pages"),
+    ("num_pages to allocate", lambda: PagePool(8).get_new_page_ids(-1), "num_pages"),
+    ("page_ids to count", lambda: PagePool(8).count_free_ids("ab"), "page_ids"),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("call", "name"), [(c, n) for _, c, n in NAMED_ERRORS], ids=[i for i, _, _ in NAMED_ERRORS])
+def test_the_error_names_what_it_rejects(call: Callable[[], object], name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=_named(name)):
+        call()
+
+
+def test_zero_pages_is_a_valid_request() -> None:
+    pool = PagePool(8)
+    assert pool.get_new_page_ids(0) == []
+    assert pool.get_new_page_ids(np.int64(0)) == []  # type: ignore[arg-type]
+    assert pool.get_new_pages(0) == []
+
+
+def test_count_free_ids_takes_any_sequence() -> None:
+    pool = PagePool(8)
+    held = pool.get_new_page_ids(2)  # pages 1 and 2
+    assert pool.count_free_ids((1, 2, 3)) == 1
+    assert pool.count_free_ids([3, 4]) == 2
+    assert held == [1, 2]
+
+
+def test_get_new_pages_honours_the_shard_hint() -> None:
+    pool = PagePool(8)  # two shards of 4 pages: ids 1..3 and 4..7
+    pages = pool.get_new_pages(2, dp_shard_hint=1, data_parallel_size=2)
+    assert all(isinstance(p, CachePage) for p in pages)
+    assert [p.page_id for p in pages] == [4, 5]
+
+
+def test_the_free_queue_hands_out_the_pools_pages() -> None:
+    pool = PagePool(4)
+    free = pool.free_page_queue.get_all_free_pages()
+    assert [p.page_id for p in free] == [1, 2, 3]
+    assert all(isinstance(p, CachePage) for p in free)
+
+
+def test_a_refused_reset_logs_how_many_pages_are_held(caplog: pytest.LogCaptureFixture) -> None:
+    pool = PagePool(8)
+    pool.get_new_page_ids(2)
+    with caplog.at_level(logging.WARNING):
+        assert pool.reset_prefix_cache() is False
+    assert any(re.search(r"(?<!\w)2 pages are still held(?!\w)", record.getMessage()) for record in caplog.records)
