@@ -119,6 +119,11 @@ class ConformanceConfig:
             unknown = set(given) - set(known)
             if unknown:
                 raise InvalidArgumentError(f"unknown {what} {sorted(unknown)}; known: {sorted(known)}")
+        self._check_layouts()
+        self._check_budget()
+
+    def _check_layouts(self) -> None:
+        """Every named layout exists, and each chosen one applies under the claimed policy."""
         for name in self.skip_layouts:
             if name not in LAYOUTS:
                 raise InvalidArgumentError(f"unknown layout {name!r} in skip_layouts; known: {sorted(LAYOUTS)}")
@@ -128,6 +133,9 @@ class ConformanceConfig:
             if self.resolve(layout) is None:
                 raise InvalidArgumentError(f"layout {layout!r} tests a free-order policy other than "
                                            f"the claimed {self.free_order!r}")
+
+    def _check_budget(self) -> None:
+        """The example budget and the seed are exact ints (None: Hypothesis' own)."""
         for name in ("max_examples", "stateful_step_count"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
