@@ -201,6 +201,9 @@ class CacheManager:
     ``hash_seed`` choose the content keys (see `verikv.hashing`), ``free_order`` the free-list
     policy, ``enable_kv_events`` event recording, ``data_parallel_size`` the DP size the
     pool's shards are cut for (calls pass it with ``dp_shard_hint``, as eSurge's scheduler).
+    ``mamba_cache_mode`` is how Mamba groups are cached: ``"none"`` (default: one state page per
+    request, never a hit) or ``"align"`` (states at page-aligned positions are cached and hit;
+    the engine must keep the state contract of docs/semantics.md, "Mamba prefix caching").
     """
 
     def __init__(
@@ -216,6 +219,7 @@ class CacheManager:
         free_order: str = "esurge",
         enable_kv_events: bool = False,
         data_parallel_size: int | None = None,
+        mamba_cache_mode: str = "none",
     ) -> None:
         if not isinstance(enable_caching, bool) or not isinstance(use_eagle, bool):
             raise InvalidArgumentError("enable_caching and use_eagle must be bools")
@@ -223,7 +227,7 @@ class CacheManager:
         self.hasher: PageHasher = PageHasher(hash_scheme, seed=hash_seed)
         self.coordinator: CacheCoordinator = get_kv_cache_coordinator(
             num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching,
-            free_order=free_order, enable_kv_events=enable_kv_events,
+            free_order=free_order, enable_kv_events=enable_kv_events, mamba_cache_mode=mamba_cache_mode,
         )
         coordinator = self.coordinator
         self.page_pool: PagePool = coordinator.page_pool
@@ -234,7 +238,12 @@ class CacheManager:
         self.use_eagle: bool = use_eagle
         #: eSurge's attribute: the first group's page size when caching, else None
         self.page_size: int | None = self.kv_cache_groups[0].kv_cache_spec.page_size if self.enable_caching else None
-        self._caching_key_size = coordinator.key_page_size is not None  # False: only Mamba groups
+        self._caching_key_size = coordinator.key_page_size is not None  # False: only Mamba groups, "none" mode
+        #: "none" or "align" (see the class docstring; "none" whenever caching is off)
+        self.mamba_cache_mode: str = coordinator.mamba_cache_mode
+        #: a Mamba align group keys the state of the request's computed count, which moves
+        #: without new full pages: caching is then due at every call (`_cache`)
+        self._mamba_align = bool(coordinator._mamba_align)
         self._key_page_size = coordinator.key_page_size or 1
         self._page_sizes = tuple(g.kv_cache_spec.page_size for g in self.kv_cache_groups)
         self._windowed_groups = tuple(m.frees_skipped_pages for m in coordinator.single_type_managers)
@@ -248,7 +257,7 @@ class CacheManager:
         #: what `_cache` asks for keys_needed / cache_pages: with caching on and one group, that
         #: group's manager directly (the coordinator would only loop over it)
         self._cacher: CacheCoordinator | SingleTypeCacheManager = (
-            managers[0] if len(managers) == 1 and self.enable_caching else coordinator)
+            managers[0] if len(managers) == 1 and self.enable_caching and not self._mamba_align else coordinator)
         #: the fast path's result: no new page, shared and immutable
         self._no_new_page = _NoNewPages._of(((),), self.page_pool)  # type: ignore[arg-type]  # immutable groups
         #: request id -> its record (while it holds pages or has keys kept)
@@ -523,7 +532,7 @@ class CacheManager:
         new_keys = (self._caching_keys(req, cached, stale)
                     if not delay_cache_pages and self.kv_cache_groups and cached >= cache_at else None)
         new = self._allocate(req, num_slots, num_new_computed_tokens, new_computed_pages,
-                             dp_shard_hint, data_parallel_size, stale)
+                             dp_shard_hint, data_parallel_size, stale, num_tokens)
         if new is None:
             return None
         if new_keys is not None:
@@ -541,10 +550,12 @@ class CacheManager:
     def _allocate(
         self, req: Request, num_slots: int, num_new_computed_tokens: int,
         new_computed_pages: object, dp_shard_hint: object, data_parallel_size: object, stale: bool,
+        num_tokens: int | None = None,
     ) -> PageIds | None:
         """The general allocation: resolve the shard, check the hits, let the coordinator plan
         and apply it; None (nothing changed) when it does not fit. ``stale``: the id's kept
-        keys belong to another object (`_stale_keys`), dropped once the allocation is made."""
+        keys belong to another object (`_stale_keys`), dropped once the allocation is made.
+        ``num_tokens``: the step's end without lookahead slots (where Mamba states go)."""
         request_id = req._request_id
         shard, dp = self._shard_of(request_id, dp_shard_hint, data_parallel_size)
         hits = None
@@ -552,7 +563,8 @@ class CacheManager:
             if stale:
                 raise InvalidArgumentError(f"these hits were not looked up for this request {request_id!r}")
             hits = self._checked_hits(req, new_computed_pages, num_new_computed_tokens, shard, dp)
-        new = self.coordinator.allocate_slots(request_id, req._num_computed_tokens, num_slots, hits, shard, dp)
+        new = self.coordinator.allocate_slots(request_id, req._num_computed_tokens, num_slots, hits, shard, dp,
+                                              num_state_tokens=num_tokens)
         if new is None:
             return None
         self._adopt_dp(dp)
@@ -615,6 +627,9 @@ class CacheManager:
                     and 0 < min(group_ids) and max(group_ids) < n
                     and list(map(page_keys.__getitem__, group_ids)) == list(zip(keys[:m], repeat(gid)))):
                 continue  # every id is a real page holding this request's key at its position (C speed)
+            if self._mamba_align and group_ids and (group_ids[-1] == NULL_PAGE or any(group_ids[:-1])) and \
+                    self.coordinator.single_type_managers[gid].kind == "mamba_align":
+                raise InvalidArgumentError(f"group {gid}: a Mamba hit is null placeholders then one state page")
             seen_real = False
             for j, page in enumerate(group_ids):
                 if type(page) is not int or not 0 <= page < n:
@@ -648,8 +663,12 @@ class CacheManager:
         size), so allocations skip the call.
         """
         request_id = req._request_id
+        keys = self._store_keys(req, new_keys)
+        if self._mamba_align:
+            self.coordinator.cache_pages(request_id, keys, num_tokens, req._num_computed_tokens)
+            return
         # the one group's manager, or the coordinator
-        self._cacher.cache_pages(request_id, self._store_keys(req, new_keys), num_tokens)
+        self._cacher.cache_pages(request_id, keys, num_tokens)
         held = self._requests[request_id]
         held.cache_at = max(held.cache_at, (num_tokens // self._key_page_size + 1) * self._key_page_size)
 

@@ -43,11 +43,17 @@ from verikv.hashing import PageHash
 from verikv.page_pool import PagePool
 from verikv.single_type_managers import (
     NULL_PAGE,
+    MambaAlignManager,
     SingleTypeCacheManager,
     get_manager_for_kv_cache_spec,
 )
 
 PageIds = tuple[list[int], ...]
+
+MAMBA_CACHE_MODES = ("none", "align")
+"""How Mamba groups are cached: ``"none"`` (one state page per request, never cached: vLLM's
+mode without prefix caching, and eSurge's only one) or ``"align"`` (states kept and hit at
+page-aligned positions: `verikv.single_type_managers.MambaAlignManager`)."""
 
 #: token positions and slot numbers are int32 on the device too (slot mappings, positions)
 MAX_MODEL_LEN = 2**31 - 1
@@ -70,8 +76,14 @@ class CacheCoordinator:
         *,
         free_order: str = "esurge",
         enable_kv_events: bool = False,
+        mamba_cache_mode: str = "none",
     ) -> None:
         checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_PAGE_ID + 1)  # the pool's bound, checked first
+        if mamba_cache_mode not in MAMBA_CACHE_MODES:
+            raise InvalidArgumentError(f"mamba_cache_mode must be one of {MAMBA_CACHE_MODES}, got "
+                                       f"{describe(mamba_cache_mode)}")
+        #: "align": Mamba states are cached at page-aligned positions (only with caching on)
+        self.mamba_cache_mode: str = mamba_cache_mode if enable_caching else "none"
         # CacheGroupsConfig validates any value and stores a tuple (eSurge callers pass lists)
         groups = CacheGroupsConfig(num_pages, cast("tuple[CacheGroupSpec, ...]", kv_cache_groups)).kv_cache_groups
         self.max_model_len: int = checked_int(max_model_len, "max_model_len", minimum=1, maximum=MAX_MODEL_LEN)
@@ -81,7 +93,7 @@ class CacheCoordinator:
             split_cache_groups(groups)  # the page-size rule (CacheSpecError names the group)
         for gid, group in enumerate(groups):
             spec = group.kv_cache_spec
-            if isinstance(spec, MambaSpec) and spec.page_size < self.max_model_len:
+            if isinstance(spec, MambaSpec) and self.mamba_cache_mode == "none" and spec.page_size < self.max_model_len:
                 raise CacheSpecError(
                     f"Mamba cache group {gid} has page size {spec.page_size} < max_model_len "
                     f"{self.max_model_len}: a request's state must fit one page"
@@ -99,14 +111,20 @@ class CacheCoordinator:
                 f"num_pages {num_pages}: not enough host memory for the pool's bookkeeping") from None
         sizes = [g.kv_cache_spec.page_size for g in groups]
         #: the page size request keys are computed at: the smallest of the groups that cache
-        #: (all but Mamba); None when no group caches (or caching is off: any page sizes then)
+        #: (all but Mamba in "none" mode); None when no group caches (or caching is off: any
+        #: page sizes then)
         self.key_page_size: int | None = min(
-            (g.kv_cache_spec.page_size for g in groups if not isinstance(g.kv_cache_spec, MambaSpec)),
+            (g.kv_cache_spec.page_size for g in groups
+             if self.mamba_cache_mode == "align" or not isinstance(g.kv_cache_spec, MambaSpec)),
             default=None) if enable_caching else None
         self.single_type_managers: tuple[SingleTypeCacheManager, ...] = tuple(
-            get_manager_for_kv_cache_spec(g.kv_cache_spec, self.page_pool, gid, self.key_page_size)
+            get_manager_for_kv_cache_spec(g.kv_cache_spec, self.page_pool, gid, self.key_page_size,
+                                          self.mamba_cache_mode)
             for gid, g in enumerate(groups)
         )
+        #: the Mamba align groups' managers (their state pages follow `MambaAlignManager`'s rules)
+        self._mamba_align: tuple[MambaAlignManager, ...] = tuple(
+            m for m in self.single_type_managers if isinstance(m, MambaAlignManager))
         self._windowed = tuple(m for m in self.single_type_managers if m.frees_skipped_pages)
         self._lcm_page_size = math.lcm(*sizes) if sizes else 1
         self._max_page_size = max(sizes) if sizes else 1
@@ -170,11 +188,14 @@ class CacheCoordinator:
         self._check_hit_shape(new_computed_pages)
         return self._pages_to_allocate(request_id, num_tokens, new_computed_pages)
 
-    def _pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: PageIds) -> int:
-        """`get_num_pages_to_allocate` for hits already checked."""
+    def _pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: PageIds,
+                           num_state_tokens: int | None = None) -> int:
+        """`get_num_pages_to_allocate` for hits already checked (Mamba align groups hold the
+        state after ``num_state_tokens``, default ``num_tokens``)."""
+        state = num_tokens if num_state_tokens is None else num_state_tokens
         total = 0
         for m, hits in zip(self.single_type_managers, new_computed_pages):
-            total += m._pages_needed(request_id, num_tokens, hits)
+            total += m._pages_needed(request_id, state if m.kind == "mamba_align" else num_tokens, hits)
         return total
 
     def allocate_slots(
@@ -185,22 +206,30 @@ class CacheCoordinator:
         new_computed_pages: PageIds | None,
         shard: int | None = None,
         dp: int | None = None,
+        num_state_tokens: int | None = None,
     ) -> PageIds | None:
         """All-or-nothing: drop out-of-window pages, take the hits, and cover ``num_slots`` slots.
 
         ``num_computed_tokens`` is the request's count before this step (it decides the window
-        frees). Returns the new page ids per group, or None with no state change when the pool
-        (or the request's shard) cannot supply the plan. Window frees whose pages reach ref 0
-        count as available to the same call.
+        frees). Mamba align groups hold the state after ``num_state_tokens`` (the step's end
+        without lookahead slots; default ``num_slots``). Returns the new page ids per group, or
+        None with no state change when the pool (or the request's shard) cannot supply the
+        plan. Window frees whose pages reach ref 0 count as available to the same call.
         """
         self._check_allocation(request_id, num_computed_tokens, num_slots, new_computed_pages)
-        return self._allocate_checked(request_id, num_computed_tokens, num_slots, new_computed_pages, shard, dp)
+        if num_state_tokens is not None:
+            checked_int(num_state_tokens, "num_state_tokens", minimum=0)
+        return self._allocate_checked(request_id, num_computed_tokens, num_slots, new_computed_pages, shard, dp,
+                                      num_state_tokens)
 
     def _allocate_checked(
         self, request_id: str, num_computed_tokens: int, num_slots: int, new_computed_pages: PageIds | None,
-        shard: int | None, dp: int | None,
+        shard: int | None, dp: int | None, num_state_tokens: int | None = None,
     ) -> PageIds | None:
         """`allocate_slots` once `_check_allocation` has passed: plan, then apply."""
+        if self._mamba_align:
+            return self._allocate_with_states(request_id, num_computed_tokens, num_slots, new_computed_pages,
+                                              shard, dp, num_slots if num_state_tokens is None else num_state_tokens)
         managers = self.single_type_managers
         pool = self.page_pool
         skips = None
@@ -244,6 +273,39 @@ class CacheCoordinator:
         if len(managers) == 1:
             return (managers[0].allocate_new_pages(request_id, num_slots, shard, dp),)
         return tuple([m.allocate_new_pages(request_id, num_slots, shard, dp) for m in managers])
+
+    def _allocate_with_states(
+        self, request_id: str, num_computed_tokens: int, num_slots: int, new_computed_pages: PageIds | None,
+        shard: int | None, dp: int | None, state_end: int,
+    ) -> PageIds | None:
+        """`_allocate_checked` with Mamba align groups: the same plan, each Mamba group growing
+        by its state page for ``state_end`` tokens; a state that would move back raises first."""
+        managers = self.single_type_managers
+        for m in self._mamba_align:
+            m.check_state_moves_forward(request_id, num_computed_tokens, state_end)
+        hits = new_computed_pages if new_computed_pages is not None else tuple([] for _ in managers)
+        skips = [m.skipped_range(request_id, num_computed_tokens) for m in managers]
+        ref_count = self.page_pool.ref_count
+        reclaimed = 0
+        for m, (start, stop) in zip(managers, skips):
+            if start < stop:
+                pages = m.req_to_pages[request_id]
+                reclaimed += sum(1 for j in range(start, stop) if pages[j] != NULL_PAGE and ref_count(pages[j]) == 1)
+        need = self._pages_to_allocate(request_id, num_slots, hits, state_end)
+        available = self.page_pool.get_num_free_pages() if shard is None else self.page_pool.get_num_free_pages(
+            dp_shard_hint=shard, data_parallel_size=dp)
+        if need > available + reclaimed:
+            return None
+        for m, (start, stop) in zip(managers, skips):
+            m.remove_skipped_pages(request_id, start, stop)
+        if new_computed_pages is not None:
+            for group_hits in new_computed_pages:
+                if group_hits:
+                    self.page_pool.touch_ids(group_hits)
+            for m, group_hits in zip(managers, new_computed_pages):
+                m._save_hits(request_id, group_hits)
+        return tuple([m.allocate_new_pages(request_id, state_end if m.kind == "mamba_align" else num_slots, shard, dp)
+                      for m in managers])
 
     def _check_hit_shape(self, new_computed_pages: object) -> None:
         """Hits are one sequence of int page ids per group, with no null page in a group that
@@ -297,9 +359,11 @@ class CacheCoordinator:
                 needed = k
         return needed
 
-    def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int) -> None:
+    def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int,
+                    num_computed_tokens: int = 0) -> None:
         """Register the request's full pages up to ``num_tokens`` tokens in every group (the
-        arguments are checked against every group before the first one caches)."""
+        arguments are checked against every group before the first one caches); Mamba align
+        groups key the state of the request's ``num_computed_tokens`` (`MambaAlignManager.cache_states`)."""
         managers = self.single_type_managers
         if len(managers) > 1:
             needed = self.keys_needed(num_tokens)
@@ -310,7 +374,10 @@ class CacheCoordinator:
                     raise InvalidArgumentError(f"group {m.kv_cache_group_id}: request {request_id!r} holds too "
                                                f"few pages to cache {describe(num_tokens)} tokens")
         for m in managers:
-            m.cache_pages(request_id, keys, num_tokens)
+            if m.kind == "mamba_align":
+                cast(MambaAlignManager, m).cache_states(request_id, keys, num_tokens, num_computed_tokens)
+            else:
+                m.cache_pages(request_id, keys, num_tokens)
 
     def free(self, request_id: str) -> None:
         """Release the request's pages, group by group, each last page first."""
@@ -347,7 +414,8 @@ class CacheCoordinatorNoPrefixCache(CacheCoordinator):
         """Nothing is cached, so no key is ever needed."""
         return 0
 
-    def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int) -> None:
+    def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int,
+                    num_computed_tokens: int = 0) -> None:
         """Caching is off: nothing to register."""
 
 
@@ -376,6 +444,7 @@ class _CoordinatorOptions(TypedDict):
 
     free_order: str
     enable_kv_events: bool
+    mamba_cache_mode: str
 
 
 def get_kv_cache_coordinator(
@@ -387,6 +456,7 @@ def get_kv_cache_coordinator(
     *,
     free_order: str = "esurge",
     enable_kv_events: bool = False,
+    mamba_cache_mode: str = "none",
 ) -> CacheCoordinator:
     """eSurge's dispatch: caching off (or no group) -> no-prefix-cache; one group -> unitary;
     otherwise hybrid."""
@@ -394,7 +464,8 @@ def get_kv_cache_coordinator(
         raise InvalidArgumentError("use_eagle and enable_caching must be bools")
     if not isinstance(free_order, str):  # (the pool checks the name)
         raise InvalidArgumentError(f"free_order must be a str, got {type(free_order).__name__}")
-    options: _CoordinatorOptions = {"free_order": free_order, "enable_kv_events": enable_kv_events}
+    options: _CoordinatorOptions = {"free_order": free_order, "enable_kv_events": enable_kv_events,
+                                    "mamba_cache_mode": mamba_cache_mode}
     if not enable_caching or (isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 0):
         return CacheCoordinatorNoPrefixCache(num_pages, kv_cache_groups, max_model_len, use_eagle, False, **options)
     if isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 1:

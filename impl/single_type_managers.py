@@ -490,6 +490,156 @@ class MambaManager(SingleTypeCacheManager):
         return 0
 
 
+class MambaAlignManager(MambaManager):
+    """Mamba in align mode (vLLM's ``mamba_cache_mode="align"``): states at page-aligned
+    positions are cached and hit (`verikv.spec.manager`, "Mamba in align mode").
+
+    A request's list has one entry per page of tokens; only state pages are real, page ``j``
+    standing for the state after ``(j + 1) * page_size`` tokens. An allocation that ends at
+    ``T`` tokens puts the state in page ``cdiv(T, page_size) - 1``: a new page after null
+    placeholders, or the list's last page when the state stays in it. The page holding the
+    state a step starts from is kept for that step (the engine copies from it); older state
+    pages are freed, keeping their keys. A state page is keyed only when the request's computed
+    count ends exactly at its end (`cache_states`). ``_real`` lists, per request, the indices of
+    its real pages (few: the state pages), so no call scans the placeholders.
+    """
+
+    kind = "mamba_align"
+    frees_skipped_pages = True
+    __slots__ = ("_real",)
+
+    def __init__(
+        self, kv_cache_spec: CacheSpec, page_pool: PagePool, kv_cache_group_id: int, key_page_size: int | None = None
+    ) -> None:
+        super().__init__(kv_cache_spec, page_pool, kv_cache_group_id, key_page_size)
+        self._real: dict[str, list[int]] = {}
+
+    def find_longest_cache_hit(
+        self,
+        keys: Sequence[PageHash],
+        max_length: int,
+        group_ids: Sequence[int],
+        shard: int | None = None,
+        dp: int | None = None,
+    ) -> tuple[list[int], ...]:
+        """The right-most cached state within ``max_length`` tokens, null placeholders before it
+        (it restores the whole prefix); no cached state: no hit."""
+        n = self._max_hit_pages(keys, max_length, group_ids)
+        stride = self._stride
+        for j in range(n - 1, -1, -1):
+            found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)
+            if found is not None:
+                return tuple([NULL_PAGE] * j + [page] for page in found)
+        return tuple([] for _ in group_ids)
+
+    def keys_needed(self, num_tokens: int) -> int:
+        """State pages are keyed like attention pages: key ``(j + 1) * stride - 1`` for page ``j``."""
+        return SingleTypeCacheManager.keys_needed(self, num_tokens)
+
+    def skipped_range(self, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
+        """The real pages before the one holding the state after ``num_computed_tokens`` tokens
+        (the state the next step starts from), as the index range they span."""
+        cut = cdiv(_count(num_computed_tokens, "num_computed_tokens"), self.page_size) - 1
+        real = self._real.get(request_id) if isinstance(request_id, str) else None
+        if not real or real[0] >= cut:
+            return (0, 0)
+        return (real[0], max(j for j in real if j < cut) + 1)
+
+    def remove_skipped_pages(self, request_id: str, start: int, stop: int) -> None:
+        """Free the real pages in ``[start, stop)`` (placeholders between them are skipped),
+        last first, and replace them by the null page."""
+        first, last = _count(start, "start"), _count(stop, "stop")
+        if first >= last:
+            return
+        pages = self._pages_of(request_id)
+        if last > len(pages):
+            raise InvalidArgumentError(
+                f"pages [{first}, {last}) are not pages of request {request_id!r} (it holds {len(pages)})")
+        real = self._real[request_id]
+        gone = [j for j in real if first <= j < last]
+        self.page_pool.free_page_ids([pages[j] for j in reversed(gone)])  # (checks the ids first)
+        for j in gone:
+            pages[j] = NULL_PAGE
+        self._real[request_id] = [j for j in real if not first <= j < last]
+
+    def _pages_needed(self, request_id: str, num_tokens: int, new_computed_pages: Sequence[int]) -> int:
+        """One page when the state after ``num_tokens`` tokens moves past the list's last page,
+        plus the hit pages that are currently free."""
+        held = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
+        length = len(held) if held is not None else len(new_computed_pages)
+        revived = self.page_pool.count_free_ids(new_computed_pages) if new_computed_pages else 0
+        return (1 if cdiv(num_tokens, self.page_size) > length else 0) + revived
+
+    def check_state_moves_forward(self, request_id: str, num_computed_tokens: int, state_end: int) -> None:
+        """`InvalidArgumentError` unless the state after ``state_end`` tokens goes to a new page,
+        or stays in the list's last page, held and uncached, once the pages before the state
+        ``num_computed_tokens`` leaves are freed (a cached state is never overwritten)."""
+        pages = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
+        if not pages:
+            return
+        target = cdiv(state_end, self.page_size)
+        kept = cdiv(num_computed_tokens, self.page_size) - 1 <= len(pages) - 1
+        in_place = (target == len(pages) and kept and pages[-1] != NULL_PAGE
+                    and self.page_pool.key_of(pages[-1]) is None)
+        if target < len(pages) or (target == len(pages) and not in_place):
+            raise InvalidArgumentError(
+                f"request {request_id!r}: the Mamba state after {state_end} tokens would overwrite an earlier or "
+                f"cached state (group {self.kv_cache_group_id} holds {len(pages)} pages; computed tokens went back?)")
+
+    def _save_hits(self, request_id: str, hits: Sequence[int]) -> None:
+        super()._save_hits(request_id, hits)
+        self._real[request_id] = [len(hits) - 1] if hits else []
+
+    def allocate_new_pages(
+        self, request_id: str, num_tokens: int, shard: int | None = None, dp: int | None = None
+    ) -> list[int]:
+        """The state after ``num_tokens`` tokens: a new page after null placeholders when it moves
+        past the list's last page; else none (the state stays in place)."""
+        num_tokens = _count(num_tokens, "num_tokens")
+        if not isinstance(request_id, str):
+            raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")
+        pages = self.req_to_pages.get(request_id)
+        target = cdiv(num_tokens, self.page_size)
+        held = 0 if pages is None else len(pages)
+        new = self.page_pool.get_new_page_ids(1, dp_shard_hint=shard, data_parallel_size=dp) if target > held else []
+        if pages is None:
+            pages = self.req_to_pages[request_id] = []
+            self.num_cached_page[request_id] = 0
+            self._real[request_id] = []
+        if new:
+            pages.extend([NULL_PAGE] * (target - held - 1))
+            pages.append(new[0])
+            self._real[request_id].append(target - 1)
+        return new
+
+    def cache_states(self, request_id: str, keys: Sequence[PageHash], num_tokens: int, num_computed_tokens: int) -> None:
+        """Key the state page of the request's computed count ``c`` when ``c`` ends a page and
+        is within ``num_tokens`` (that step is over: the state is complete); pages up to ``c``
+        count as cached. Null placeholders and keyed pages are never (re-)keyed."""
+        n, c = _count(num_tokens, "num_tokens"), _count(num_computed_tokens, "num_computed_tokens")
+        pages = self._pages_of(request_id)
+        cached = self.num_cached_page[request_id]
+        full = n // self.page_size
+        if full > len(pages) or len(keys) < full * self._stride:
+            raise InvalidArgumentError(
+                f"caching {n} tokens needs {full} held pages and {full * self._stride} keys; request "
+                f"{request_id!r} has {len(pages)} pages and {len(keys)} keys")
+        j = c // self.page_size - 1
+        if c % self.page_size == 0 and 0 <= j and cached <= j and c <= n:
+            page = pages[j]
+            if page != NULL_PAGE and self.page_pool.key_of(page) is None:
+                key = keys[(j + 1) * self._stride - 1]
+                if type(key) is not PageHash:
+                    _key_list([key])  # raises
+                self.page_pool.cache_page_id(page, PageHashWithGroupId(key, self.kv_cache_group_id))
+        self.num_cached_page[request_id] = max(cached, min(full, c // self.page_size))
+
+    def free(self, request_id: str) -> None:
+        super().free(request_id)
+        if isinstance(request_id, str):
+            self._real.pop(request_id, None)
+
+
 #: attention spec type -> manager class (exact types, as eSurge's ``spec_manager_map``)
 spec_manager_map: dict[type[CacheSpec], type[SingleTypeCacheManager]] = {
     FullAttentionSpec: FullAttentionManager,
@@ -500,10 +650,14 @@ spec_manager_map: dict[type[CacheSpec], type[SingleTypeCacheManager]] = {
 
 
 def get_manager_for_kv_cache_spec(
-    kv_cache_spec: CacheSpec, page_pool: PagePool, kv_cache_group_id: int, key_page_size: int | None = None
+    kv_cache_spec: CacheSpec, page_pool: PagePool, kv_cache_group_id: int, key_page_size: int | None = None,
+    mamba_cache_mode: str = "none",
 ) -> SingleTypeCacheManager:
-    """The manager for ``kv_cache_spec``'s exact type (`CacheSpecError` for an unknown type)."""
+    """The manager for ``kv_cache_spec``'s exact type (`CacheSpecError` for an unknown type);
+    a Mamba group gets `MambaAlignManager` when ``mamba_cache_mode == "align"``."""
     cls = spec_manager_map.get(type(kv_cache_spec))
     if cls is None:
         raise CacheSpecError(f"no cache manager handles {type(kv_cache_spec).__name__}")
+    if cls is MambaManager and mamba_cache_mode == "align":
+        cls = MambaAlignManager
     return cls(kv_cache_spec, page_pool, kv_cache_group_id, key_page_size)
