@@ -267,3 +267,52 @@ def test_sliding_window_attention_with_mamba_hits_too() -> None:
     mgr.allocate_slots(a, 4)
     hit, n = mgr.get_computed_pages(Request("b", list(range(12)) + [3]))
     assert n == 8 and hit.get_page_ids()[1][-1] != NULL_PAGE
+
+
+# --- the implementation's rule is the spec's, exhaustively on small inputs ----------------------
+
+def test_mamba_align_manager_lookup_is_the_spec_rule_on_every_small_pattern() -> None:
+    import itertools
+
+    from verikv.hashing import PageHash
+    from verikv.proofs.crosshair_targets import _HitPool
+    from verikv.single_type_managers import MambaAlignManager
+
+    cases = 0
+    for page_size, stride in ((1, 1), (2, 1), (2, 2), (3, 1)):
+        spec_cls = MambaSpec(page_size=page_size, shapes=((2,),), dtype=np.float32)
+        for pages in range(5):
+            for hit in itertools.product((False, True), repeat=pages):
+                manager = MambaAlignManager(spec_cls, _HitPool(list(hit), stride), 0,  # type: ignore[arg-type]
+                                            page_size // stride)
+                keys = [PageHash(i, ()) for i in range(pages * stride)]
+                for max_length in range(13):
+                    first, end = hr.mamba_align_rule(hit, page_size, max_length)
+                    want = [0] * first + [j + 1 for j in range(first, end)]
+                    assert manager.find_longest_cache_hit(keys, max_length, (0,))[0] == want
+                    cases += 1
+    assert cases == 4 * 31 * 13
+
+
+# --- the mutants of issue 17's acceptance are caught ------------------------------------------
+
+@pytest.mark.parametrize("name", ["impl:mamba_state_cached_unaligned", "impl:mamba_state_cached_for_next_prefix",
+                                  "impl:mamba_hit_under_attention_key", "impl:mamba_start_state_freed",
+                                  "spec:mamba-state-keyed-unaligned"])
+def test_mamba_mutant_is_caught_by_the_refinement_check(name: str) -> None:
+    from verikv.proofs.mamba_mutants import mutants
+
+    (mutant,) = [m for m in mutants() if m.name == name]
+    caught = mutant.detect()
+    assert caught and all(c.startswith("refine:full+mamba(align)") for c in caught)
+    if name == "impl:mamba_hit_under_attention_key":
+        assert any(c.endswith("INV-HIT-SAFE") for c in caught)
+    if name == "impl:mamba_start_state_freed":
+        assert any(c.endswith("INV-WINDOW-LIVE") for c in caught)
+
+
+def test_refinement_of_the_real_manager_passes_on_the_mamba_align_layout() -> None:
+    from verikv.proofs.refinement import CASES_BY_NAME, run_case
+
+    outcome = run_case(CASES_BY_NAME["full+mamba(align)"])
+    assert outcome.ok, outcome.detail
