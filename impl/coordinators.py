@@ -281,8 +281,8 @@ class CacheCoordinator:
         """`_allocate_checked` with Mamba align groups: the same plan, each Mamba group growing
         by its state page for ``state_end`` tokens; a state that would move back raises first."""
         managers = self.single_type_managers
-        for m in self._mamba_align:
-            m.check_state_moves_forward(request_id, num_computed_tokens, state_end)
+        for mamba in self._mamba_align:
+            mamba.check_state_moves_forward(request_id, num_computed_tokens, state_end)
         hits = new_computed_pages if new_computed_pages is not None else tuple([] for _ in managers)
         skips = [m.skipped_range(request_id, num_computed_tokens) for m in managers]
         ref_count = self.page_pool.ref_count

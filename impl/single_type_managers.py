@@ -612,7 +612,9 @@ class MambaAlignManager(MambaManager):
             self._real[request_id].append(target - 1)
         return new
 
-    def cache_states(self, request_id: str, keys: Sequence[PageHash], num_tokens: int, num_computed_tokens: int) -> None:
+    def cache_states(
+        self, request_id: str, keys: Sequence[PageHash], num_tokens: int, num_computed_tokens: int
+    ) -> None:
         """Key the state page of the request's computed count ``c`` when ``c`` ends a page and
         is within ``num_tokens`` (that step is over: the state is complete); pages up to ``c``
         count as cached. Null placeholders and keyed pages are never (re-)keyed."""

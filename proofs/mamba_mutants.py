@@ -73,7 +73,8 @@ def start_state_freed(manager: Any) -> None:
     from a page that is no longer held)."""
     for stm in _mamba_groups(manager):
         def skipped_range(self: Any, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
-            return _base(self).skipped_range(self, request_id, num_computed_tokens + self.page_size)
+            start, stop = _base(self).skipped_range(self, request_id, num_computed_tokens + self.page_size)
+            return int(start), int(stop)
         _override(stm, skipped_range=skipped_range)
 
 
@@ -99,11 +100,11 @@ def _spec_keys_unaligned_state(original: Callable[..., Any]) -> Callable[..., An
 def _spec_detector() -> list[str]:
     case = CASES_BY_NAME[CASE]
     original = spec.mamba_cacheable_page
-    spec.mamba_cacheable_page = _spec_keys_unaligned_state(original)  # type: ignore[assignment]
+    spec.mamba_cacheable_page = _spec_keys_unaligned_state(original)
     try:
         return [f"{case.check_name}: {name}" for name in failed_checks(case, build_manager(case))]
     finally:
-        spec.mamba_cacheable_page = original  # type: ignore[assignment]
+        spec.mamba_cacheable_page = original
 
 
 def mutants() -> list[Mutant]:

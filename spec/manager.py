@@ -435,7 +435,7 @@ def _check_hits(s: ManagerState, req: RequestView, hits: tuple[tuple[int, ...], 
     for g, (layout, pages) in enumerate(zip(cfg.groups, hits)):
         if num_new_computed_tokens % layout.page_size or len(pages) != num_new_computed_tokens // layout.page_size:
             raise _fail("allocate_slots", f"group {g}: hits do not cover {num_new_computed_tokens} tokens")
-        for j, page in enumerate(pages):
+        for page in pages:
             if not _is_int(page) or not 0 <= page < cfg.num_pages:
                 raise _fail("allocate_slots", f"group {g}: hit {page!r} is not a page of this pool")
             if page == NULL_PAGE and layout.kind == "full":
