@@ -266,17 +266,21 @@ def shard_bounds(s: ManagerState, shard: int | None) -> Bounds | None:
 # --- lookup ---------------------------------------------------------------------------------
 
 def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
-           data_parallel_size: int | None = None) -> Hit:
+           data_parallel_size: int | None = None, max_cache_hit_length: int | None = None) -> Hit:
     """The longest prefix-cache hit for ``req`` (pure: no reference is taken).
 
     No hit when caching is off or the request wants prompt logprobs. Otherwise each group's
     pages are looked up by key in the request's shard (its entry's, else the call's) and the
-    groups' rules are combined by `common_hit_length` with ``max_length = num_tokens - 1``;
+    groups' rules are combined by `common_hit_length` with ``max_length = num_tokens - 1``,
+    lowered to ``max_cache_hit_length`` when given (vLLM's cap, e.g. a KV connector's);
     each group returns its own rule's pages at that length.
-    pre: the request has at least one token and is not finished; valid DP arguments.
+    pre: the request has at least one token and is not finished; valid DP arguments;
+    ``max_cache_hit_length`` is None or an int >= 0.
     """
     if req.num_tokens < 1 or req.finished:
         raise _fail("lookup", "a request needs at least one token and must not be finished")
+    if max_cache_hit_length is not None and (not _is_int(max_cache_hit_length) or max_cache_hit_length < 0):
+        raise _fail("lookup", f"max_cache_hit_length must be None or an int >= 0, got {max_cache_hit_length!r}")
     shard = call_shard(s, "lookup", dp_shard_hint, data_parallel_size)
     cfg = s.config
     empty = Hit(tuple(() for _ in cfg.groups), 0)
@@ -295,8 +299,8 @@ def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
         return group_rule(layout.kind, layout.span, hit, layout.page_size, max_length)
 
     rules = [lambda n, g=g: span(g, n).end * cfg.groups[g].page_size for g in range(len(cfg.groups))]
-    length = common_hit_length(rules, [layout.page_size for layout in cfg.groups],
-                               req.num_tokens - 1, cfg.use_eagle)
+    cap = req.num_tokens - 1 if max_cache_hit_length is None else min(req.num_tokens - 1, max_cache_hit_length)
+    length = common_hit_length(rules, [layout.page_size for layout in cfg.groups], cap, cfg.use_eagle)
     pages = []
     for g in range(len(cfg.groups)):
         first, end = span(g, length)
@@ -450,34 +454,40 @@ def _check_hits(s: ManagerState, req: RequestView, hits: tuple[tuple[int, ...], 
 def allocate_slots(s: ManagerState, req: RequestView, num_new_tokens: int, num_new_computed_tokens: int = 0,
                    new_computed_pages: Sequence[Sequence[int]] | None = None, num_lookahead_tokens: int = 0,
                    delay_cache_pages: bool = False, dp_shard_hint: int | None = None,
-                   data_parallel_size: int | None = None
+                   data_parallel_size: int | None = None, num_external_computed_tokens: int = 0
                    ) -> tuple[ManagerState, tuple[tuple[int, ...], ...] | None]:
     """Give the request pages for its new tokens, all or nothing (INV-ATOMIC).
 
-    Plan: free the out-of-window pages, take the hits, and count per group
+    ``computed = num_computed_tokens + num_new_computed_tokens`` (the local hits) and the step
+    ends at ``end = computed + num_external_computed_tokens + num_new_tokens``: external
+    tokens (loaded by a KV connector) follow the local hits and get pages like new tokens,
+    but no compute. Plan: free the out-of-window pages, take the hits, and count per group
     ``max(0, cdiv(slots, page_size) - held - hits)`` new pages with
-    ``slots = min(computed + num_new_tokens + num_lookahead_tokens, max_model_len)`` (a Mamba
-    align group: `mamba_growth` to ``computed + num_new_tokens``, lookahead slots hold no
-    state). If the
+    ``slots = min(end + num_lookahead_tokens, max_model_len)`` (a Mamba align group:
+    `mamba_growth` to ``end``, lookahead slots hold no state). If the
     sum does not fit in the request's shard of the planned pool, return ``(s, None)``: the
     same state. Otherwise apply in eSurge's order (skip-free, touch hits, save hits, allocate
-    per group in group order, then cache full pages up to ``min(computed + num_new_tokens,
-    num_tokens)`` unless caching is off or ``delay_cache_pages``) and return the new pages.
+    per group in group order, then cache full pages up to ``min(end, num_tokens)`` unless
+    caching is off or ``delay_cache_pages``) and return the new pages.
     With no cache group the call succeeds with no pages and the request gets no entry.
-    pre: not finished; ``num_new_tokens >= 1``; counts ``>= 0``; ``computed + num_new_tokens
-    <= max_model_len``; hits as a lookup returns them, for a request holding no pages.
+    pre: not finished; ``num_new_tokens >= 1``, or ``>= 0`` with external tokens; counts
+    ``>= 0``; ``end <= max_model_len``; hits as a lookup returns them, for a request holding no
+    pages; no external tokens with a Mamba align group (vLLM does not support them either).
     """
     cfg = s.config
-    counts = (num_new_tokens, num_new_computed_tokens, num_lookahead_tokens)
+    counts = (num_new_tokens, num_new_computed_tokens, num_lookahead_tokens, num_external_computed_tokens)
     if req.finished:
         raise _fail("allocate_slots", f"request {req.request_id!r} is finished")
-    if not all(_is_int(n) for n in counts) or num_new_tokens < 1 or min(counts) < 0:
+    if not all(_is_int(n) for n in counts) or min(counts) < 0 or num_new_tokens + num_external_computed_tokens < 1:
         raise _fail("allocate_slots", f"bad token counts {counts!r}")
     if not isinstance(delay_cache_pages, bool):
         raise _fail("allocate_slots", f"delay_cache_pages must be a bool, got {delay_cache_pages!r}")
+    if num_external_computed_tokens and any(layout.kind == "mamba_align" for layout in cfg.groups):
+        raise _fail("allocate_slots", "external computed tokens are not supported with a Mamba align group")
     computed = req.num_computed_tokens + num_new_computed_tokens
-    if computed + num_new_tokens > cfg.max_model_len:
-        raise _fail("allocate_slots", f"{computed + num_new_tokens} tokens exceed max_model_len")
+    end = computed + num_external_computed_tokens + num_new_tokens
+    if end > cfg.max_model_len:
+        raise _fail("allocate_slots", f"{end} tokens exceed max_model_len")
     hits = tuple(() for _ in cfg.groups) if new_computed_pages is None else tuple(map(tuple, new_computed_pages))
     _check_hits(s, req, hits, num_new_computed_tokens)
     requested = call_shard(s, "allocate_slots", dp_shard_hint, data_parallel_size)
@@ -487,11 +497,11 @@ def allocate_slots(s: ManagerState, req: RequestView, num_new_tokens: int, num_n
     planned = remove_skipped(s, req.request_id, req.num_computed_tokens)
     old = planned.entry(req.request_id)
     entry = old or Entry(hits, tuple(map(len, hits)), requested)
-    _check_mamba_state_moves_forward(planned, entry, computed + num_new_tokens)
+    _check_mamba_state_moves_forward(planned, entry, end)
     bounds = shard_bounds(s, entry.shard)
     p = pool.touch(planned.pool, tuple(q for group in hits for q in group))
-    slots = min(computed + num_new_tokens + num_lookahead_tokens, cfg.max_model_len)
-    growth = [mamba_growth(layout, pages, computed + num_new_tokens) if layout.kind == "mamba_align"
+    slots = min(end + num_lookahead_tokens, cfg.max_model_len)
+    growth = [mamba_growth(layout, pages, end) if layout.kind == "mamba_align"
               else (0, max(0, -(-slots // layout.page_size) - len(pages)))
               for layout, pages in zip(cfg.groups, entry.pages)]
     if not pool.pre_allocate(p, sum(need for _, need in growth), bounds):
@@ -504,13 +514,13 @@ def allocate_slots(s: ManagerState, req: RequestView, num_new_tokens: int, num_n
             content[q] = done[q] = None
         new_pages.append(got)
         lists.append(pages + (NULL_PAGE,) * placeholders + got)
-    _mark_computed(s, req, lists, min(computed + num_new_tokens, req.num_tokens), done)
-    _mark_mamba_states(s, req, lists, computed + num_new_tokens, done)
+    _mark_computed(s, req, lists, min(end, req.num_tokens), done)
+    _mark_mamba_states(s, req, lists, end, done)
     t = replace(planned, pool=p, content=tuple(content), computed=tuple(done),
                 progress=_with_progress(planned, req.request_id, computed),
                 entries=_with_entry(planned, req.request_id, replace(entry, pages=tuple(lists))))
     if cfg.enable_caching and not delay_cache_pages:
-        t = cache_pages(t, req, min(computed + num_new_tokens, req.num_tokens))
+        t = cache_pages(t, req, min(end, req.num_tokens))
     return t, tuple(new_pages)
 
 
