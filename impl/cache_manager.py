@@ -18,7 +18,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 from itertools import repeat
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, overload
 
 from verikv.cache_specs import CacheGroupsConfig, CacheGroupSpec
 from verikv.coordinators import CacheCoordinator, PageIds, get_kv_cache_coordinator
@@ -79,9 +79,21 @@ class CachePages:
         page = self.page_pool.page
         return tuple([page(p) for p in ids] for ids in self.page_ids)
 
-    def get_page_ids(self) -> tuple[list[int], ...]:
-        """The ids per group (copies)."""
+    @overload
+    def get_page_ids(self, allow_none: Literal[False] = False) -> tuple[list[int], ...]: ...
+
+    @overload
+    def get_page_ids(self, allow_none: bool) -> tuple[list[int], ...] | None: ...
+
+    def get_page_ids(self, allow_none: bool = False) -> tuple[list[int], ...] | None:
+        """The ids per group (copies); None instead when ``allow_none`` and every group is empty
+        (vLLM's ``get_block_ids(allow_none=True)``)."""
         ids = self.page_ids
+        if allow_none is not False:
+            if allow_none is not True:
+                raise InvalidArgumentError(f"allow_none must be a bool, got {describe(allow_none)}")
+            if not any(ids):
+                return None
         return (list(ids[0]),) if len(ids) == 1 else tuple([list(x) for x in ids])
 
     def get_unhashed_page_ids(self) -> list[int]:
@@ -92,6 +104,14 @@ class CachePages:
             raise InvalidArgumentError("these CachePages were built without a pool; keys are unknown")
         key_of = self.page_pool.key_of
         return [p for p in self.page_ids[0] if key_of(p) is None]
+
+    def get_unhashed_page_ids_all_groups(self) -> list[list[int]]:
+        """Per group, the ids of the pages without a content key, null placeholders left out
+        (vLLM's ``get_unhashed_block_ids_all_groups``)."""
+        if self.page_pool is None:
+            raise InvalidArgumentError("these CachePages were built without a pool; keys are unknown")
+        key_of = self.page_pool.key_of
+        return [[p for p in ids if p != NULL_PAGE and key_of(p) is None] for ids in self.page_ids]
 
     def __add__(self, other: CachePages) -> CachePages:
         """Concatenate group by group; both must have the same number of groups and pool."""
@@ -130,9 +150,15 @@ class _NoNewPages(CachePages):
 
     __slots__ = ()
 
-    def get_page_ids(self) -> tuple[list[int], ...]:
-        """``([],)``: a fresh empty list."""
-        return ([],)
+    @overload
+    def get_page_ids(self, allow_none: Literal[False] = False) -> tuple[list[int], ...]: ...
+
+    @overload
+    def get_page_ids(self, allow_none: bool) -> tuple[list[int], ...] | None: ...
+
+    def get_page_ids(self, allow_none: bool = False) -> tuple[list[int], ...] | None:
+        """``([],)``: a fresh empty list (None when ``allow_none``)."""
+        return super().get_page_ids(allow_none) if allow_none is not False else ([],)
 
 
 _PREEMPTED = RequestStatus.PREEMPTED
@@ -389,17 +415,22 @@ class CacheManager:
         return keys
 
     def get_computed_pages(
-        self, request: Request, *, dp_shard_hint: int | None = None, data_parallel_size: int | None = None
+        self, request: Request, *, dp_shard_hint: int | None = None, data_parallel_size: int | None = None,
+        max_cache_hit_length: int | None = None,
     ) -> tuple[CachePages, int]:
         """The request's prefix-cache hit: pages per group and the hit length in tokens.
 
-        At most ``num_tokens - 1`` tokens hit (one is always computed). No reference count
-        changes (the hit is taken by `allocate_slots`). Skipped (no hit, no statistics) when
-        caching is off or the request wants prompt logprobs.
+        At most ``num_tokens - 1`` tokens hit (one is always computed), and at most
+        ``max_cache_hit_length`` when given (vLLM's cap, e.g. to stop before a point a KV
+        connector or an injection must start from). No reference count changes (the hit is taken
+        by `allocate_slots`). Skipped (no hit, no statistics) when caching is off or the request
+        wants prompt logprobs.
         """
         req = request if type(request) is Request else _request(request)
         if req._status > _PREEMPTED:
             raise InvalidArgumentError(f"request {req.request_id!r} is finished")
+        if max_cache_hit_length is not None:
+            max_cache_hit_length = _int(max_cache_hit_length, "max_cache_hit_length", 0)
         shard, dp = self._shard_of(req._request_id, dp_shard_hint, data_parallel_size)
         stale = self._stale_keys(req)
         looked_up = self.enable_caching and not req._prompt_logprobs
@@ -412,7 +443,8 @@ class CacheManager:
             return self.create_empty_page_list(), 0
         keys = self._store_keys(req, new) if self._caching_key_size else []
         num_tokens = len(req._tokens)
-        hits, length = self.coordinator.find_longest_cache_hit(keys, num_tokens - 1, shard, dp)
+        cap = num_tokens - 1 if max_cache_hit_length is None else min(num_tokens - 1, max_cache_hit_length)
+        hits, length = self.coordinator.find_longest_cache_hit(keys, cap, shard, dp)
         self._share_keys(keys, hits)
         self.prefix_cache_stats.record(num_tokens, length)
         result = CachePages._of(hits, self.page_pool)
@@ -458,9 +490,16 @@ class CacheManager:
         *,
         dp_shard_hint: int | None = None,
         data_parallel_size: int | None = None,
+        num_external_computed_tokens: int = 0,
     ) -> CachePages | None:
         """Make room for ``num_new_tokens`` tokens (after ``num_new_computed_tokens`` hit tokens
         given as ``new_computed_pages``), plus ``num_lookahead_tokens`` speculative slots.
+
+        ``num_external_computed_tokens`` (vLLM's KV-connector tokens) follow the local hits: they
+        get pages like new tokens but are not hits (no cached page is taken for them) and need
+        no compute; ``num_new_tokens`` may then be 0 (an allocation only for an asynchronous
+        load, with ``delay_cache_pages=True`` and `cache_pages` once loaded). Not supported with
+        a Mamba align group (nor by vLLM).
 
         All or nothing (INV-ATOMIC): returns the new pages per group, or None having changed
         nothing when they do not fit. Lookahead slots beyond ``max_model_len`` are dropped;
@@ -468,6 +507,7 @@ class CacheManager:
         up to the computed tokens are then registered in the prefix cache.
         """
         if (new_computed_pages is None and num_new_computed_tokens is _ZERO and num_lookahead_tokens is _ZERO
+                and num_external_computed_tokens is _ZERO
                 and delay_cache_pages is False and dp_shard_hint is None and data_parallel_size is None
                 and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
             # The decode fast path: every argument is in its plain form, one group that never
@@ -491,16 +531,21 @@ class CacheManager:
                         self._cache(request, cached, new_keys)
                     return result
         return self._allocate_slots(request, num_new_tokens, num_new_computed_tokens, new_computed_pages,
-                                    num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size)
+                                    num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size,
+                                    num_external_computed_tokens)
 
     def _allocate_slots(
         self, request: object, num_new_tokens: object, num_new_computed_tokens: object, new_computed_pages: object,
         num_lookahead_tokens: object, delay_cache_pages: object, dp_shard_hint: object, data_parallel_size: object,
+        num_external_computed_tokens: object = 0,
     ) -> CachePages | None:
         """`allocate_slots` in general: validate every argument, allocate, cache."""
         req = request if type(request) is Request else _request(request)
+        external = _int(num_external_computed_tokens, "num_external_computed_tokens", 0)
+        if external and self._mamba_align:
+            raise InvalidArgumentError("external computed tokens are not supported with Mamba align groups")
         if type(num_new_tokens) is not int or num_new_tokens < 1:
-            num_new_tokens = _int(num_new_tokens, "num_new_tokens", 1)
+            num_new_tokens = _int(num_new_tokens, "num_new_tokens", 0 if external else 1)
         if num_new_computed_tokens.__class__ is not int or num_new_computed_tokens < 0:
             num_new_computed_tokens = _int(num_new_computed_tokens, "num_new_computed_tokens", 0)
         if num_lookahead_tokens.__class__ is not int or num_lookahead_tokens < 0:
@@ -510,13 +555,13 @@ class CacheManager:
         if req._status > _PREEMPTED:
             raise InvalidArgumentError(f"request {req._request_id!r} is finished")
         request_id = req._request_id
-        computed = req._num_computed_tokens + num_new_computed_tokens
+        computed = req._num_computed_tokens + num_new_computed_tokens + external
         num_tokens = computed + num_new_tokens
         max_model_len = self.max_model_len
         if num_tokens > max_model_len:
             raise InvalidArgumentError(
-                f"request {request_id!r}: {describe(computed)} computed + {describe(num_new_tokens)} new tokens "
-                f"exceed max_model_len {max_model_len}")
+                f"request {request_id!r}: {describe(computed)} computed (local and external) + "
+                f"{describe(num_new_tokens)} new tokens exceed max_model_len {max_model_len}")
         num_slots = num_tokens + num_lookahead_tokens
         if num_slots > max_model_len:
             num_slots = max_model_len
@@ -720,16 +765,30 @@ class CacheManager:
 
     # ---- queries ----------------------------------------------------------------------------
 
-    def get_num_common_prefix_pages(self, request: Request, num_running_requests: int) -> list[int]:
+    def get_num_common_prefix_pages(self, request: Request | str, num_running_requests: int | None = None
+                                    ) -> list[int]:
         """Per group, the leading pages held by at least ``num_running_requests`` requests
-        (cascade attention; 0 for windowed and Mamba groups). The request must be RUNNING."""
-        req = _request(request)
-        n = _int(num_running_requests, "num_running_requests", 1)
-        if self._holding(req.request_id) is None:
-            raise UnknownRequestError(f"request {req.request_id!r} holds no pages")
-        if req.status is not RequestStatus.RUNNING:
-            raise InvalidArgumentError(f"request {req.request_id!r} is {req.status.name}, not RUNNING")
-        return self.coordinator.get_num_common_prefix_pages(req.request_id, n)
+        (cascade attention; 0 for windowed and Mamba groups).
+
+        eSurge's shape: a RUNNING `Request` and the number of running requests. vLLM's shape:
+        ``get_num_common_prefix_pages(running_request_id)``, a request id (str) and no count:
+        the leading pages every request that holds pages shares (their reference count equals
+        the number of such requests).
+        """
+        if isinstance(request, str):
+            request_id = request
+        else:
+            req = _request(request)
+            request_id = req.request_id
+            if self._holding(request_id) is not None and req.status is not RequestStatus.RUNNING:
+                raise InvalidArgumentError(f"request {request_id!r} is {req.status.name}, not RUNNING")
+        if num_running_requests is None:
+            n = sum(1 for state in self._requests.values() if state.holds)
+        else:
+            n = _int(num_running_requests, "num_running_requests", 1)
+        if self._holding(request_id) is None:
+            raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
+        return self.coordinator.get_num_common_prefix_pages(request_id, n)
 
     def get_page_ids(self, request_id: str) -> tuple[list[int], ...]:
         """The request's page ids per group (null placeholders as 0); copies."""

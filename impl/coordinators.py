@@ -79,7 +79,7 @@ class CacheCoordinator:
         mamba_cache_mode: str = "none",
     ) -> None:
         checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_PAGE_ID + 1)  # the pool's bound, checked first
-        if mamba_cache_mode not in MAMBA_CACHE_MODES:
+        if not isinstance(mamba_cache_mode, str) or mamba_cache_mode not in MAMBA_CACHE_MODES:
             raise InvalidArgumentError(f"mamba_cache_mode must be one of {MAMBA_CACHE_MODES}, got "
                                        f"{describe(mamba_cache_mode)}")
         #: "align": Mamba states are cached at page-aligned positions (only with caching on)
