@@ -318,3 +318,16 @@ def test_refinement_of_the_real_manager_passes_on_the_mamba_align_layout() -> No
 
     outcome = run_case(CASES_BY_NAME["full+mamba(align)"])
     assert outcome.ok, outcome.detail
+
+
+def test_a_mamba_only_model_in_align_mode_hits_too() -> None:
+    mgr = CacheManager(8, [CacheGroupSpec(MambaSpec(page_size=PS, shapes=((2, 2),), dtype=np.float32))], 32,
+                       mamba_cache_mode="align")
+    a = Request("a", list(range(9)))
+    mgr.allocate_slots(a, 8)
+    a.num_computed_tokens = 8
+    mgr.allocate_slots(a, 1)  # keys the state after 8 tokens
+    state = mgr.get_page_ids("a")[0][1]
+    hit, n = mgr.get_computed_pages(Request("b", list(range(8)) + [40, 41]))
+    assert (hit.get_page_ids(), n) == (([0, state],), 8)
+    assert mgr.group_layouts() == [("mamba_align", PS, 0)]
