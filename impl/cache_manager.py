@@ -812,8 +812,8 @@ class CacheManager:
         return [m.num_cached_page[request_id] for m in self.coordinator.single_type_managers]
 
     def group_layouts(self) -> list[tuple[str, int, int]]:
-        """Per group ``(kind, page_size, span)``: kind "full", "sliding", "chunked" or "mamba",
-        span the window or chunk size (0 otherwise)."""
+        """Per group ``(kind, page_size, span)``: kind "full", "sliding", "chunked", "mamba" or
+        "mamba_align", span the window or chunk size (0 otherwise)."""
         return [m.layout for m in self.coordinator.single_type_managers]
 
     def page_hashes_of(self, request_id: str) -> tuple[PageHash, ...]:
