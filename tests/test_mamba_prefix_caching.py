@@ -368,3 +368,27 @@ def test_the_conformance_machine_restores_mamba_states_against_the_spec() -> Non
                               settings=settings(max_examples=100, stateful_step_count=40, deadline=None,
                                                 derandomize=True, database=None))
     assert _MambaHits.state_hits > 0
+
+
+@pytest.mark.parametrize("bug", ["state_cached_unaligned", "state_cached_for_next_prefix"])
+def test_hit_safety_alone_catches_a_state_restored_at_an_unaligned_position_or_for_another_prefix(bug: str) -> None:
+    """With every check but INV-HIT-SAFE switched off (no comparison with the spec's keys), the
+    conformance machine still catches the bug when a lookup restores the wrongly keyed state."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from verikv.proofs import mamba_mutants
+    from verikv.testing.adapter import CacheManagerAdapter, build_cache_manager
+    from verikv.testing.manager_machine import ConformanceFailure, MachineOptions, detection_settings
+
+    plant = getattr(mamba_mutants, bug)
+
+    def make(config: m.ManagerConfig) -> Any:
+        manager = build_cache_manager(config)
+        plant(manager)
+        return manager
+
+    factory = machine_factory(LAYOUTS["full+mamba(align)"], lambda config: CacheManagerAdapter(config, make),
+                              MachineOptions(checks=frozenset({"INV-HIT-SAFE"})))
+    with pytest.raises(ConformanceFailure) as failure:
+        run_state_machine_as_test(factory, settings=detection_settings())  # type: ignore[arg-type]
+    assert failure.value.names == ["INV-HIT-SAFE"]
