@@ -9,7 +9,9 @@ hash scheme, ns per page of:
 - lookup per hit page: (hit - miss) / pages, the walk alone;
 - allocate: `allocate_slots` of the whole prompt with ``delay_cache_pages=True`` (no caching);
   allocate + cache: the same with caching on (the keys were computed by a lookup before);
-- free: `CacheManager.free` of those pages (double-free detection included);
+- free: `CacheManager.free` of those pages (double-free detection included), and
+  `PagePool.free_page_ids` alone, timed exactly as EasyDeL's `PagePool.free_pages` (a fresh pool,
+  all pages held once, freed in reverse);
 
 and ns per token of `Request` creation. Floors: one `hashlib.sha256` call and one
 `xxhash.xxh3_128_intdigest` call per page over the page's 128 packed token bytes,
@@ -52,7 +54,7 @@ FREE_TARGET = 1.2
 REQUEST_TARGET = 1.5
 ARRAY_FLOOR = "array('q', tokens) per token"
 OPERATIONS = ("keys (hash_request)", "prefix path, miss", "prefix path, hit", "lookup per hit page (hit - miss)",
-              "allocate (no caching)", "allocate + cache", "free")
+              "allocate (no caching)", "allocate + cache", "free", "free (PagePool.free_page_ids)")
 
 
 def median_ns(once: Callable[[], int], repeats: int) -> float:
@@ -139,7 +141,19 @@ def scheme_costs(scheme: str, num_pages: int, repeats: int) -> dict[str, float]:
     out["allocate (no caching)"] = median_ns(lambda: allocate(True), repeats)
     out["allocate + cache"] = median_ns(lambda: allocate(False), repeats)
     out["free"] = float(np.median(frees))
+    out["free (PagePool.free_page_ids)"] = median_ns(partial(pool_free_ns, num_pages), repeats)
     return {name: ns / num_pages for name, ns in out.items()}
+
+
+def pool_free_ns(num_pages: int) -> int:
+    """ns of verikv's `PagePool.free_page_ids` freeing `num_pages` held pages in reverse order, set
+    up as `easydel_free` sets up EasyDeL's pool (a fresh pool, every page held once)."""
+    from verikv.page_pool import PagePool
+
+    pool = PagePool(num_pages + 1)
+    ids = pool.get_new_page_ids(num_pages)
+    ids.reverse()
+    return timed_ns(lambda: pool.free_page_ids(ids))
 
 
 def easydel_free(adapters: ModuleType, num_pages: int, repeats: int) -> dict[str, float]:
@@ -177,8 +191,11 @@ def measure(page_counts: Sequence[int], schemes: Sequence[str], repeats: int, an
             floor_name, _ = PREFIX_TARGETS[s]
             ratios[s] = {"prefix hit / floor": c["prefix path, hit"] / floor[floor_name],
                          "prefix miss / floor": c["prefix path, miss"] / floor[floor_name]}
+            if "keys (hash_request)" in c:
+                ratios[s]["keys / floor"] = c["keys (hash_request)"] / floor[floor_name]
             if "EasyDeL PagePool.free_pages" in floor:
-                ratios[s]["free / EasyDeL pool"] = c["free"] / floor["EasyDeL PagePool.free_pages"]
+                ratios[s]["pool free / EasyDeL pool"] = (c["free (PagePool.free_page_ids)"]
+                                                         / floor["EasyDeL PagePool.free_pages"])
                 ratios[s]["free / EasyDeL manager"] = c["free"] / floor["EasyDeL CacheManager.free"]
         results[str(n)] = {"floors_ns": floor, "ns_per_page": costs, "request_ns_per_token": request_ns,
                            "request_ratio": request_ns / floor[ARRAY_FLOOR], "ratios": ratios}
@@ -198,10 +215,13 @@ def print_results(results: dict[str, Any], schemes: Sequence[str]) -> None:
             f"{ratios[s]['prefix hit / floor']:.1f}x vs {PREFIX_TARGETS[s][0]} (<= {PREFIX_TARGETS[s][1]:g}x)"
             for s in schemes)])
         rows.append(["prefix miss / floor", *(f"{ratios[s]['prefix miss / floor']:.1f}x" for s in schemes)])
+        rows.append(["keys alone / floor", *(f"{ratios[s]['keys / floor']:.1f}x" if "keys / floor" in ratios[s]
+                                             else "-" for s in schemes)])
         if results["easydel"]:
-            rows.append([f"free / EasyDeL pool (<= {FREE_TARGET:g}x)", *(f"{ratios[s]['free / EasyDeL pool']:.2f}x"
-                                                                     for s in schemes)])
-            rows.append(["free / EasyDeL manager", *(f"{ratios[s]['free / EasyDeL manager']:.2f}x" for s in schemes)])
+            rows.append([f"pool free / EasyDeL pool (<= {FREE_TARGET:g}x)",
+                         *(f"{ratios[s]['pool free / EasyDeL pool']:.2f}x" for s in schemes)])
+            rows.append([f"manager free / EasyDeL manager (<= {FREE_TARGET:g}x)",
+                         *(f"{ratios[s]['free / EasyDeL manager']:.2f}x" for s in schemes)])
         pages = int(n)
         print_table(f"per-page costs, ns per page, prompt of {pages:,} pages ({pages * PAGE_SIZE + 1:,} tokens), "
                     "medians",

@@ -63,9 +63,10 @@ class PageRecords:
     def for_pool(cls, num_pages: int, *, owned: bool = False) -> PageRecords:
         """A table for ``num_pages`` pages, all with ref 0 and no key; page 0 is null.
 
-        ``owned=True`` is for a `PagePool`'s own table (read-only views and queue).
+        ``ref`` is an ``array('i')`` (fixed size: the pool takes NumPy views of it for long
+        frees); ``owned=True`` is for a `PagePool`'s own table (read-only views and queue).
         """
-        return cls([0] * num_pages, [None] * num_pages, 0, owned=owned)
+        return cls(array("i", [0]) * num_pages, [None] * num_pages, 0, owned=owned)
 
 
 def check_key(key: Any) -> None:
@@ -274,6 +275,22 @@ class IdLinks:
             count += 1
         nxt[last] = tail
         prev[tail] = last
+        self.lengths[li] += count
+
+    def link_back_array(self, li: int, ids: np.ndarray) -> None:
+        """`link_back` for a NumPy array of unlinked, distinct ids: the inner links are two
+        vectorized stores into NumPy views of the link arrays (which are never resized)."""
+        count = len(ids)
+        if count == 0:
+            return
+        nxt, prev = self.next, self.prev
+        tail = self.capacity + 2 * li + 1
+        last, first_id, last_id = prev[tail], int(ids[0]), int(ids[-1])
+        nxt[last], prev[first_id] = first_id, last
+        inner, following = ids[:-1], ids[1:]
+        np.frombuffer(nxt, dtype=np.intc)[inner] = following  # type: ignore[call-overload]
+        np.frombuffer(prev, dtype=np.intc)[following] = inner  # type: ignore[call-overload]
+        nxt[last_id], prev[tail] = tail, last_id
         self.lengths[li] += count
 
     def link_front(self, li: int, ids: Iterable[int]) -> None:

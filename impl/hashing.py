@@ -1,23 +1,32 @@
-"""Content keys for full pages: chained page hashes with salt and per-page extra keys.
+"""Content keys for full pages: chained page keys with salt and per-page extra keys.
 
 A page's key stands for the exact token prefix ending at that page: its own tokens, its
-extra keys, and (through ``parent``) everything before it. `PageHasher` computes keys with a
+extra keys, and (through its parent, the previous page's key) everything before it. The key
+is a `PageKey`, a ``bytes`` object (Python caches a bytes object's hash, so a prefix-cache
+probe costs one cached hash and, on a hit, one ``memcmp``). `PageHasher` computes keys with a
 chosen scheme:
 
-- ``"sha256"`` (default): SHA-256 over a canonical byte encoding (no pickle, no ``repr``):
-  token ids as fixed-width little-endian uint64 arrays, extra keys through a tagged, length-prefixed
-  encoding. Collisions are not a practical concern (eSurge §3 Q14).
-- ``"xxh3_128"``: the same bytes through xxHash3-128, much cheaper, not adversary-proof.
-- ``"builtin"``: eSurge's ``hash((parent, tokens, extra_keys))``, for compatibility only.
-  It is not collision resistant and its value for ``str`` extra keys depends on
-  ``PYTHONHASHSEED``. A callable ``hash_function`` behaves the same way.
+- ``"sha256"`` (default): the key is the 32-byte SHA-256 digest of one canonical message,
+  ``parent key || tokens || suffix`` (no pickle, no ``repr``): token ids as little-endian
+  uint64, and for a page with extra keys a suffix that holds their tagged, length-prefixed
+  encoding (`page_suffix`). Collisions are not a practical concern (eSurge §3 Q14).
+- ``"xxh3_128"``: the same message through xxHash3-128 (a 16-byte key); much cheaper, not
+  adversary-proof.
+- ``"builtin"``: eSurge's ``hash((parent value, tokens, extra_keys))``, for compatibility
+  only. That 64-bit value is not collision resistant, so the key also holds the page's exact
+  tokens and extra keys: ``value || tokens || suffix``. A callable ``hash_function`` keys the
+  same way. The value of ``str`` extra keys depends on ``PYTHONHASHSEED``.
 
-Each hasher holds its own parent-of-first-page value (``root``) derived from its ``seed``,
+Each hasher holds its own parent-of-first-page key (``root_key``) derived from its ``seed``,
 so two hashers never disturb each other and no module global is re-seeded; the value never
 reads ``PYTHONHASHSEED``. Per-page extra keys are tagged tuples: ``("lora", id)`` on every
 page of a LoRA request, ``("mm", mm_hash, offset - page_start)`` on each page a multimodal
 item overlaps, and ``("salt", cache_salt)`` on the first page only (the salt isolates
 tenants; the chain carries it to later pages).
+
+`PageHash` ``(hash_value, token_ids, extra_keys)`` is eSurge's key record; verikv builds it
+only where eSurge's API hands keys out (`PageHasher.hash_page`, `hash_page_tokens`,
+`hash_request_tokens`); the manager keeps `PageKey` bytes.
 """
 
 from __future__ import annotations
@@ -30,19 +39,26 @@ import os
 import struct
 import sys
 from array import array
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, TypeAlias
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from itertools import repeat
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
+import numpy as np
 import xxhash
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import HashingError, InvalidArgumentError, describe
 
+if TYPE_CHECKING:
+    from verikv.request import Request
+
 SCHEMES: tuple[str, ...] = ("sha256", "xxh3_128", "builtin")
-_PAGE_TAG = b"verikv-page\x00"
 _ROOT_TAG = b"verikv-root\x00"
 _BIG_ENDIAN = sys.byteorder == "big"
 _pack_u32 = struct.Struct("<I").pack
+_unpack_u32 = struct.Struct("<I").unpack_from
+_unpack_f64 = struct.Struct("<d").unpack_from
 #: token ids are ints in ``[0, TOKEN_ID_LIMIT)``: they are encoded as unsigned 64-bit integers
 TOKEN_ID_LIMIT = 1 << 64
 #: nesting allowed inside an extra key (tuples in tuples); deeper values are rejected, not recursed
@@ -50,10 +66,11 @@ MAX_KEY_DEPTH = 8
 
 
 class PageHash(NamedTuple):
-    """A full page's key: the chained hash value, the page's own tokens, its extra keys.
+    """eSurge's record of a full page's key: the chained hash value, the page's own tokens,
+    its extra keys (public API of `PageHasher.hash_page`, `hash_page_tokens` and
+    `hash_request_tokens`; the manager itself keys pages by `PageKey`).
 
-    The whole tuple is the cache key, so equal hash values with different tokens or extra
-    keys never share an entry.
+    ``hash_value`` is what `PageHasher.key_hash_value` reads from the page's `PageKey`.
     """
 
     hash_value: int
@@ -62,21 +79,24 @@ class PageHash(NamedTuple):
 
 
 #: The prefix cache's key for one full page, as the manager, coordinator, group managers and
-#: pool handle it: opaque, hashable, equal exactly when the content (the whole prefix up to
-#: and including the page, with its extra keys) is equal. Code outside this module must not
-#: look inside a key; it only compares, hashes and stores keys.
-PageKey: TypeAlias = PageHash
+#: pool handle it: a ``bytes`` object, equal exactly when the content (the whole prefix up to
+#: and including the page, with its extra keys) is equal (see the module docstring for the
+#: layout per scheme). Code outside this module must not look inside a key; it only compares,
+#: hashes and stores keys.
+PageKey: TypeAlias = bytes
 
 
 class PageHashWithGroupId(NamedTuple):
     """A page key within one cache group: identical tokens in two groups are two entries."""
 
-    page_hash: PageHash
+    page_hash: PageKey | PageHash
     group_id: int
 
-    def get_hash_value(self) -> int:
-        """The chained hash value of the page."""
-        return self.page_hash.hash_value
+    def get_hash_value(self) -> Any:
+        """The page's hash value: a `PageHash`'s ``hash_value``, or a `PageKey` read as a
+        little-endian unsigned int."""
+        key = self.page_hash
+        return key.hash_value if isinstance(key, PageHash) else int.from_bytes(key, "little")
 
 
 class MMFeature(NamedTuple):
@@ -142,11 +162,11 @@ def _int_bytes(value: int) -> bytes:
     return _pack_u32(size) + value.to_bytes(size, "little", signed=True)
 
 
-def encode_canonical(obj: Any, out: bytearray, _depth: int = 0) -> None:
+def encode_canonical(obj: Any, out: bytearray, _depth: int = 0, *, max_depth: int = MAX_KEY_DEPTH) -> None:
     """Append a canonical, unambiguous encoding of ``obj`` to ``out``.
 
     Supported: None, bool, int, float, str, bytes, and tuples/lists of those (nested at most
-    `MAX_KEY_DEPTH` deep). Each value is a type tag plus a length-prefixed payload, so
+    ``max_depth`` deep, `MAX_KEY_DEPTH` by default). Each value is a type tag plus a length-prefixed payload, so
     different values never encode alike. Anything else is rejected (`InvalidArgumentError`)
     rather than pickled.
     """
@@ -166,38 +186,32 @@ def encode_canonical(obj: Any, out: bytearray, _depth: int = 0) -> None:
     elif isinstance(obj, (bytes, bytearray)):
         out += b"B" + struct.pack("<I", len(obj)) + bytes(obj)
     elif isinstance(obj, (tuple, list)):
-        if _depth >= MAX_KEY_DEPTH:
-            raise InvalidArgumentError(f"cannot encode values nested deeper than {MAX_KEY_DEPTH} levels")
+        if _depth >= max_depth:
+            raise InvalidArgumentError(f"cannot encode values nested deeper than {max_depth} levels")
         out += b"L" + struct.pack("<I", len(obj))
         for item in obj:
-            encode_canonical(item, out, _depth + 1)
+            encode_canonical(item, out, _depth + 1, max_depth=max_depth)
     elif isinstance(obj, numbers.Integral):
         out += b"I" + _int_bytes(operator.index(obj))
     else:
         raise InvalidArgumentError(f"cannot encode {type(obj).__name__} {describe(obj)} canonically")
 
 
-def _token_array(token_ids: Sequence[int]) -> array[int]:
-    """Tokens as a little-endian uint64 array (`InvalidArgumentError` for a non-int or an id
+def token_array(token_ids: object, what: str = "token ids") -> array[int]:
+    """Token ids (any iterable of integers, NumPy arrays included) as an ``array('Q')``;
+    `InvalidArgumentError` for anything else (nested lists, floats, strings, bytes, an id
     outside ``[0, 2**64)``)."""
+    if isinstance(token_ids, (str, bytes, bytearray)) or not hasattr(token_ids, "__iter__"):
+        raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(token_ids).__name__}")
     try:
-        packed = array("Q", token_ids)
-    except (TypeError, OverflowError, ValueError) as exc:
-        raise InvalidArgumentError(f"token ids must be integers in [0, 2**64): {describe(exc)}") from None
-    if _BIG_ENDIAN:
-        packed.byteswap()
-    return packed
+        return array("Q", token_ids)
+    except (TypeError, OverflowError, ValueError) as exc:  # a non-int, an id out of range, a 0-d array
+        raise InvalidArgumentError(f"{what} must be integers in [0, 2**64): {describe(exc)}") from None
 
 
 def token_list(token_ids: object, what: str = "token ids") -> list[int]:
-    """Token ids (any iterable of integers, NumPy arrays included) as a list of exact ints in
-    ``[0, 2**64)``; `InvalidArgumentError` otherwise (nested lists, floats, strings, ...)."""
-    if isinstance(token_ids, (str, bytes)) or not hasattr(token_ids, "__iter__"):
-        raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(token_ids).__name__}")
-    try:
-        return array("Q", token_ids).tolist()
-    except (TypeError, OverflowError, ValueError) as exc:  # a non-int, an id out of range, a 0-d array
-        raise InvalidArgumentError(f"{what} must be integers in [0, 2**64): {describe(exc)}") from None
+    """`token_array` as a list of exact ints."""
+    return token_array(token_ids, what).tolist()
 
 
 def _seed_bytes(seed: int | str | bytes) -> bytes:
@@ -240,77 +254,296 @@ def mm_feature(mm_hash: object, offset: object, length: object) -> MMFeature:
     return MMFeature(identity, checked_int(offset, "mm offset", minimum=0), checked_int(length, "mm length", minimum=1))
 
 
-class CheckedTokens:
-    """Marker base of request types whose token ids are always ints in ``[0, 2**64)``
-    (`verikv.Request` checks them on entry), so hashing need not check them again.
+def page_suffix(extra: Any) -> bytes:
+    """What follows a page's tokens in its key or message: nothing for a page without extra
+    keys, else their canonical encoding, zero padding and the encoding's length as a u32,
+    4 (mod 8) bytes in all. A message ``parent || tokens || suffix`` is then decodable: its
+    length after the fixed-width parent tells whether a suffix is present (a multiple of 8:
+    tokens only), and the suffix's last 4 bytes where the tokens end."""
+    if extra is None:
+        return b""
+    out = bytearray()
+    encode_canonical(extra, out)
+    size = len(out)
+    out += bytes(-size % 8)
+    out += _pack_u32(size)
+    return bytes(out)
 
-    Such a request keeps ``all_token_ids`` as the list ``_tokens`` (hashing reads it without
-    the view) and has the attributes ``lora_id``, ``cache_salt`` and ``mm_features``."""
 
-    __slots__ = ()
-    _tokens: list[int]  # declared for type checkers; the subclass holds the slot
+#: nesting allowed inside a callable scheme's hash value (an injective "hash" returning its
+#: argument nests one level per page)
+MAX_VALUE_DEPTH = 256
+_pack_int_value = struct.Struct("<cq").pack  # b"q" + a signed 64-bit value
+_unpack_int_value = struct.Struct("<q").unpack_from
+_INT_VALUE, _OTHER_VALUE = ord("q"), ord("E")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _value_bytes(value: Any) -> bytes:
+    """The prefix of a builtin/callable scheme's key that stands for its hash value: ``q`` and
+    the signed 64-bit int (builtin ``hash``), or ``E`` and the canonical encoding of any other
+    value (one encoding per value, and prefix-free)."""
+    if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
+        return _pack_int_value(b"q", value)
+    out = bytearray(b"E")
+    try:
+        encode_canonical(value, out, max_depth=MAX_VALUE_DEPTH)
+    except (InvalidArgumentError, RecursionError) as exc:
+        raise HashingError(f"hash value {describe(value)} has no canonical encoding: {describe(exc)}") from None
+    return bytes(out)
+
+
+def _decode(data: bytes, pos: int) -> tuple[Any, int]:
+    """The value `encode_canonical` wrote at ``data[pos:]`` (lists come back as tuples) and
+    the position after it."""
+    tag = data[pos]
+    pos += 1
+    if tag in _CONSTANTS:
+        return _CONSTANTS[tag], pos
+    if tag == 0x44:  # "D"
+        return _unpack_f64(data, pos)[0], pos + 8
+    size = _unpack_u32(data, pos)[0]
+    pos += 4
+    if tag == 0x4C:  # "L": size items follow
+        items = []
+        for _ in range(size):
+            item, pos = _decode(data, pos)
+            items.append(item)
+        return tuple(items), pos
+    raw = data[pos:pos + size]
+    if len(raw) != size or tag not in _DECODERS:
+        raise ValueError(f"bad canonical encoding at byte {pos}")
+    return _DECODERS[tag](raw), pos + size
+
+
+_CONSTANTS: dict[int, Any] = {ord("N"): None, ord("T"): True, ord("F"): False}
+_DECODERS: dict[int, Callable[[bytes], Any]] = {
+    ord("I"): lambda raw: int.from_bytes(raw, "little", signed=True),
+    ord("S"): lambda raw: raw.decode("utf-8"),
+    ord("B"): bytes,
+}
+
+
+def _tuple_key_value(key: bytes) -> Any:
+    """The hash value at the start of a builtin/callable scheme's key (`InvalidArgumentError`
+    if ``key`` does not start with one)."""
+    try:
+        if key[0] == _INT_VALUE:
+            return _unpack_int_value(key, 1)[0]
+        if key[0] == _OTHER_VALUE:
+            return _decode(key, 1)[0]
+    except (ValueError, IndexError, struct.error):
+        pass
+    raise InvalidArgumentError(f"parent {describe(key)} is not a key of this hasher's scheme")
+
+
+#: a scheme's page-key function: (parent key, the page's tokens as little-endian uint64 bytes,
+#: its extra keys or None, `page_suffix` of those) -> the page's key
+PageKeyFunction: TypeAlias = Callable[[bytes, bytes, Any, bytes], bytes]
+_join = b"".join
+_sha256 = hashlib.sha256
+_xxh3_128 = xxhash.xxh3_128_digest
+
+
+def _sha256_page_key(parent: bytes, tokens: bytes, extra: Any, suffix: bytes) -> bytes:
+    return _sha256(_join((parent, tokens, suffix))).digest()
+
+
+def _xxh3_page_key(parent: bytes, tokens: bytes, extra: Any, suffix: bytes) -> bytes:
+    return _xxh3_128(_join((parent, tokens, suffix)))
+
+
+def _unpacker(size: int) -> Callable[[bytes], tuple[int, ...]]:
+    """The struct call that reads ``size`` bytes of little-endian uint64 tokens as a tuple."""
+    if len(_UNPACKERS) >= 64:  # bounded: one entry per page size seen
+        _UNPACKERS.clear()
+    unpack = _UNPACKERS[size] = struct.Struct(f"<{size >> 3}Q").unpack
+    return unpack
+
+
+_UNPACKERS: dict[int, Callable[[bytes], tuple[int, ...]]] = {}
+
+
+def _tuple_page_key(fn: Callable[[Any], Any], encode: Callable[[Any], bytes]) -> PageKeyFunction:
+    """The page-key function of a scheme that hashes eSurge's ``(parent value, token tuple,
+    extra keys)`` with ``fn``: the key is that value (``encode``d) followed by the page's exact
+    content."""
+    def page_key(parent: bytes, tokens: bytes, extra: Any, suffix: bytes) -> bytes:
+        value = _unpack_int_value(parent, 1)[0] if parent[0] == _INT_VALUE else _tuple_key_value(parent)
+        ids = (_UNPACKERS.get(len(tokens)) or _unpacker(len(tokens)))(tokens)
+        return _join((encode(fn((value, ids, extra))), tokens, suffix))
+    return page_key
+
+
+_DIGEST_WIDTHS = {"sha256": 32, "xxh3_128": 16}
+#: above this many pages a call cuts its token bytes into pages with one NumPy call
+_NUMPY_PAGES = 8
+
+
+def _page_bytes(packed: array[int], first: int, last: int, page_size: int) -> list[bytes]:
+    """Pages ``first .. last-1`` of ``packed`` as one little-endian bytes object each."""
+    if _BIG_ENDIAN:
+        packed = packed[first * page_size:last * page_size]
+        packed.byteswap()
+        first, last = 0, last - first
+    if last - first > _NUMPY_PAGES:  # C speed: a view of fixed-width records, then a list of bytes
+        pages: list[bytes] = np.frombuffer(packed, dtype=f"V{8 * page_size}", count=last - first,
+                                           offset=8 * page_size * first).tolist()
+        return pages
+    return [packed[k * page_size:(k + 1) * page_size].tobytes() for k in range(first, last)]
+
+
+def _request_type() -> type[Request]:
+    """`verikv.request.Request` (imported on first use: that module imports this one)."""
+    global _REQUEST
+    if _REQUEST is None:
+        from verikv.request import Request
+        _REQUEST = Request
+    return _REQUEST
+
+
+_REQUEST: type[Request] | None = None
+
+
+def _packed_tokens(request: Any) -> array[int]:
+    """The request's token ids as ``array('Q')``: a `verikv.Request`'s own validated array
+    (no copy), or a duck-typed request's ``all_token_ids`` checked and packed."""
+    if isinstance(request, _request_type()):
+        packed: array[int] = request.token_array
+        return packed
+    return token_array(_require_request(request), "all_token_ids")
+
+
+def _page_span(full: int, start: object, stop: object) -> tuple[int, int]:
+    """``(first, last)``: the pages ``start .. stop-1`` of a request with ``full`` full pages."""
+    first = start if type(start) is int and start >= 0 else checked_int(start, "start", minimum=0)
+    if stop is None:
+        last = full
+    elif type(stop) is int and first <= stop <= full:
+        last = stop
+    else:
+        last = checked_int(stop, "stop", minimum=first, maximum=full)
+    if first > last:
+        raise InvalidArgumentError(f"start {describe(first)} is beyond the {full} full pages of the request")
+    return first, last
 
 
 class PageHasher:
-    """Computes chained page keys with one scheme and one per-instance seed.
+    """Computes chained page keys (`PageKey`) with one scheme and one per-instance seed.
 
     ``scheme`` is ``"sha256"``, ``"xxh3_128"``, ``"builtin"`` or a callable taking
-    ``(parent, token_tuple, extra_keys)`` (eSurge's ``hash_function``). ``seed`` (int, str or
-    bytes) fixes ``root``, the parent value of a chain's first page; ``None`` draws a fresh
-    random seed, so keys are private to the instance.
+    ``(parent value, token_tuple, extra_keys)`` (eSurge's ``hash_function``). ``seed`` (int,
+    str or bytes) fixes ``root`` (the parent value of a chain's first page) and ``root_key``
+    (its key); ``None`` draws a fresh random seed, so keys are private to the instance.
     """
 
     def __init__(self, scheme: str | Callable[[Any], int] = "sha256", seed: int | str | bytes | None = None) -> None:
         if not callable(scheme) and (not isinstance(scheme, str) or scheme not in SCHEMES):
             raise InvalidArgumentError(
                 f"unknown hash scheme {describe(scheme)}; expected one of {SCHEMES} or a callable")
-        if seed is None:
-            seed = os.urandom(32)
-        else:
-            seed = key_atom(seed, "seed")
+        seed = os.urandom(32) if seed is None else key_atom(seed, "seed")
         self.scheme: str | Callable[[Any], int] = scheme
         self.seed: int | str | bytes = seed
         digest = hashlib.sha256(_ROOT_TAG + _seed_bytes(seed)).digest()
-        if scheme == "sha256":
-            self.root: int = int.from_bytes(digest, "little")
-        elif scheme == "xxh3_128":
-            self.root = int.from_bytes(digest[:16], "little")
+        #: the key width of a digest scheme (0: the builtin/callable schemes, variable keys)
+        self._width: int = _DIGEST_WIDTHS.get(scheme, 0) if isinstance(scheme, str) else 0
+        if self._width:
+            self.root_key: PageKey = digest[:self._width]
+            self.root: int = int.from_bytes(self.root_key, "little")
         else:
             # Compatibility: with an int seed the root is hash(seed), as eSurge's none_hash
             # was hash(int(PYTHONHASHSEED)); other seeds are reduced through SHA-256.
             self.root = hash(seed) if isinstance(seed, int) else int.from_bytes(digest[:8], "little")
-        #: the function of ``(parent, tokens, extra)`` for the builtin/callable schemes (None:
-        #: a byte-level digest), called directly by `hash_request`
-        self._tuple_hash: Callable[[Any], int] | None = (
-            None if scheme in ("sha256", "xxh3_128")
-            else hash if scheme == "builtin" else _guarded(scheme))  # type: ignore[arg-type]
-        self._digest: Callable[[int, bytes, Sequence[int], Any], int] = self._make_digest()
+            self.root_key = _value_bytes(self.root)
+        self._page_key: PageKeyFunction = (
+            _sha256_page_key if scheme == "sha256" else _xxh3_page_key if scheme == "xxh3_128"
+            else _tuple_page_key(hash, partial(_pack_int_value, b"q")) if scheme == "builtin"  # (always int64)
+            else _tuple_page_key(_guarded(scheme), _value_bytes))  # type: ignore[arg-type]
 
-    def _make_digest(self) -> Callable[[int, bytes, Sequence[int], Any], int]:
-        """The function (parent, token bytes, tokens, extra) -> hash value for the scheme."""
-        scheme = self.scheme
-        if scheme == "sha256":
-            def digest(parent: int, tokens: bytes, ids: Sequence[int], extra: Any) -> int:
-                return int.from_bytes(hashlib.sha256(_message(parent, tokens, extra)).digest(), "little")
-        elif scheme == "xxh3_128":
-            def digest(parent: int, tokens: bytes, ids: Sequence[int], extra: Any) -> int:
-                return xxhash.xxh3_128_intdigest(_message(parent, tokens, extra))
-        else:
-            fn: Callable[[Any], int] = self._tuple_hash  # type: ignore[assignment]
+    def hash_request(self, request: Any, page_size: int, start: int = 0,
+                     parent: PageKey | PageHash | int | None = None, stop: int | None = None) -> list[PageKey]:
+        """Keys of the full pages ``start .. stop-1`` of ``request.all_token_ids``.
 
-            def digest(parent: int, tokens: bytes, ids: Sequence[int], extra: Any) -> int:
-                return fn((parent, tuple(ids), extra))
-        return digest
+        ``parent`` is the key of page ``start - 1`` (or its `PageHash`, or its hash value)
+        and is required when ``start > 0``; ``stop`` defaults to the number of full pages and
+        may not exceed it. This is the incremental form: a manager hashes each page once as it
+        fills, resuming from the previous page's key alone.
+        """
+        ps = page_size if type(page_size) is int and page_size > 0 else checked_int(page_size, "page_size", minimum=1)
+        packed = _packed_tokens(request)
+        first, last = _page_span(len(packed) // ps, start, stop)
+        if first > 0 and parent is None:
+            raise InvalidArgumentError("parent is required when hashing from a page other than the first")
+        parent_key = self.root_key if parent is None else self._parent_key(parent)
+        if first == last:
+            return []
+        pages = _page_bytes(packed, first, last, ps)
+        extras = None if _plain(request) else _ExtraKeys(request)
+        return self._chain(parent_key, pages, extras, first, ps)
+
+    def _chain(self, parent: PageKey, pages: list[bytes], extras: _ExtraKeys | None,
+               first: int, page_size: int) -> list[PageKey]:
+        """The one loop over pages: each key from its parent's key, tokens and extra keys."""
+        page_extras: Iterable[Any] = repeat(None)
+        suffixes: Iterable[bytes] = repeat(b"")
+        if extras is not None:
+            page_extras = [extras.for_page(first + k, page_size) for k in range(len(pages))]
+            encoded: dict[Any, bytes] = {}  # a LoRA request has the same extra keys on every page
+            suffixes = [encoded[e] if e in encoded else encoded.setdefault(e, page_suffix(e)) for e in page_extras]
+        page_key = self._page_key
+        keys: list[PageKey] = []
+        append = keys.append
+        for tokens, extra, suffix in zip(pages, page_extras, suffixes):
+            parent = page_key(parent, tokens, extra, suffix)
+            append(parent)
+        return keys
+
+    def _parent_key(self, parent: object) -> PageKey:
+        """The parent as a key of this hasher: a `PageKey` (checked to be one this scheme can
+        produce), or the key a `PageHash` or a hash value stands for."""
+        if type(parent) is bytes:
+            if not self._width:
+                _tuple_key_value(parent)  # raises unless the key starts with a hash value
+            elif len(parent) != self._width:
+                raise InvalidArgumentError(f"parent {describe(parent)} is not a {self._width}-byte key of this scheme")
+            return parent
+        value = parent.hash_value if isinstance(parent, PageHash) else parent
+        if self._width:  # a digest key read as a little-endian unsigned int
+            top = (1 << (8 * self._width)) - 1
+            return checked_int(value, "parent", minimum=0, maximum=top).to_bytes(self._width, "little")
+        if isinstance(parent, PageHash) and type(value) is not int and _is_stable(value):
+            return _value_bytes(value)  # a callable scheme's non-int value, as it returned it
+        return _value_bytes(checked_int(value, "parent", minimum=_PARENT_MIN, maximum=_PARENT_MAX))
+
+    def key_hash_value(self, key: PageKey) -> Any:
+        """The hash value ``key`` stands for (eSurge's ``PageHash.hash_value``): a digest read
+        as a little-endian unsigned int, or the builtin/callable scheme's value."""
+        if type(key) is not bytes:
+            raise InvalidArgumentError(f"key must be a PageKey (bytes), got {describe(key)}")
+        parent_key = self._parent_key(key)  # validates it as a key of this scheme
+        return int.from_bytes(parent_key, "little") if self._width else _tuple_key_value(parent_key)
 
     def hash_page(self, parent: int | None, token_ids: Sequence[int], extra_keys: Any = None) -> PageHash:
-        """The key of one full page whose predecessor's hash value is ``parent``.
+        """eSurge's key record of one full page whose predecessor's hash value is ``parent``.
 
         ``parent=None`` means the page is the first of its chain (its parent is ``root``).
         """
-        parent_value = self.root if parent is None else _parent_value(parent)
-        tokens = tuple(token_list(token_ids))
+        parent_key = self.root_key if parent is None else self._parent_key(parent)
+        packed = token_array(token_ids)
         extra = key_value(extra_keys)
-        return PageHash(self._digest(parent_value, _token_array(tokens).tobytes(), tokens, extra), tokens, extra)
+        page = _page_bytes(packed, 0, 1, len(packed))[0] if packed else b""
+        key = self._page_key(parent_key, page, extra, page_suffix(extra))
+        return PageHash(self.key_hash_value(key), tuple(packed.tolist()), extra)
+
+    def page_hashes(self, request: Any, page_size: int) -> list[PageHash]:
+        """eSurge's key records of every full page of ``request`` (the keys of `hash_request`
+        with their hash values, tokens and extra keys)."""
+        keys = self.hash_request(request, page_size)
+        tokens = _packed_tokens(request).tolist()
+        extras = None if _plain(request) else _ExtraKeys(request)
+        ps = checked_int(page_size, "page_size", minimum=1)
+        return [PageHash(self.key_hash_value(key), tuple(tokens[k * ps:(k + 1) * ps]),
+                         None if extras is None else extras.for_page(k, ps)) for k, key in enumerate(keys)]
 
     def page_extra_keys(self, request: Any, page_index: int, page_size: int) -> tuple[Any, ...] | None:
         """The extra keys of page ``page_index`` of ``request`` (``None`` when it has none)."""
@@ -319,70 +552,7 @@ class PageHasher:
         size = checked_int(page_size, "page_size", minimum=1)
         return _ExtraKeys(request).for_page(index, size)
 
-    def hash_request(self, request: Any, page_size: int, start: int = 0,
-                     parent: PageHash | int | None = None, stop: int | None = None) -> list[PageHash]:
-        """Keys of the full pages ``start .. stop-1`` of ``request.all_token_ids``.
-
-        ``parent`` is the key (or hash value) of page ``start - 1`` and is required when
-        ``start > 0``; ``stop`` defaults to the number of full pages and may not exceed it.
-        This is the incremental form: a manager hashes each page once as it fills.
-        """
-        ps = page_size if type(page_size) is int and page_size > 0 else checked_int(page_size, "page_size", minimum=1)
-        checked = isinstance(request, CheckedTokens)
-        tokens = request._tokens if checked else _request_tokens(request)
-        full = len(tokens) // ps
-        first = start if type(start) is int and start >= 0 else checked_int(start, "start", minimum=0)
-        if stop is None:
-            last = full
-        elif type(stop) is int and first <= stop <= full:
-            last = stop
-        else:
-            last = checked_int(stop, "stop", minimum=first, maximum=full)
-        if first > last:
-            raise InvalidArgumentError(f"start {describe(first)} is beyond the {full} full pages of the request")
-        if first > 0 and parent is None:
-            raise InvalidArgumentError("parent is required when hashing from a page other than the first")
-        value: int | None = parent.hash_value if isinstance(parent, PageHash) else (
-            None if parent is None else _parent_value(parent))
-        if first == last:
-            return []
-        ids = tokens[first * ps:last * ps]
-        tuple_hash = self._tuple_hash
-        data = b""
-        if tuple_hash is None:
-            data = _token_array(ids).tobytes()  # encodes (the ids are exact ints in [0, 2**64))
-        if checked:
-            plain = request.lora_id is None and request.cache_salt is None and not request.mm_features
-        else:
-            plain = _plain(request)
-        extra = None if plain else _ExtraKeys(request)
-        if value is None:
-            value = self.root
-        make = tuple.__new__  # PageHash(...) without the NamedTuple's Python __new__
-        if tuple_hash is not None and extra is None:  # the common builtin case, specialised
-            if last - first == 1:  # one page (a decode step filled it)
-                page_ids = tuple(ids)
-                return [make(PageHash, (tuple_hash((value, page_ids, None)), page_ids, None))]
-            out: list[PageHash] = []
-            append = out.append
-            for page_ids in zip(*[iter(ids)] * ps):  # the page token tuples, sliced at C speed
-                value = tuple_hash((value, page_ids, None))
-                append(make(PageHash, (value, page_ids, None)))
-            return out
-        out = []
-        append = out.append
-        digest = self._digest
-        width = 8 * ps
-        for k, page_ids in enumerate(zip(*[iter(ids)] * ps)):
-            keys = None if extra is None else extra.for_page(first + k, ps)
-            if tuple_hash is not None:
-                value = tuple_hash((value, page_ids, keys))
-            else:
-                value = digest(value, data[k * width:(k + 1) * width], page_ids, keys)
-            append(make(PageHash, (value, page_ids, keys)))
-        return out
-
-    def extend(self, request: Any, page_size: int, hashes: list[PageHash]) -> list[PageHash]:
+    def extend(self, request: Any, page_size: int, hashes: list[PageKey]) -> list[PageKey]:
         """Append to ``hashes`` (the request's keys so far) the keys of newly full pages.
 
         Returns the pages added (possibly none). O(new pages), so calling it after every
@@ -390,10 +560,10 @@ class PageHasher:
         """
         if not isinstance(hashes, list):
             raise InvalidArgumentError(f"hashes must be the list of the request's keys, got {type(hashes).__name__}")
-        if hashes and not isinstance(hashes[-1], PageHash):  # only the last key is read: the parent
-            raise InvalidArgumentError(f"hashes must hold PageHash keys, the last is {describe(hashes[-1])}")
-        if (isinstance(request, CheckedTokens) and type(page_size) is int and page_size > 0
-                and len(request._tokens) // page_size == len(hashes)):
+        if hashes and type(hashes[-1]) is not bytes:  # only the last key is read: the parent
+            raise InvalidArgumentError(f"hashes must hold PageKey (bytes) keys, the last is {describe(hashes[-1])}")
+        if (type(page_size) is int and page_size > 0 and isinstance(request, _request_type())
+                and len(request.token_array) // page_size == len(hashes)):
             return []  # no page filled since the last call (the common decode step)
         parent = hashes[-1] if hashes else None
         new = self.hash_request(request, page_size, start=len(hashes), parent=parent)
@@ -404,16 +574,6 @@ class PageHasher:
         return f"PageHasher(scheme={self.scheme!r}, root={self.root:#x})"
 
 
-def _message(parent: int, tokens: bytes, extra: Any) -> bytes:
-    """The canonical bytes hashed for one page: tag, parent, token count, tokens, extra keys."""
-    if extra is None:
-        tail: bytes | bytearray = b"N"  # encode_canonical(None)
-    else:
-        tail = bytearray()
-        encode_canonical(extra, tail)
-    return b"".join((_PAGE_TAG, _int_bytes(parent), _pack_u32(len(tokens) // 8), tokens, tail))
-
-
 def _require_request(request: Any) -> Any:
     """A duck-typed request's ``all_token_ids`` (anything without them is not a request)."""
     try:
@@ -422,19 +582,9 @@ def _require_request(request: Any) -> Any:
         raise InvalidArgumentError(f"{type(request).__name__} has no all_token_ids") from None
 
 
-def _request_tokens(request: Any) -> list[int]:
-    """A duck-typed request's ``all_token_ids`` as validated exact ints."""
-    return token_list(_require_request(request), "all_token_ids")
-
-
-#: the hash values a parent can have: builtin ``hash`` is a signed 64-bit int, sha256 digests
-#: are read as 256-bit unsigned ints (xxh3_128 as 128-bit)
+#: the int parent values a builtin/callable scheme accepts (builtin ``hash`` is a signed 64-bit
+#: int; a callable may return larger ints)
 _PARENT_MIN, _PARENT_MAX = -(2**63), 2**256 - 1
-
-
-def _parent_value(parent: object) -> int:
-    """A parent hash value given as an int, checked to be one a scheme can produce."""
-    return checked_int(parent, "parent", minimum=_PARENT_MIN, maximum=_PARENT_MAX)
 
 
 _STABLE_ATOMS = (int, str, bytes, float, bool, type(None))
@@ -562,4 +712,4 @@ def hash_request_tokens(hash_function: str | Callable[[Any], int] | PageHasher, 
     The request is duck-typed: ``all_token_ids`` and optionally ``cache_salt``, ``lora_id``,
     ``mm_features``. Extra keys are per page (see the module docstring).
     """
-    return _resolve(hash_function).hash_request(request, page_size)
+    return _resolve(hash_function).page_hashes(request, page_size)

@@ -16,6 +16,7 @@ global list's relative order, so allocating from a shard is O(1) per page.
 from __future__ import annotations
 
 import logging
+from array import array
 from collections import Counter
 from collections.abc import Hashable, Iterable, MutableMapping, MutableSequence, Sequence
 from functools import partial
@@ -38,11 +39,13 @@ from verikv.errors import (
 )
 from verikv.events import EventLog, KVEvent, PrefixCacheStats
 from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLinks, PageRecords, check_key, page_list
-from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, default_hasher
+from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, PageKey, default_hasher
 from verikv.spec import pool as spec_pool  # noqa: F401  (named by the PEP 316 contracts below)
 from verikv.spec.abstraction import abstract_pool  # noqa: F401  (named by the PEP 316 contracts below)
 
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
+#: frees of at least this many ids take the vectorized path (`PagePool._free_bulk`)
+_BULK_FREE = 64
 NULL_PAGE_ID = 0
 _log = logging.getLogger(__name__)
 _log.addHandler(logging.NullHandler())  # a library logs only where the application asks it to
@@ -206,6 +209,18 @@ class PagePool:
         post: abstract_pool(self) == spec_pool.free(abstract_pool(__old__.self), tuple(__old__.page_ids))
         """
         ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
+        if len(ids) >= _BULK_FREE and self._free_bulk(ids):
+            return
+        zeroed = self._release(ids)
+        if self.free_order == "unhashed-first":
+            key = self._key
+            self._link(zeroed, [p for p in zeroed if key[p] is None], [p for p in zeroed if key[p] is not None])
+        else:
+            self._link(zeroed, [], zeroed)
+
+    def _release(self, ids: list[int]) -> list[int]:
+        """Check a free (raising the precise error, in the documented order, before any change)
+        and drop one reference per occurrence; the pages that reached 0, in order."""
         ref = self._ref
         if not (self._all_in_range(ids) and NULL_PAGE_ID not in ids and min(map(ref.__getitem__, ids), default=1) > 0):
             self._check_free_ids(ids)  # raises the precise error, in the documented order
@@ -219,11 +234,29 @@ class PagePool:
             ref[pid] = r
             if r == 0:
                 zeroed.append(pid)
-        if self.free_order == "unhashed-first":
-            key = self._key
-            self._link(zeroed, [p for p in zeroed if key[p] is None], [p for p in zeroed if key[p] is not None])
+        return zeroed
+
+    def _free_bulk(self, ids: list[int]) -> bool:
+        """`free_page_ids` for a long list, as NumPy gathers and scatters over views of the
+        ``ref`` and link arrays (no copy): the held counts are read once, and that one read is
+        both the double-free check and the decrement. Returns False, having changed nothing,
+        when the list needs the scalar path: a bad id or page (that path raises the precise
+        error), duplicates, DP shard lists or the ``"unhashed-first"`` order."""
+        if (self._shards is not None or self.free_order != "esurge" or countOf(map(type, ids), int) != len(ids)
+                or min(ids) <= NULL_PAGE_ID or max(ids) >= self.num_pages or len(set(ids)) != len(ids)):
+            return False
+        pages = np.frombuffer(array("I", ids), dtype=np.uint32)  # (ids checked: in range)
+        ref = np.frombuffer(self._ref, dtype=np.intc)  # type: ignore[call-overload]
+        left = ref[pages] - 1
+        if not left.any():  # every page was held once (a request's own pages): all reach 0
+            zeroed = pages
+        elif left.min() < 0:
+            return False
         else:
-            self._link(zeroed, [], zeroed)
+            zeroed = pages[left == 0]
+        ref[pages] = left
+        self._free.link_back_array(0, zeroed)
+        return True
 
     def cache_page_id(self, page_id: int, key: Hashable) -> None:
         """Register ``page_id`` as holding the content ``key`` (appended after equal pages).
@@ -391,9 +424,9 @@ class PagePool:
         if last > len(pages):
             raise InvalidArgumentError(f"num_full_pages={last} exceeds the {len(pages)} pages given")
         parent = page_hashes[-1] if page_hashes else None
-        if not all(isinstance(h, PageHash) for h in page_hashes[first:last]) or (
-                parent is not None and not isinstance(parent, PageHash)):
-            raise InvalidArgumentError("page_hashes must hold PageHash keys")
+        if not all(isinstance(h, PageKey) for h in page_hashes[first:last]) or (
+                parent is not None and not isinstance(parent, PageKey)):
+            raise InvalidArgumentError("page_hashes must hold PageKey keys")
         ids = self._own_ids(pages[first:last])
         self._check_cacheable([pid for pid in ids if pid != NULL_PAGE_ID])
         new_hashes: list[PageHash] = []

@@ -31,7 +31,6 @@ from verikv.dp_sharding import checked_int
 from verikv.errors import InvalidArgumentError, describe
 from verikv.hashing import (
     TOKEN_ID_LIMIT,
-    CheckedTokens,
     MMFeature,
     key_atom,
     mm_feature,
@@ -100,18 +99,18 @@ class TokenView(Sequence[int]):
         return f"TokenView({self._tokens!r})"
 
 
-def _checked_tokens(tokens: object, what: str) -> list[int]:
-    """The token ids as a list of Python ints in ``[0, 2**64)``, or InvalidArgumentError."""
+def _checked_tokens(tokens: object, what: str) -> tuple[list[int], array[int]]:
+    """The token ids as a list of exact Python ints in ``[0, 2**64)`` and as the ``array('Q')``
+    of the same values, or InvalidArgumentError."""
     if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
         raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(tokens).__name__}")
     try:
         out = list(tokens)
     except (TypeError, ValueError) as exc:  # e.g. iterating a 0-d NumPy array
         raise InvalidArgumentError(f"{what} must be an iterable of ints: {describe(exc)}") from None
-    if countOf(map(type, out), int) == len(out):  # plain ints: the range is checked at C speed
+    if countOf(map(type, out), int) == len(out):  # exact ints (no bools): the range is checked at C speed
         try:
-            array("Q", out)  # OverflowError for an id outside [0, 2**64)
-            return out
+            return out, array("Q", out)  # OverflowError for an id outside [0, 2**64)
         except OverflowError:
             pass  # the loop below names the id
     for i, t in enumerate(out):
@@ -121,7 +120,7 @@ def _checked_tokens(tokens: object, what: str) -> list[int]:
             out[i] = t = operator.index(t)
         if not 0 <= t < TOKEN_ID_LIMIT:
             raise InvalidArgumentError(f"{what}[{i}] must be in [0, 2**64), got {describe(t)}")
-    return out
+    return out, array("Q", out)
 
 
 def _checked_features(features: object, num_prompt_tokens: int) -> tuple[MMFeature, ...]:
@@ -169,7 +168,7 @@ def _checked_lora(value: object) -> int | None:
     return None if value is None else checked_int(value, "lora_id", minimum=0)
 
 
-class Request(CheckedTokens):
+class Request:
     """A generation request: prompt, generated tokens, progress, status, cache identity.
 
     ``num_computed_tokens`` is set by the scheduler (tokens whose KV is in the cache or being
@@ -189,6 +188,7 @@ class Request(CheckedTokens):
         "_prompt_logprobs",
         "_request_id",
         "_status",
+        "_token_array",
         "_tokens",
         "_view",
     )
@@ -204,7 +204,7 @@ class Request(CheckedTokens):
         prompt_logprobs: bool = False,
     ) -> None:
         rid = _checked_request_id(request_id)
-        tokens = _checked_tokens(prompt_token_ids, "prompt_token_ids")
+        tokens, packed = _checked_tokens(prompt_token_ids, "prompt_token_ids")
         if not tokens:
             raise InvalidArgumentError(f"request {rid!r}: the prompt must have at least one token")
         salt = _checked_salt(cache_salt)
@@ -214,6 +214,9 @@ class Request(CheckedTokens):
             raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(prompt_logprobs).__name__}")
         self._request_id = rid
         self._tokens = tokens
+        #: the same ids as ``array('Q')`` (built by the range check), kept in step with
+        #: ``_tokens``: page hashing reads the bytes without converting the list again
+        self._token_array = packed
         self._num_prompt_tokens = len(tokens)
         self._num_computed_tokens = 0
         self._status = RequestStatus.WAITING
@@ -316,6 +319,15 @@ class Request(CheckedTokens):
         all_token_ids = property(attrgetter("_view"),
                                  doc="Prompt followed by the generated tokens, as a read-only view.")
 
+    if TYPE_CHECKING:
+        @property
+        def token_array(self) -> array[int]: ...
+    else:
+        token_array = property(attrgetter("_token_array"), doc=(
+            "Internal API for page hashing: every token id (prompt then output) as the request's "
+            "own ``array('Q')``, each validated to be an int in [0, 2**64). Not a copy: read it, "
+            "never change it (the request appends to it as tokens are added)."))
+
     @property
     def prompt_token_ids(self) -> TokenView:
         """The prompt tokens (a read-only view over a copy taken at construction)."""
@@ -383,14 +395,18 @@ class Request(CheckedTokens):
             token = token_ids[0]
             if type(token) is int and 0 <= token < TOKEN_ID_LIMIT:
                 self._tokens.append(token)
+                self._token_array.append(token)
                 return
         if isinstance(token_ids, numbers.Integral) and not isinstance(token_ids, bool):
             token = operator.index(token_ids)
             if not 0 <= token < TOKEN_ID_LIMIT:
                 raise InvalidArgumentError(f"token id must be in [0, 2**64), got {describe(token)}")
             self._tokens.append(token)
+            self._token_array.append(token)
             return
-        self._tokens.extend(_checked_tokens(token_ids, "token_ids"))
+        tokens, packed = _checked_tokens(token_ids, "token_ids")
+        self._tokens.extend(tokens)
+        self._token_array.extend(packed)
 
     def __repr__(self) -> str:
         return (

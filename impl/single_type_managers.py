@@ -41,7 +41,7 @@ from verikv.errors import (
     UnknownRequestError,
     describe,
 )
-from verikv.hashing import PageHash, PageHashWithGroupId
+from verikv.hashing import PageHash, PageHashWithGroupId, PageKey
 
 if TYPE_CHECKING:
     from verikv.page_pool import PagePool
@@ -64,7 +64,7 @@ def _count(value: object, name: str) -> int:
 def _key_list(keys: object) -> Sequence[PageHash]:
     """``keys`` if it is a sequence of `PageHash` (checked at C speed), else InvalidArgumentError."""
     if ((type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)))
-            or countOf(map(type, keys), PageHash) != len(keys)):
+            or countOf(map(type, keys), PageKey) != len(keys)):
         raise InvalidArgumentError(f"keys must be a sequence of PageHash, got {type(keys).__name__}")
     return keys
 
@@ -282,7 +282,7 @@ class SingleTypeCacheManager:
                 f"caching {describe(num_full)} pages needs as many held pages and {describe(num_full * self._stride)} "
                 f"keys; request {request_id!r} has {len(pages)} pages and {len(keys)} keys")
         stride = self._stride
-        if countOf(map(type, keys[cached * stride:num_full * stride]), PageHash) != (num_full - cached) * stride:
+        if countOf(map(type, keys[cached * stride:num_full * stride]), PageKey) != (num_full - cached) * stride:
             _key_list(keys[cached * stride:num_full * stride])  # only the keys read here: raises
         cache = self.page_pool.cache_page_id
         gid = self.kv_cache_group_id
@@ -631,7 +631,7 @@ class MambaAlignManager(MambaManager):
             page = pages[j]
             if page != NULL_PAGE and self.page_pool.key_of(page) is None:
                 key = keys[(j + 1) * self._stride - 1]
-                if type(key) is not PageHash:
+                if type(key) is not PageKey:
                     _key_list([key])  # raises
                 self.page_pool.cache_page_id(page, PageHashWithGroupId(key, self.kv_cache_group_id))
         self.num_cached_page[request_id] = max(cached, min(full, c // self.page_size))

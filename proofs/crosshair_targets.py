@@ -29,7 +29,7 @@ from typing import Any
 from verikv.cache_specs import ChunkedLocalAttentionSpec, FullAttentionSpec, SlidingWindowSpec
 from verikv.errors import VeriKVError
 from verikv.free_queue import UNLINKED, CachePage, FreeCachePageQueue, IdLinks, PageRecords
-from verikv.hashing import PageHash, PageHasher
+from verikv.hashing import PageHasher
 from verikv.page_pool import PagePool
 from verikv.proofs.pool_mutants import EvictionKeepsKey
 from verikv.single_type_managers import (
@@ -328,7 +328,7 @@ class _HitPool:
 
     def lookup_id(self, key: Any, *, dp_shard_hint: int | None = None,
                   data_parallel_size: int | None = None) -> int | None:
-        j, rest = divmod(key[0].hash_value + 1, self.stride)  # (PageHash, group id), maybe a plain tuple
+        j, rest = divmod(int.from_bytes(key[0], "little") + 1, self.stride)  # (PageKey, group id), maybe a plain tuple
         return j if rest == 0 and 1 <= j <= len(self.hit) and self.hit[j - 1] else None
 
     def lookup_run_ids(self, keys: Any, *, group_id: int | None = None, dp_shard_hint: int | None = None,
@@ -367,7 +367,7 @@ def impl_hit(kind: str, hit: list[bool], page_size: int, max_length: int, span: 
     if span_field is not None:
         fields[span_field] = span
     manager = _ACTIVE[kind](spec_cls(**fields), _HitPool(hit, stride), 0, page_size // stride)
-    keys = [PageHash(i, ()) for i in range(len(hit) * stride + extra)]
+    keys = [i.to_bytes(8, "little") for i in range(len(hit) * stride + extra)]  # PageKey with value i
     return manager.find_longest_cache_hit(keys, max_length, (0,))[0]
 
 

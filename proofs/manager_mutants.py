@@ -91,13 +91,11 @@ def chain_skips_parent(manager: Any) -> None:
     class SkippedParentHasher(PageHasher):
         def hash_request(self, request: Any, page_size: int, start: int = 0, parent: Any = None,
                          stop: int | None = None) -> list[Any]:
-            tokens = list(request.all_token_ids)
-            last = len(tokens) // page_size if stop is None else stop
+            last = len(request.all_token_ids) // page_size if stop is None else stop
             keys: list[Any] = []
             for i in range(last):
-                grand = keys[i - 2].hash_value if i >= 2 else None
-                keys.append(self.hash_page(grand, tokens[i * page_size:(i + 1) * page_size],
-                                           self.page_extra_keys(request, i, page_size)))
+                grand = keys[i - 2] if i >= 2 else self.root_key
+                keys += super().hash_request(request, page_size, i, grand, i + 1)
             return keys[start:]
 
     manager.hasher = SkippedParentHasher("sha256")

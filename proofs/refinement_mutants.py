@@ -233,12 +233,11 @@ def builtin_one_page_drops_parent(manager: Any) -> None:
     """The builtin scheme's one-page path hashes the page's tokens without its parent's key."""
     def hash_request(self: Any, request: Any, page_size: int, start: int = 0, parent: Any = None,
                      stop: int | None = None) -> list[Any]:
-        from verikv.hashing import PageHash, PageHasher
+        from verikv.hashing import PageHasher
 
         keys = PageHasher.hash_request(self, request, page_size, start, parent, stop)
-        if self.scheme == "builtin" and len(keys) == 1 and keys[0].extra_keys is None:
-            tokens = keys[0].token_ids
-            return [PageHash(hash((None, tokens, None)), tokens, None)]
+        if self.scheme == "builtin" and len(keys) == 1 and self.page_extra_keys(request, start, page_size) is None:
+            return PageHasher.hash_request(self, request, page_size, start, 0, stop)  # parent value 0, not the parent's
         return keys
     _with_hasher(manager, hash_request)
 

@@ -296,3 +296,45 @@ def test_lone_page_bounds_and_hashable_key() -> None:
     with pytest.raises(InvalidArgumentError):
         page.page_hash = {"a": 1}
     assert page.page_hash is None
+
+
+# ---- long frees: the vectorized path of PagePool.free_page_ids equals the scalar one -----------
+
+def _pool_after(frees: list[list[object]], bulk: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[object, ...]:
+    """Free each list in turn on a pool whose pages 1..199 are held (101..150 twice); the final
+    free list, ref counts and the error of each call (type and message)."""
+    import verikv.page_pool as page_pool
+
+    monkeypatch.setattr(page_pool, "_BULK_FREE", 64 if bulk else 10**9)
+    pool = page_pool.PagePool(200)
+    held = pool.get_new_page_ids(199)
+    pool.touch_ids(held[100:150])
+    errors = []
+    for ids in frees:
+        try:
+            pool.free_page_ids(ids)  # type: ignore[arg-type]
+            errors.append(None)
+        except Exception as exc:  # compared between the two paths, whatever it is
+            errors.append((type(exc).__name__, str(exc)))
+    return pool.free_list_ids(), [pool.ref_count(p) for p in range(200)], errors
+
+
+LONG_FREES = [
+    list(range(1, 80))[::-1],  # held once: all reach 0, in the given order
+    list(range(101, 180)),  # 101..150 held twice: only 151..179 reach 0
+    list(range(101, 151)) + [80] * 2 + list(range(181, 200)),  # a duplicate of a page held once
+    list(range(81, 100)) + [0] + list(range(181, 200)) * 3,  # the null page
+    list(range(181, 200)) * 4 + [200],  # out of range
+    [*range(181, 240)][:19] + [True] + list(range(101, 151)),  # a bool
+    list(range(101, 151)) + list(range(181, 200)),  # now valid: 101..150 reach 0
+    list(range(181, 200)) * 4,  # duplicates of pages held once: double free
+    list(range(1, 80)),  # all free already: double free
+]
+
+
+def test_long_frees_take_the_vectorized_path_with_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    scalar = _pool_after(LONG_FREES, False, monkeypatch)
+    assert _pool_after(LONG_FREES, True, monkeypatch) == scalar
+    errors = scalar[2]
+    assert errors[0] is None and errors[1] is None and errors[6] is None  # (the valid frees succeeded)
+    assert all(e is not None for i, e in enumerate(errors) if i not in (0, 1, 6))  # (every bad one raised)

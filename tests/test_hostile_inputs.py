@@ -381,6 +381,11 @@ def _hashing_targets() -> list[Case]:
                                 lambda w, **k: w["h"].extend(**resolve(w, k)), dict(
                                     request=P(W("r"), "object"), page_size=P(4, COUNT1),
                                     hashes=P(W("hashes"), "ids", reject={"list", "np_array"})))
+    cases += substitution_cases("PageHasher.page_hashes", hasher,
+                                lambda w, **k: w["h"].page_hashes(**resolve(w, k)), dict(
+                                    request=P(W("r"), "object"), page_size=P(4, COUNT1)))
+    cases += substitution_cases("PageHasher.key_hash_value", hasher, lambda w, **k: w["h"].key_hash_value(**k),
+                                dict(key=P(bytes(32), "object")))
     cases += substitution_cases("hash_page_tokens", empty_world,
                                 lambda w, **k: verikv.hash_page_tokens(**k), dict(
                                     hash_function=P("sha256", "object", either={"callable"}),

@@ -277,7 +277,6 @@ def test_sliding_window_attention_with_mamba_hits_too() -> None:
 def test_mamba_align_manager_lookup_is_the_spec_rule_on_every_small_pattern() -> None:
     import itertools
 
-    from verikv.hashing import PageHash
     from verikv.proofs.crosshair_targets import _HitPool
     from verikv.single_type_managers import MambaAlignManager
 
@@ -288,7 +287,7 @@ def test_mamba_align_manager_lookup_is_the_spec_rule_on_every_small_pattern() ->
             for hit in itertools.product((False, True), repeat=pages):
                 manager = MambaAlignManager(spec_cls, _HitPool(list(hit), stride), 0,  # type: ignore[arg-type]
                                             page_size // stride)
-                keys = [PageHash(i, ()) for i in range(pages * stride)]
+                keys = [i.to_bytes(8, "little") for i in range(pages * stride)]  # PageKey with value i
                 for max_length in range(13):
                     first, end = hr.mamba_align_rule(hit, page_size, max_length)
                     want = [0] * first + [j + 1 for j in range(first, end)]

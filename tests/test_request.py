@@ -113,3 +113,15 @@ def test_multimodal_features_are_validated_and_sorted():
     r = Request("a", range(8), mm_features=[a, b], cache_salt="t", lora_id=3, prompt_logprobs=True)
     assert (r.mm_features == (MMFeature(*b), a) and isinstance(r.mm_features[0], MMFeature) and r.cache_salt == "t"
             and r.lora_id == 3 and r.prompt_logprobs)
+
+
+def test_token_array_is_the_validated_tokens_kept_in_step() -> None:
+    r = Request("a", [5, 2**64 - 1, 0])
+    r.append_output_token_ids([7])
+    r.append_output_token_ids(8)
+    r.append_output_token_ids(np.array([9, 10], dtype=np.uint64))
+    assert r.token_array.typecode == "Q"
+    assert r.token_array.tolist() == list(r.all_token_ids) == [5, 2**64 - 1, 0, 7, 8, 9, 10]
+    with pytest.raises(InvalidArgumentError):
+        r.append_output_token_ids([11, True])  # rejected whole: neither view grows
+    assert r.token_array.tolist() == list(r.all_token_ids) and r.num_tokens == 7
