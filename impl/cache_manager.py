@@ -1,8 +1,9 @@
 """`CacheManager`: the scheduler-facing page manager (eSurge's API), and `CachePages`.
 
-The manager validates every argument, keeps each request's content keys (computed once per
-full page with its own `PageHasher`) and its DP shard, and delegates page bookkeeping to a
-coordinator (`verikv.coordinators`). Semantics are eSurge's (reference §1.6) with the
+The manager validates every argument, translates eSurge's API, computes each request's content
+keys (once per full page, with its own `PageHasher`) and delegates page bookkeeping to a
+coordinator (`verikv.coordinators`), which owns the one record per request (`RequestState`):
+the manager keeps no per-request state of its own. Semantics are eSurge's (reference §1.6) with the
 departures of docs/differences.md; the refinements both the spec and this code follow are in
 docs/semantics.md. A raised error always means the call changed nothing.
 
@@ -17,11 +18,11 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
-from itertools import repeat
+from operator import countOf
 from typing import Any, ClassVar, Literal, overload
 
 from verikv.cache_specs import CacheGroupsConfig, CacheGroupSpec
-from verikv.coordinators import CacheCoordinator, PageIds, get_kv_cache_coordinator
+from verikv.coordinators import CacheCoordinator, PageIds, RequestState, get_kv_cache_coordinator
 from verikv.dp_sharding import checked_int, dp_shard_page_bounds
 from verikv.errors import (
     ForeignPageError,
@@ -31,10 +32,10 @@ from verikv.errors import (
 )
 from verikv.events import KVEvent, PrefixCacheStats
 from verikv.free_queue import CachePage
-from verikv.hashing import PageHash, PageHasher
+from verikv.hashing import PageHasher, PageKey
 from verikv.page_pool import PagePool
 from verikv.request import Request, RequestStatus
-from verikv.single_type_managers import NULL_PAGE, SingleTypeCacheManager
+from verikv.single_type_managers import NULL_PAGE
 
 
 class CachePages:
@@ -162,8 +163,9 @@ class _NoNewPages(CachePages):
 
 
 _PREEMPTED = RequestStatus.PREEMPTED
+#: what the decode test reads for an id without a record: it describes no request
+_NO_RECORD = RequestState(None)
 _ZERO = 0  # `x is _ZERO`: x is the plain int 0 (a fast-path guard; anything else takes the checked path)
-_INTS = {int}
 
 
 def _int(value: object, name: str, minimum: int) -> int:
@@ -189,34 +191,6 @@ def _request(request: object) -> Request:
     if not isinstance(request, Request):
         raise InvalidArgumentError(f"expected a verikv.Request, got {type(request).__name__}")
     return request
-
-
-class RequestState:
-    """Everything the manager keeps about one request id, in one record.
-
-    ``request`` is the `Request` object the record describes (one id names one live object).
-    Its content keys: ``keys`` (None: none kept), computed at identity version
-    ``keys_version`` of the object, and ``last_hits``, its last lookup (result, pool
-    key_version, hit tokens, shard, copy of the ids) for the cheap hit check. While it holds
-    pages (``holds``): ``shard`` the DP shard they come from (None: the whole pool),
-    ``cache_at`` the token count at which caching is next due (the end of the first key page
-    not yet covered by a caching call; it never decreases) and ``capacity`` the slots its pages
-    cover, capped at ``max_model_len``, for the one-group decode fast path (-1 on other
-    layouts); the manager then counts itself in the object's ``_holders``, which freezes the
-    request's identity fields. A record with neither keys nor pages is dropped.
-    """
-
-    __slots__ = ("cache_at", "capacity", "holds", "keys", "keys_version", "last_hits", "request", "shard")
-
-    def __init__(self, request: Request) -> None:
-        self.request: Request = request
-        self.keys: list[PageHash] | None = None
-        self.keys_version: int = request._identity_version
-        self.last_hits: tuple[CachePages, int, int, int | None, PageIds] | None = None
-        self.holds: bool = False
-        self.shard: int | None = None
-        self.cache_at: int = 0
-        self.capacity: int = -1
 
 
 class CacheManager:
@@ -273,21 +247,8 @@ class CacheManager:
         self._key_page_size = coordinator.key_page_size or 1
         self._page_sizes = tuple(g.kv_cache_spec.page_size for g in self.kv_cache_groups)
         self._windowed_groups = tuple(m.frees_skipped_pages for m in coordinator.single_type_managers)
-        managers = coordinator.single_type_managers
-        #: the one group's manager when `allocate_slots` may take its decode fast path (a single
-        #: group that never drops pages), else None; its page size (0 when None)
-        self._solo = managers[0] if len(managers) == 1 and not managers[0].frees_skipped_pages else None
-        self._solo_page_size = 0 if self._solo is None else self._solo.page_size
-        #: `RequestState.cache_at` that is never reached (caching off): beyond every possible token count
-        self._never = self.max_model_len + 1
-        #: what `_cache` asks for keys_needed / cache_pages: with caching on and one group, that
-        #: group's manager directly (the coordinator would only loop over it)
-        self._cacher: CacheCoordinator | SingleTypeCacheManager = (
-            managers[0] if len(managers) == 1 and self.enable_caching and not self._mamba_align else coordinator)
-        #: the fast path's result: no new page, shared and immutable
+        #: the decode step's result when it needs no new page: shared and immutable
         self._no_new_page = _NoNewPages._of(((),), self.page_pool)  # type: ignore[arg-type]  # immutable groups
-        #: request id -> its record (while it holds pages or has keys kept)
-        self._requests: dict[str, RequestState] = {}
         #: DP size the shards are cut for (1: no DP); calls may only ask for this size
         self.data_parallel_size: int = dp_size
         #: constructed without a DP size: the first call whose DP is active fixes it (eSurge's
@@ -333,7 +294,7 @@ class CacheManager:
         ``dp_shard_hint % dp`` when the call's DP is active (``data_parallel_size > 1`` divides
         ``num_pages``; it must then equal the construction value), else (None, None).
         The arguments are validated in every case, before any change."""
-        held = self._holding(request_id)
+        held = self.coordinator.holding(request_id)
         if dp_shard_hint is None and data_parallel_size is None:  # the common call: no DP arguments
             shard = None if held is None else held.shard
             return shard, (None if shard is None else self.data_parallel_size)
@@ -359,41 +320,36 @@ class CacheManager:
             self.data_parallel_size = dp
             self._dp_open = False
 
-    # ---- request identity -------------------------------------------------------------------
+    # ---- request identity (the record is the coordinator's: `RequestState`) ------------------
 
     def _stale_keys(self, req: Request) -> bool:
         """True if the id's key list was computed for another `Request` object (a reused id),
         so it must be dropped before use. Raises if another object holds pages under the id:
         one id cannot name two live requests (so while pages are held, their holder owns the
         id's keys, if any). Pure."""
-        state = self._requests.get(req._request_id)
-        if state is None:
+        rec = self.coordinator.records.get(req._request_id)
+        if rec is None:
             return False
-        if state.holds and state.request is not req:
+        if rec.pages is not None and rec.request is not req:
             raise InvalidArgumentError(
                 f"request id {req._request_id!r} belongs to another Request object that holds pages")
-        return state.keys is not None and (state.request is not req or state.keys_version != req._identity_version)
-
-    def _holding(self, request_id: str) -> RequestState | None:
-        """The record of a request that holds pages, else None."""
-        state = self._requests.get(request_id)
-        return state if state is not None and state.holds else None
+        return rec.keys is not None and (rec.request is not req or rec.keys_version != req._identity_version)
 
     def _drop_keys(self, request_id: str) -> None:
-        state = self._requests.get(request_id)
-        if state is not None:
-            state.keys = state.last_hits = None
-            if not state.holds:
-                del self._requests[request_id]
+        """Forget the id's keys and last lookup (the record goes if it holds no pages)."""
+        rec = self.coordinator.records.get(request_id)
+        if rec is not None:
+            rec.keys = rec.lookup = None
+            self.coordinator.forget_if_idle(request_id)
 
-    # ---- lookups ----------------------------------------------------------------------------
+    # ---- keys -------------------------------------------------------------------------------
 
-    def _pending_keys(self, req: Request, count: int | None, stale: bool = False) -> list[PageHash]:
+    def _pending_keys(self, req: Request, count: int | None, stale: bool = False) -> list[PageKey]:
         """The keys the request's list lacks to hold ``count`` keys (None: one per full key
         page), computed but not stored, so a failing hash function changes nothing. ``stale``:
         the kept list is not this object's, start afresh."""
-        state = None if stale else self._requests.get(req._request_id)
-        keys = None if state is None else state.keys
+        rec = None if stale else self.coordinator.records.get(req._request_id)
+        keys = None if rec is None else rec.keys
         have = 0 if keys is None else len(keys)
         if count is None:
             count = len(req._tokens) // self._key_page_size
@@ -402,17 +358,16 @@ class CacheManager:
         return self.hasher.hash_request(  # (request, page_size, start, parent, stop)
             req, self._key_page_size, have, keys[-1] if keys else None, count)
 
-    def _store_keys(self, req: Request, new: list[PageHash]) -> list[PageHash]:
-        """Append keys from `_pending_keys` to the request's list (created if it has none)."""
-        state = self._requests.get(req._request_id)
-        if state is None:
-            state = self._requests[req._request_id] = RequestState(req)
-        keys = state.keys
+    def _store_keys(self, req: Request, new: list[PageKey]) -> tuple[RequestState, list[PageKey]]:
+        """Append keys from `_pending_keys` to the request's list (the record and the list are
+        created on first use); returns the record and its list."""
+        rec = self.coordinator.record_for(req._request_id, req)
+        keys = rec.keys
         if keys is None:
-            keys = state.keys = []
-            state.request, state.keys_version = req, req._identity_version
+            keys = rec.keys = []
+            rec.request, rec.keys_version = req, req._identity_version
         keys += new
-        return keys
+        return rec, keys
 
     def get_computed_pages(
         self, request: Request, *, dp_shard_hint: int | None = None, data_parallel_size: int | None = None,
@@ -441,41 +396,16 @@ class CacheManager:
             self._drop_keys(req._request_id)
         if not looked_up:
             return self.create_empty_page_list(), 0
-        keys = self._store_keys(req, new) if self._caching_key_size else []
+        rec, keys = self._store_keys(req, new) if self._caching_key_size else (None, [])
         num_tokens = len(req._tokens)
         cap = num_tokens - 1 if max_cache_hit_length is None else min(num_tokens - 1, max_cache_hit_length)
         hits, length = self.coordinator.find_longest_cache_hit(keys, cap, shard, dp)
-        self._share_keys(keys, hits)
+        self.coordinator.share_keys(keys, hits)
         self.prefix_cache_stats.record(num_tokens, length)
         result = CachePages._of(hits, self.page_pool)
-        state = self._requests.get(req._request_id)
-        if state is not None:  # (no record: no group caches, so there is never a hit to check)
-            state.last_hits = (result, self.page_pool.key_version, length, shard, tuple(map(list, hits)))
+        if rec is not None:  # (no record: no group caches, so there is never a hit to check)
+            rec.lookup = (result, self.page_pool.key_version, length, shard, tuple(map(list, hits)))
         return result, length
-
-    def _share_keys(self, keys: list[PageHash], hits: PageIds) -> None:
-        """Replace each hit key in the request's list by the equal `PageHash` object the pool
-        stores for that page, so later lookups and hit checks compare keys by identity.
-        Only an equal key is replaced: the list's values never change."""
-        stored = self.page_pool._key
-        num_keys = len(keys)
-        for gid, group_hits in enumerate(hits):
-            stride = self._page_sizes[gid] // self._key_page_size
-            m = len(group_hits)
-            if stride == 1 and m <= num_keys and NULL_PAGE not in group_hits:  # key j <-> page j
-                last = stored[group_hits[-1]] if m else None
-                if last is not None and last[0] is keys[m - 1]:
-                    continue  # shared by an earlier lookup (a retry): nothing to gain
-                held = [key and key[0] for key in map(stored.__getitem__, group_hits)]
-                if held == keys[:m]:
-                    keys[:m] = held
-                    continue
-            for j, page in enumerate(group_hits):
-                k = (j + 1) * stride - 1
-                if page != NULL_PAGE and k < num_keys:
-                    key = stored[page]
-                    if key is not None and key[0] is not keys[k] and key[0] == keys[k]:
-                        keys[k] = key[0]
 
     # ---- allocation -------------------------------------------------------------------------
 
@@ -506,33 +436,39 @@ class CacheManager:
         real tokens beyond it raise. Unless caching is off or ``delay_cache_pages``, full pages
         up to the computed tokens are then registered in the prefix cache.
         """
-        if (new_computed_pages is None and num_new_computed_tokens is _ZERO and num_lookahead_tokens is _ZERO
-                and num_external_computed_tokens is _ZERO
-                and delay_cache_pages is False and dp_shard_hint is None and data_parallel_size is None
+        if (new_computed_pages is dp_shard_hint is data_parallel_size is None
+                and num_new_computed_tokens is num_lookahead_tokens is num_external_computed_tokens is _ZERO
+                and delay_cache_pages is False
                 and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
-            # The decode fast path: every argument is in its plain form, one group that never
-            # drops pages (else capacity is -1), and this object holds pages that already cover
-            # the slots, or one more page from the whole pool does. The general path would plan
-            # exactly that: no page, or that one page (it fits: one is free).
-            held = self._requests.get(request._request_id)
-            if held is not None and held.holds and held.request is request and request._status <= _PREEMPTED:
+            # A decode step: every argument in its plain form and this object holds pages, so
+            # the coordinator can decide it in a few comparisons (`decode_step`).
+            coordinator = self.coordinator
+            rec = coordinator.records.get(request._request_id, _NO_RECORD)
+            if rec.request is request and rec.pages is not None and request._status <= _PREEMPTED:
                 num_tokens = request._num_computed_tokens + num_new_tokens
-                if num_tokens <= held.capacity:
-                    if num_tokens >= held.cache_at and len(request._tokens) >= held.cache_at:
-                        cached = min(num_tokens, len(request._tokens))
-                        self._cache(request, cached, self._caching_keys(request, cached))
-                    return self._no_new_page
-                if (num_tokens <= held.capacity + self._solo_page_size and num_tokens <= self.max_model_len
-                        and held.shard is None and self.page_pool.get_num_free_pages()):
-                    cached = min(num_tokens, len(request._tokens))
-                    new_keys = self._caching_keys(request, cached) if cached >= held.cache_at else None
-                    result = CachePages._of((self._allocate_solo(held, num_tokens),), self.page_pool)
-                    if new_keys is not None:
-                        self._cache(request, cached, new_keys)
-                    return result
+                if num_tokens < rec.cache_at or len(request._tokens) < rec.cache_at:  # no caching due
+                    new = coordinator.decode_step(rec, num_tokens)
+                    if new is not None:
+                        return CachePages._of((new,), self.page_pool) if new else self._no_new_page
+                else:
+                    result = self._decode_step_and_cache(rec, request, num_tokens)
+                    if result is not None:
+                        return result
         return self._allocate_slots(request, num_new_tokens, num_new_computed_tokens, new_computed_pages,
                                     num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size,
                                     num_external_computed_tokens)
+
+    def _decode_step_and_cache(self, rec: RequestState, req: Request, num_tokens: int) -> CachePages | None:
+        """A decode step that fills a key page: the keys first (nothing changes if hashing
+        fails), then the coordinator's step (`CacheCoordinator.decode_step`), then caching.
+        None (nothing changed) when the step is not one the coordinator takes alone."""
+        cached = min(num_tokens, len(req._tokens))
+        new_keys = self._caching_keys(req, cached)
+        new = self.coordinator.decode_step(rec, num_tokens)
+        if new is None:
+            return None
+        self._cache(rec, req, cached, new_keys)
+        return CachePages._of((new,), self.page_pool) if new else self._no_new_page
 
     def _allocate_slots(
         self, request: object, num_new_tokens: object, num_new_computed_tokens: object, new_computed_pages: object,
@@ -544,56 +480,49 @@ class CacheManager:
         external = _int(num_external_computed_tokens, "num_external_computed_tokens", 0)
         if external and self._mamba_align:
             raise InvalidArgumentError("external computed tokens are not supported with Mamba align groups")
-        if type(num_new_tokens) is not int or num_new_tokens < 1:
-            num_new_tokens = _int(num_new_tokens, "num_new_tokens", 0 if external else 1)
-        if num_new_computed_tokens.__class__ is not int or num_new_computed_tokens < 0:
-            num_new_computed_tokens = _int(num_new_computed_tokens, "num_new_computed_tokens", 0)
-        if num_lookahead_tokens.__class__ is not int or num_lookahead_tokens < 0:
-            num_lookahead_tokens = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
+        num_new_tokens = _int(num_new_tokens, "num_new_tokens", 0 if external else 1)
+        num_new_computed_tokens = _int(num_new_computed_tokens, "num_new_computed_tokens", 0)
+        num_lookahead_tokens = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
         if delay_cache_pages is not False and delay_cache_pages is not True:
             raise InvalidArgumentError(f"delay_cache_pages must be a bool, got {describe(delay_cache_pages)}")
         if req._status > _PREEMPTED:
             raise InvalidArgumentError(f"request {req._request_id!r} is finished")
-        request_id = req._request_id
-        computed = req._num_computed_tokens + num_new_computed_tokens + external
-        num_tokens = computed + num_new_tokens
-        max_model_len = self.max_model_len
-        if num_tokens > max_model_len:
-            raise InvalidArgumentError(
-                f"request {request_id!r}: {describe(computed)} computed (local and external) + "
-                f"{describe(num_new_tokens)} new tokens exceed max_model_len {max_model_len}")
-        num_slots = num_tokens + num_lookahead_tokens
-        if num_slots > max_model_len:
-            num_slots = max_model_len
-        held = self._holding(request_id)
-        if held is None and req._num_computed_tokens and self.kv_cache_groups:
-            raise InvalidArgumentError(
-                f"request {request_id!r} holds no pages but has num_computed_tokens="
-                f"{req._num_computed_tokens}: its KV is gone (reset num_computed_tokens to 0 on preemption)")
+        num_tokens = req._num_computed_tokens + num_new_computed_tokens + external + num_new_tokens
+        held = self.coordinator.holding(req._request_id)
+        num_slots = self._checked_slots(req, held, num_tokens, num_new_tokens, num_lookahead_tokens)
         stale = self._stale_keys(req)
         # Keys for the caching step are computed before anything changes (INV-ATOMIC).
         cached = min(num_tokens, len(req._tokens))
-        cache_at = held.cache_at if held is not None else 0 if self.enable_caching else self._never
+        cache_at = held.cache_at if held is not None else self.coordinator.initial_cache_at
         new_keys = (self._caching_keys(req, cached, stale)
                     if not delay_cache_pages and self.kv_cache_groups and cached >= cache_at else None)
-        new = self._allocate(req, num_slots, num_new_computed_tokens, new_computed_pages,
+        new = self._allocate(req, held, num_slots, num_new_computed_tokens, new_computed_pages,
                              dp_shard_hint, data_parallel_size, stale, num_tokens)
         if new is None:
             return None
         if new_keys is not None:
-            self._cache(req, cached, new_keys)
+            self._cache(self.coordinator.records[req._request_id], req, cached, new_keys)
         return CachePages._of(new, self.page_pool)
 
-    def _allocate_solo(self, held: RequestState, num_tokens: int) -> list[int]:
-        """The one group's new pages for ``num_tokens`` slots (they fit), and the new capacity."""
-        solo: SingleTypeCacheManager = self._solo  # type: ignore[assignment]
-        request_id = held.request._request_id
-        new = solo.allocate_new_pages(request_id, num_tokens)
-        held.capacity = min(len(solo.req_to_pages[request_id]) * self._solo_page_size, self.max_model_len)
-        return new
+    def _checked_slots(self, req: Request, held: RequestState | None, num_tokens: int, num_new_tokens: int,
+                       num_lookahead_tokens: int) -> int:
+        """The slots to cover: ``num_tokens`` (which must fit ``max_model_len``) plus the
+        lookahead, capped at ``max_model_len``. A request holding nothing must have no
+        computed tokens (its KV is gone)."""
+        max_model_len = self.max_model_len
+        request_id = req._request_id
+        if num_tokens > max_model_len:
+            raise InvalidArgumentError(
+                f"request {request_id!r}: {describe(num_tokens - num_new_tokens)} computed (local and external) + "
+                f"{describe(num_new_tokens)} new tokens exceed max_model_len {max_model_len}")
+        if req._num_computed_tokens and self.kv_cache_groups and held is None:
+            raise InvalidArgumentError(
+                f"request {request_id!r} holds no pages but has num_computed_tokens="
+                f"{req._num_computed_tokens}: its KV is gone (reset num_computed_tokens to 0 on preemption)")
+        return min(num_tokens + num_lookahead_tokens, max_model_len)
 
     def _allocate(
-        self, req: Request, num_slots: int, num_new_computed_tokens: int,
+        self, req: Request, held: RequestState | None, num_slots: int, num_new_computed_tokens: int,
         new_computed_pages: object, dp_shard_hint: object, data_parallel_size: object, stale: bool,
         num_tokens: int | None = None,
     ) -> PageIds | None:
@@ -618,91 +547,113 @@ class CacheManager:
         self._adopt_dp(dp)
         if stale:
             self._drop_keys(request_id)
-        held = self._requests.get(request_id)
-        if (held is None or not held.holds) and self.kv_cache_groups:
-            if held is None:
-                held = self._requests[request_id] = RequestState(req)
-            held.request, held.holds, held.shard = req, True, shard
-            held.cache_at = 0 if self.enable_caching else self._never
-            held.last_hits = None  # hits are only taken first
+        if held is None and self.kv_cache_groups:  # its first pages: the record now describes req
+            rec = self.coordinator.records[request_id]
+            rec.request = req
             req._holders += 1
-        if held is not None and held.holds and self._solo is not None:
-            held.capacity = min(len(self._solo.req_to_pages[request_id]) * self._solo_page_size, self.max_model_len)
         return new
+
+    # ---- prefix hits given back to allocate_slots ---------------------------------------------
 
     def _checked_hits(
         self, req: Request, pages: object, num_new_computed_tokens: int, shard: int | None, dp: int | None
     ) -> PageIds | None:
         """The hit ids if they are a current lookup result for this request covering exactly
-        ``num_new_computed_tokens`` tokens; None when there is no hit at all."""
-        if pages is None:
-            ids: PageIds = tuple([] for _ in self.kv_cache_groups)
-        elif not isinstance(pages, CachePages):
-            raise InvalidArgumentError(f"new_computed_pages must be CachePages, got {type(pages).__name__}")
-        else:
-            ids = pages.page_ids
-            if pages.page_pool is not None and pages.page_pool is not self.page_pool:
-                raise ForeignPageError("new_computed_pages belong to another pool")
-        if len(ids) != len(self.kv_cache_groups):
-            raise InvalidArgumentError(
-                f"new_computed_pages has {len(ids)} groups, the manager has {len(self.kv_cache_groups)}")
+        ``num_new_computed_tokens`` tokens; None when there is no hit at all. The shape is
+        always checked; the page-by-page key comparison is skipped only for the request's own
+        last lookup result, unchanged, while no key has changed since (INV-HIT-SAFE)."""
+        ids = self._hit_ids(pages)
         if num_new_computed_tokens == 0 and not any(ids):
             return None
-        request_id = req.request_id
+        request_id = req._request_id
         if not self.enable_caching:
             raise InvalidArgumentError("prefix caching is off: there can be no computed pages")
-        state = self._requests.get(request_id)
-        if state is not None and state.holds:
+        rec = self.coordinator.records.get(request_id)
+        if rec is not None and rec.pages is not None:
             raise InvalidArgumentError(f"request {request_id!r} already holds pages; hits are only taken first")
-        last = None if state is None else state.last_hits
-        if (last is not None and last[0] is pages and last[1] == self.page_pool.key_version
-                and last[2] == num_new_computed_tokens and last[3] == shard and last[4] == ids):
-            return ids  # this request's own lookup result, unchanged, and no key changed since
-        keys = () if state is None or state.keys is None else state.keys
-        num_keys = len(keys)
-        page_keys = self.page_pool._key  # the pool's per-page key table, read only (ids checked below)
-        bounds = None if shard is None else dp_shard_page_bounds(shard, self.num_pages // dp)  # type: ignore[operator]
-        n = self.num_pages
+        self._check_hit_lengths(ids, num_new_computed_tokens)
+        self._check_hit_ids(ids)
+        if rec is None or not self._is_last_lookup(rec, pages, num_new_computed_tokens, shard):
+            self._check_hit_keys(ids, () if rec is None or rec.keys is None else rec.keys)
+        if shard is not None:
+            self._check_hit_shard(ids, shard, dp)
+        return ids
+
+    def _is_last_lookup(self, rec: RequestState, pages: object, num_new_computed_tokens: int,
+                        shard: int | None) -> bool:
+        """``pages`` is the record's last lookup result, for the same length and shard, with
+        the same ids, and no key of the pool has changed since."""
+        last = rec.lookup
+        return (last is not None and last[0] is pages and last[1] == self.page_pool.key_version
+                and last[2] == num_new_computed_tokens and last[3] == shard
+                and last[4] == pages.page_ids)  # type: ignore[attr-defined]  # (it is last[0])
+
+    def _hit_ids(self, pages: object) -> PageIds:
+        """The ids of ``new_computed_pages`` (None: no hit), one list per group of this pool."""
+        if pages is None:
+            return tuple([] for _ in self.kv_cache_groups)
+        if not isinstance(pages, CachePages):
+            raise InvalidArgumentError(f"new_computed_pages must be CachePages, got {type(pages).__name__}")
+        if pages.page_pool is not None and pages.page_pool is not self.page_pool:
+            raise ForeignPageError("new_computed_pages belong to another pool")
+        if len(pages.page_ids) != len(self.kv_cache_groups):
+            raise InvalidArgumentError(
+                f"new_computed_pages has {len(pages.page_ids)} groups, the manager has {len(self.kv_cache_groups)}")
+        return pages.page_ids
+
+    def _check_hit_lengths(self, ids: PageIds, num_new_computed_tokens: int) -> None:
+        """Each group's hit covers exactly ``num_new_computed_tokens`` tokens (INV-HIT-SHAPE)."""
         for gid, group_ids in enumerate(ids):
             ps = self._page_sizes[gid]
             if num_new_computed_tokens % ps or len(group_ids) != num_new_computed_tokens // ps:
                 raise InvalidArgumentError(
                     f"group {gid}: {len(group_ids)} hit pages of {ps} tokens do not cover "
                     f"num_new_computed_tokens={num_new_computed_tokens}")
-            stride = ps // self._key_page_size
-            m = len(group_ids)
-            if (stride == 1 and bounds is None and 0 < m <= num_keys and set(map(type, group_ids)) == _INTS
-                    and 0 < min(group_ids) and max(group_ids) < n
-                    and list(map(page_keys.__getitem__, group_ids)) == list(zip(keys[:m], repeat(gid)))):
-                continue  # every id is a real page holding this request's key at its position (C speed)
-            if self._mamba_align and group_ids and (group_ids[-1] == NULL_PAGE or any(group_ids[:-1])) and \
-                    self.coordinator.single_type_managers[gid].kind == "mamba_align":
+
+    def _check_hit_ids(self, ids: PageIds) -> None:
+        """Every hit id is a page of this pool; null placeholders only lead, in windowed groups."""
+        n = self.num_pages
+        for gid, group_ids in enumerate(ids):
+            if countOf(map(type, group_ids), int) != len(group_ids) or (
+                    group_ids and (min(group_ids) < 0 or max(group_ids) >= n)):
+                page = next(p for p in group_ids if type(p) is not int or not 0 <= p < n)
+                raise ForeignPageError(f"page id {describe(page)} is not a page of this pool (0..{n - 1})")
+            if NULL_PAGE not in group_ids:
+                continue
+            first_real = next((j for j, p in enumerate(group_ids) if p != NULL_PAGE), len(group_ids))
+            if first_real and not self._windowed_groups[gid]:
+                raise InvalidArgumentError(f"group {gid}: null page at hit position 0")
+            if NULL_PAGE in group_ids[first_real:]:
+                j = group_ids.index(NULL_PAGE, first_real)
+                raise InvalidArgumentError(f"group {gid}: null page at hit position {j}")
+            if group_ids and first_real != len(group_ids) - 1 and self._mamba_align \
+                    and self.coordinator.single_type_managers[gid].kind == "mamba_align":
                 raise InvalidArgumentError(f"group {gid}: a Mamba hit is null placeholders then one state page")
-            seen_real = False
-            for j, page in enumerate(group_ids):
-                if type(page) is not int or not 0 <= page < n:
-                    raise ForeignPageError(f"page id {describe(page)} is not a page of this pool (0..{n - 1})")
-                if page == NULL_PAGE:
-                    if seen_real or not self._windowed_groups[gid]:
-                        raise InvalidArgumentError(f"group {gid}: null page at hit position {j}")
-                    continue
-                seen_real = True
-                k = (j + 1) * stride - 1
-                if k >= num_keys or page_keys[page] != (keys[k], gid):  # == PageHashWithGroupId(...)
-                    raise InvalidArgumentError(
-                        f"group {gid}: page {page} at hit position {j} does not hold this request's "
-                        f"content (stale or foreign hit)")
-                if bounds is not None and not bounds[0] <= page < bounds[1]:
+
+    def _check_hit_keys(self, ids: PageIds, keys: Sequence[PageKey]) -> None:
+        """Every real hit page holds this request's key at its position (INV-HIT-SAFE)."""
+        for m, group_ids in zip(self.coordinator.single_type_managers, ids):
+            j = m.hit_mismatch(group_ids, keys)
+            if j is not None:
+                raise InvalidArgumentError(
+                    f"group {m.kv_cache_group_id}: page {group_ids[j]} at hit position {j} does not hold "
+                    f"this request's content (stale or foreign hit)")
+
+    def _check_hit_shard(self, ids: PageIds, shard: int, dp: int | None) -> None:
+        """Every real hit page lies in the request's DP shard."""
+        lo, hi = dp_shard_page_bounds(shard, self.num_pages // dp)  # type: ignore[operator]
+        for group_ids in ids:
+            for page in group_ids:
+                if page != NULL_PAGE and not lo <= page < hi:
                     raise ForeignPageError(f"hit page {page} is outside DP shard {shard}")
-        return ids
 
     # ---- caching and freeing ------------------------------------------------------------------
 
-    def _caching_keys(self, req: Request, num_tokens: int, stale: bool = False) -> list[PageHash]:
+    def _caching_keys(self, req: Request, num_tokens: int, stale: bool = False) -> list[PageKey]:
         """The keys caching up to ``num_tokens`` tokens still needs (computed, not stored)."""
-        return self._pending_keys(req, self._cacher.keys_needed(num_tokens), stale)
+        return self._pending_keys(req, self.coordinator.keys_needed(num_tokens), stale)
 
-    def _cache(self, req: Request, num_tokens: int, new_keys: list[PageHash]) -> None:
+    def _cache(self, rec: RequestState, req: Request, num_tokens: int, new_keys: list[PageKey]) -> None:
         """Cache the request's full pages up to ``num_tokens`` tokens (its held pages, caching
         on), storing the keys `_caching_keys` computed for it first.
 
@@ -710,45 +661,40 @@ class CacheManager:
         before that no group has a new full page (every page size is a multiple of the key page
         size), so allocations skip the call.
         """
-        request_id = req._request_id
-        keys = self._store_keys(req, new_keys)
-        if self._mamba_align:
-            self.coordinator.cache_pages(request_id, keys, num_tokens, req._num_computed_tokens)
+        keys = self._store_keys(req, new_keys)[1]
+        if self._mamba_align:  # a state is keyed at the request's computed count: due at every call
+            self.coordinator.cache_held(rec, keys, num_tokens, req._num_computed_tokens)
             return
-        # the one group's manager, or the coordinator
-        self._cacher.cache_pages(request_id, keys, num_tokens)
-        held = self._requests[request_id]
-        held.cache_at = max(held.cache_at, (num_tokens // self._key_page_size + 1) * self._key_page_size)
+        self.coordinator.cache_held(rec, keys, num_tokens)
+        rec.cache_at = max(rec.cache_at, (num_tokens // self._key_page_size + 1) * self._key_page_size)
 
     def cache_pages(self, request: Request, num_computed_tokens: int) -> None:
         """Register the request's full pages up to ``num_computed_tokens`` tokens (e.g. after a
         delayed allocation). A lower count than already cached is a no-op; no-op without caching."""
         req = _request(request)
-        if self._holding(req.request_id) is None:
+        rec = self.coordinator.holding(req.request_id)
+        if rec is None:
             raise UnknownRequestError(f"request {req.request_id!r} holds no pages")
         self._stale_keys(req)  # raises if the pages belong to another object with this id
         n = _int(num_computed_tokens, "num_computed_tokens", 0)
         if n > req.num_tokens:
             raise InvalidArgumentError(
                 f"num_computed_tokens {describe(n)} exceeds the request's {req.num_tokens} tokens")
-        pages = self.coordinator.get_pages(req.request_id)
-        for gid, ps in enumerate(self._page_sizes):
-            if n // ps > len(pages[gid]):  # type: ignore[index]
+        for gid, (ps, pages) in enumerate(zip(self._page_sizes, rec.pages)):  # type: ignore[arg-type]
+            if n // ps > len(pages):
                 raise InvalidArgumentError(
-                    f"group {gid}: {n} tokens span {n // ps} pages, the request holds {len(pages[gid])}")  # type: ignore[index]
+                    f"group {gid}: {n} tokens span {n // ps} pages, the request holds {len(pages)}")
         if self.enable_caching:
-            self._cache(req, n, self._caching_keys(req, n))
+            self._cache(rec, req, n, self._caching_keys(req, n))
 
     def free(self, request: Request) -> None:
         """Release all the request's pages (each group last page first). Its keys are kept for
         a resumption (`free_page_hashes` drops them). No-op for a request without pages."""
         request_id = _request(request).request_id
-        held = self._holding(request_id)
-        if held is not None:
-            held.request._holders -= 1
-            held.holds, held.shard, held.capacity = False, None, -1
-            if held.keys is None:
-                del self._requests[request_id]
+        rec = self.coordinator.holding(request_id)
+        if rec is not None:
+            if rec.request is not None:
+                rec.request._holders -= 1
             self.coordinator.free(request_id)
 
     def free_page_hashes(self, request: Request) -> None:
@@ -780,13 +726,13 @@ class CacheManager:
         else:
             req = _request(request)
             request_id = req.request_id
-            if self._holding(request_id) is not None and req.status is not RequestStatus.RUNNING:
+            if self.coordinator.holding(request_id) is not None and req.status is not RequestStatus.RUNNING:
                 raise InvalidArgumentError(f"request {request_id!r} is {req.status.name}, not RUNNING")
         if num_running_requests is None:
-            n = sum(1 for state in self._requests.values() if state.holds)
+            n = sum(1 for rec in self.coordinator.records.values() if rec.pages is not None)
         else:
             n = _int(num_running_requests, "num_running_requests", 1)
-        if self._holding(request_id) is None:
+        if self.coordinator.holding(request_id) is None:
             raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return self.coordinator.get_num_common_prefix_pages(request_id, n)
 
@@ -803,33 +749,34 @@ class CacheManager:
 
     def request_ids(self) -> list[str]:
         """Ids of the requests that hold pages."""
-        return [rid for rid, state in self._requests.items() if state.holds]
+        return [rid for rid, rec in self.coordinator.records.items() if rec.pages is not None]
 
     def num_cached_pages(self, request_id: str) -> list[int]:
         """Per group, how many leading pages of the request are registered in the cache."""
-        if not isinstance(request_id, str) or self._holding(request_id) is None:
+        rec = self.coordinator.holding(request_id)
+        if rec is None:
             raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
-        return [m.num_cached_page[request_id] for m in self.coordinator.single_type_managers]
+        return list(rec.num_cached)
 
     def group_layouts(self) -> list[tuple[str, int, int]]:
         """Per group ``(kind, page_size, span)``: kind "full", "sliding", "chunked", "mamba" or
         "mamba_align", span the window or chunk size (0 otherwise)."""
         return [m.layout for m in self.coordinator.single_type_managers]
 
-    def page_hashes_of(self, request_id: str) -> tuple[PageHash, ...]:
+    def page_hashes_of(self, request_id: str) -> tuple[PageKey, ...]:
         """The request's content keys so far (at the smallest page size); empty if none."""
         if not isinstance(request_id, str):
             raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")
-        state = self._requests.get(request_id)
-        return () if state is None or state.keys is None else tuple(state.keys)
+        rec = self.coordinator.records.get(request_id)
+        return () if rec is None or rec.keys is None else tuple(rec.keys)
 
     def hashed_request_ids(self) -> list[str]:
         """Ids of the requests whose content keys are kept."""
-        return [rid for rid, state in self._requests.items() if state.keys is not None]
+        return [rid for rid, rec in self.coordinator.records.items() if rec.keys is not None]
 
     def request_shard(self, request_id: str) -> int | None:
         """The DP shard of a request that holds pages (None: the whole pool)."""
-        held = self._holding(request_id) if isinstance(request_id, str) else None
+        held = self.coordinator.holding(request_id)
         if held is None:
             raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return held.shard

@@ -1,15 +1,18 @@
-"""Coordinators: one page pool shared by every cache group, one single-type manager per group.
+"""Coordinators: one page pool shared by every cache group, one single-type manager per group,
+and the one record per request (`RequestState`) that says what the manager knows about it.
 
-A coordinator fans the manager-level operations out to its groups and owns the two rules that
-span groups:
+A coordinator owns ``records`` (request id -> `RequestState`), fans the manager-level
+operations out to its groups (passing each group its page list from the record) and owns the
+two rules that span groups:
 
 - the common prefix-cache hit (`find_longest_cache_hit`): each group's own rule applied in
   group order, repeated until a whole pass leaves the hit length unchanged (a fixed point, for
   any number of attention types); with EAGLE the fixed point is recomputed once from one
   largest page fewer;
-- all-or-nothing allocation (`allocate_slots`, INV-ATOMIC): the whole plan (window frees,
-  revived hits, new pages per group, shard-local availability) is computed first; if it does
-  not fit nothing changes, otherwise it is applied in eSurge's order.
+- all-or-nothing allocation (`allocate_slots`, INV-ATOMIC): a pure plan (window frees, revived
+  hits, new pages per group, shard-local availability) is computed first; if it does not fit
+  nothing changes, otherwise it is applied in eSurge's order. The decode step (`decode_step`)
+  is the same plan for its one simple case, decided in a few comparisons.
 
 `CacheCoordinatorNoPrefixCache` serves caching-off managers (never hits, never caches),
 `UnitaryCacheCoordinator` one group, `HybridCacheCoordinator` several; the rules are shared,
@@ -21,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from operator import countOf
-from typing import TypedDict, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
 from verikv.cache_specs import (
     CacheGroupsConfig,
@@ -39,7 +42,7 @@ from verikv.errors import (
     describe,
 )
 from verikv.free_queue import MAX_PAGE_ID
-from verikv.hashing import PageHash
+from verikv.hashing import PageKey
 from verikv.page_pool import PagePool
 from verikv.single_type_managers import (
     NULL_PAGE,
@@ -47,6 +50,9 @@ from verikv.single_type_managers import (
     SingleTypeCacheManager,
     get_manager_for_kv_cache_spec,
 )
+
+if TYPE_CHECKING:
+    from verikv.request import Request
 
 PageIds = tuple[list[int], ...]
 
@@ -59,11 +65,49 @@ page-aligned positions: `verikv.single_type_managers.MambaAlignManager`)."""
 MAX_MODEL_LEN = 2**31 - 1
 
 
+class RequestState:
+    """Everything the manager knows about one request id, in one record (``records[id]``).
+
+    ``request``: the `Request` object the record describes (one id names one live object;
+    None for a record a coordinator made for a bare id). Its content keys: ``keys`` (None:
+    none kept), computed at identity version ``keys_version`` of the object, and ``lookup``,
+    its last prefix lookup (result object, pool key_version, hit tokens, shard, copy of the
+    ids) that lets the hit check skip comparing keys page by page. While it holds pages:
+    ``pages`` one page-id list per group (None: it holds nothing), ``num_cached`` per group how
+    many leading pages are registered in the prefix cache, ``shard`` the DP shard they come
+    from (None: the whole pool) and ``cache_at`` the token count at which caching is next due
+    (the end of the first key page not yet covered by a caching call; it never decreases);
+    ``states``, per group, the indices of its real pages in a Mamba align group (empty lists
+    for the other groups; `verikv.single_type_managers.MambaAlignManager`).
+    A record with neither keys nor pages is dropped (`CacheCoordinator.forget_if_idle`).
+    """
+
+    __slots__ = ("cache_at", "keys", "keys_version", "lookup", "num_cached", "pages", "request", "shard", "states")
+
+    def __init__(self, request: Request | None) -> None:
+        self.request: Request | None = request
+        self.keys: list[PageKey] | None = None
+        self.keys_version: int = 0 if request is None else request._identity_version
+        self.lookup: tuple[object, int, int, int | None, PageIds] | None = None
+        self.pages: PageIds | None = None
+        self.num_cached: list[int] = []
+        self.shard: int | None = None
+        self.cache_at: int = 0
+        self.states: list[list[int]] = []
+
+
+class _Plan(NamedTuple):
+    """An allocation that fits: per group the window range to free (None: no windowed group
+    or nothing held yet)."""
+
+    skips: list[tuple[int, int]] | None
+
+
 class CacheCoordinator:
     """Shared machinery; use `get_kv_cache_coordinator` to pick the right subclass.
 
     ``shard`` arguments are DP shard indices (``None``: the whole pool) and ``dp`` the DP size
-    the pool's shard lists use; the manager resolves them before calling.
+    the pool's shards use; the manager resolves them before calling.
     """
 
     def __init__(
@@ -83,40 +127,22 @@ class CacheCoordinator:
             raise InvalidArgumentError(f"mamba_cache_mode must be one of {MAMBA_CACHE_MODES}, got "
                                        f"{describe(mamba_cache_mode)}")
         #: "align": Mamba states are cached at page-aligned positions (only with caching on)
-        self.mamba_cache_mode: str = mamba_cache_mode if enable_caching else "none"
+        self.mamba_cache_mode: str = mamba_cache_mode if enable_caching is True else "none"
         # CacheGroupsConfig validates any value and stores a tuple (eSurge callers pass lists)
         groups = CacheGroupsConfig(num_pages, cast("tuple[CacheGroupSpec, ...]", kv_cache_groups)).kv_cache_groups
         self.max_model_len: int = checked_int(max_model_len, "max_model_len", minimum=1, maximum=MAX_MODEL_LEN)
         if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
             raise InvalidArgumentError("use_eagle and enable_caching must be bools")
-        if enable_caching:
-            split_cache_groups(groups)  # the page-size rule (CacheSpecError names the group)
-        for gid, group in enumerate(groups):
-            spec = group.kv_cache_spec
-            if isinstance(spec, MambaSpec) and self.mamba_cache_mode == "none" and spec.page_size < self.max_model_len:
-                raise CacheSpecError(
-                    f"Mamba cache group {gid} has page size {spec.page_size} < max_model_len "
-                    f"{self.max_model_len}: a request's state must fit one page"
-                )
-            if use_eagle and isinstance(spec, ChunkedLocalAttentionSpec):
-                raise CacheSpecError(f"EAGLE is not supported with chunked local attention (cache group {gid})")
+        _check_group_rules(groups, self.max_model_len, use_eagle, enable_caching, self.mamba_cache_mode)
         self.kv_cache_groups: tuple[CacheGroupSpec, ...] = groups
         self.use_eagle: bool = use_eagle
         self.enable_caching: bool = enable_caching
-        try:
-            self.page_pool: PagePool = PagePool(num_pages, enable_caching, free_order=free_order,
-                                                enable_kv_events=enable_kv_events)
-        except MemoryError:
-            raise InvalidArgumentError(
-                f"num_pages {num_pages}: not enough host memory for the pool's bookkeeping") from None
+        self.page_pool: PagePool = _new_pool(num_pages, enable_caching, free_order, enable_kv_events)
         sizes = [g.kv_cache_spec.page_size for g in groups]
         #: the page size request keys are computed at: the smallest of the groups that cache
         #: (all but Mamba in "none" mode); None when no group caches (or caching is off: any
         #: page sizes then)
-        self.key_page_size: int | None = min(
-            (g.kv_cache_spec.page_size for g in groups
-             if self.mamba_cache_mode == "align" or not isinstance(g.kv_cache_spec, MambaSpec)),
-            default=None) if enable_caching else None
+        self.key_page_size: int | None = _key_page_size(groups, self.mamba_cache_mode) if enable_caching else None
         self.single_type_managers: tuple[SingleTypeCacheManager, ...] = tuple(
             get_manager_for_kv_cache_spec(g.kv_cache_spec, self.page_pool, gid, self.key_page_size,
                                           self.mamba_cache_mode)
@@ -126,13 +152,45 @@ class CacheCoordinator:
         self._mamba_align: tuple[MambaAlignManager, ...] = tuple(
             m for m in self.single_type_managers if isinstance(m, MambaAlignManager))
         self._windowed = tuple(m for m in self.single_type_managers if m.frees_skipped_pages)
-        self._lcm_page_size = math.lcm(*sizes) if sizes else 1
-        self._max_page_size = max(sizes) if sizes else 1
+        self._lcm_page_size = math.lcm(*sizes, 1)
+        self._max_page_size = max(sizes, default=1)
+        managers = self.single_type_managers
+        #: the one group's manager when `decode_step` can decide a step alone (a single group
+        #: that never drops pages), else None
+        self._solo = managers[0] if len(managers) == 1 and not managers[0].frees_skipped_pages else None
+        self._solo_page_size = 0 if self._solo is None else self._solo.page_size
+        #: a new record's `RequestState.cache_at`: 0, or with caching off a count never reached
+        self.initial_cache_at: int = 0 if enable_caching else self.max_model_len + 1
+        #: the page lists of a request that holds nothing (one empty tuple per group)
+        self._no_pages: tuple[tuple[int, ...], ...] = tuple(() for _ in managers)
+        #: request id -> its record: the only per-request state of the manager
+        self.records: dict[str, RequestState] = {}
+
+    # ---- records --------------------------------------------------------------------------
+
+    def holding(self, request_id: object) -> RequestState | None:
+        """The record of a request that holds pages, else None."""
+        rec = self.records.get(request_id) if isinstance(request_id, str) else None
+        return rec if rec is not None and rec.pages is not None else None
+
+    def record_for(self, request_id: str, request: Request) -> RequestState:
+        """The id's record, created for ``request`` on first use."""
+        rec = self.records.get(request_id)
+        if rec is None:
+            rec = self.records[request_id] = RequestState(request)
+        return rec
+
+    def forget_if_idle(self, request_id: str) -> None:
+        """Drop the id's record once it holds no pages and keeps no keys (the one place
+        records are dropped)."""
+        rec = self.records.get(request_id)
+        if rec is not None and rec.pages is None and rec.keys is None:
+            del self.records[request_id]
 
     # ---- lookups --------------------------------------------------------------------------
 
     def find_longest_cache_hit(
-        self, keys: Sequence[PageHash], max_cache_hit_length: int, shard: int | None = None, dp: int | None = None
+        self, keys: Sequence[PageKey], max_cache_hit_length: int, shard: int | None = None, dp: int | None = None
     ) -> tuple[PageIds, int]:
         """Hit pages per group and the hit length in tokens (a multiple of every page size).
 
@@ -143,7 +201,7 @@ class CacheCoordinator:
         if type(max_cache_hit_length) is not int or max_cache_hit_length < 0:
             max_cache_hit_length = checked_int(max_cache_hit_length, "max_cache_hit_length", minimum=0)
         if type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)):
-            raise InvalidArgumentError(f"keys must be a sequence of PageHash, got {type(keys).__name__}")
+            raise InvalidArgumentError(f"keys must be a sequence of PageKey, got {type(keys).__name__}")
         start = max_cache_hit_length // self._lcm_page_size * self._lcm_page_size
         if len(managers) == 1 and managers[0].hit_is_stable and not self.use_eagle:
             hits = managers[0].find_longest_cache_hit(keys, start, (0,), shard, dp)[0]  # its own fixed point
@@ -156,7 +214,7 @@ class CacheCoordinator:
         return tuple(results), length
 
     def _fixed_point(
-        self, keys: Sequence[PageHash], length: int, shard: int | None, dp: int | None,
+        self, keys: Sequence[PageKey], length: int, shard: int | None, dp: int | None,
         results: list[list[int]], at: list[int],
     ) -> int:
         """Apply each group's rule in group order until a whole pass keeps ``length``.
@@ -179,6 +237,13 @@ class CacheCoordinator:
             if length == start:
                 return length
 
+    def share_keys(self, keys: list[PageKey], hits: PageIds) -> None:
+        """Replace each hit key in the request's list ``keys`` by the equal key object the pool
+        stores, so later lookups and hit checks compare keys by identity (values unchanged)."""
+        for m, group_hits in zip(self.single_type_managers, hits):
+            if group_hits:
+                m.share_keys(group_hits, keys)
+
     # ---- planning and allocation -------------------------------------------------------------
 
     def get_num_pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: PageIds) -> int:
@@ -186,17 +251,25 @@ class CacheCoordinator:
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
         self._check_hit_shape(new_computed_pages)
-        return self._pages_to_allocate(request_id, num_tokens, new_computed_pages)
+        return self._pages_to_allocate(self._held_pages(request_id), num_tokens, new_computed_pages)
 
-    def _pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: PageIds,
-                           num_state_tokens: int | None = None) -> int:
-        """`get_num_pages_to_allocate` for hits already checked (Mamba align groups hold the
-        state after ``num_state_tokens``, default ``num_tokens``)."""
-        state = num_tokens if num_state_tokens is None else num_state_tokens
-        total = 0
-        for m, hits in zip(self.single_type_managers, new_computed_pages):
-            total += m._pages_needed(request_id, state if m.kind == "mamba_align" else num_tokens, hits)
-        return total
+    def _held_pages(self, request_id: object) -> Sequence[Sequence[int]]:
+        """The request's page lists, or empty ones when it holds nothing."""
+        rec = self.holding(request_id)
+        return self._no_pages if rec is None else rec.pages  # type: ignore[return-value]
+
+    def _pages_to_allocate(self, held: Sequence[Sequence[int]], num_tokens: int,
+                           new_computed_pages: PageIds | None) -> int:
+        """Free-list pages a request holding ``held`` takes to cover ``num_tokens`` slots."""
+        if new_computed_pages is None:
+            need = 0
+            for m, pages in zip(self.single_type_managers, held):
+                n = -(-num_tokens // m.page_size) - len(pages)
+                if n > 0:
+                    need += n
+            return need
+        return sum(m.pages_needed(pages, num_tokens, hits)
+                   for m, pages, hits in zip(self.single_type_managers, held, new_computed_pages))
 
     def allocate_slots(
         self,
@@ -214,98 +287,140 @@ class CacheCoordinator:
         frees). Mamba align groups hold the state after ``num_state_tokens`` (the step's end
         without lookahead slots; default ``num_slots``). Returns the new page ids per group, or
         None with no state change when the pool (or the request's shard) cannot supply the
-        plan. Window frees whose pages reach ref 0 count as available to the same call.
+        plan. Window frees whose pages reach ref 0 count as available to the same call. The
+        first allocation of an id creates its pages in its record (the record itself, if it has
+        none).
         """
         self._check_allocation(request_id, num_computed_tokens, num_slots, new_computed_pages)
-        if num_state_tokens is not None:
-            checked_int(num_state_tokens, "num_state_tokens", minimum=0)
-        return self._allocate_checked(request_id, num_computed_tokens, num_slots, new_computed_pages, shard, dp,
-                                      num_state_tokens)
-
-    def _allocate_checked(
-        self, request_id: str, num_computed_tokens: int, num_slots: int, new_computed_pages: PageIds | None,
-        shard: int | None, dp: int | None, num_state_tokens: int | None = None,
-    ) -> PageIds | None:
-        """`allocate_slots` once `_check_allocation` has passed: plan, then apply."""
+        if not self.single_type_managers:
+            return ()
         if self._mamba_align:
+            state_end = num_slots if num_state_tokens is None else checked_int(
+                num_state_tokens, "num_state_tokens", minimum=0)
             return self._allocate_with_states(request_id, num_computed_tokens, num_slots, new_computed_pages,
-                                              shard, dp, num_slots if num_state_tokens is None else num_state_tokens)
-        managers = self.single_type_managers
-        pool = self.page_pool
+                                              shard, dp, state_end)
+        rec = self.holding(request_id)
+        held = None if rec is None else rec.pages
+        plan = self._plan(held, num_computed_tokens, num_slots, new_computed_pages, shard, dp)
+        if plan is None:
+            return None
+        if held is None:
+            held = self._start(request_id, new_computed_pages, shard)
+        return self._apply(held, plan, num_slots, shard, dp)
+
+    def _plan(
+        self, held: PageIds | None, num_computed_tokens: int, num_slots: int,
+        new_computed_pages: PageIds | None, shard: int | None, dp: int | None,
+    ) -> _Plan | None:
+        """The allocation's plan if it fits, else None. Pure."""
         skips = None
         reclaimed = 0
-        if self._windowed:
-            skips = [m.skipped_range(request_id, num_computed_tokens) for m in managers]
-            ref_count = pool.ref_count
-            for m, (start, stop) in zip(managers, skips):
-                if start < stop:
-                    pages = m.req_to_pages[request_id]
-                    reclaimed += sum(1 for j in range(start, stop) if ref_count(pages[j]) == 1)
-        need = 0
+        if self._windowed and held is not None:
+            skips = [m.skipped_range(pages, num_computed_tokens) for m, pages in zip(self.single_type_managers, held)]
+            ref_count = self.page_pool.ref_count
+            for pages, (start, stop) in zip(held, skips):
+                reclaimed += countOf(map(ref_count, pages[start:stop]), 1)
+        need = self._pages_to_allocate(self._no_pages if held is None else held, num_slots, new_computed_pages)
+        if need > reclaimed and need > self._num_free(shard, dp) + reclaimed:
+            return None
+        return _Plan(skips)
+
+    def _num_free(self, shard: int | None, dp: int | None) -> int:
+        """Free pages of the pool, or of the DP shard."""
+        pool = self.page_pool
+        return pool.get_num_free_pages() if shard is None else pool.get_num_free_pages(
+            dp_shard_hint=shard, data_parallel_size=dp)
+
+    def _start(self, request_id: str, new_computed_pages: PageIds | None, shard: int | None) -> PageIds:
+        """Give the id's record its first pages: the prefix hits (touched in the pool; they
+        count as cached), or empty lists."""
+        rec = self.records.get(request_id)
+        if rec is None:
+            rec = self.records[request_id] = RequestState(None)
+        managers = self.single_type_managers
         if new_computed_pages is None:
-            known = True
-            for m in managers:
-                held: Sequence[int] | None = m.req_to_pages.get(request_id)
-                if held is None:
-                    known = False
-                    held = ()
-                n = -(-num_slots // m.page_size) - len(held)
-                if n > 0:
-                    need += n
-            if need == 0 and known and skips is None:  # the decode fast path: nothing to do
-                return ([],) if len(managers) == 1 else tuple([] for _ in managers)
+            rec.pages = tuple([] for _ in managers)
         else:
-            need = self._pages_to_allocate(request_id, num_slots, new_computed_pages)
-        if need > reclaimed:
-            available = pool.get_num_free_pages() if shard is None else pool.get_num_free_pages(
-                dp_shard_hint=shard, data_parallel_size=dp)
-            if need > available + reclaimed:
-                return None
-        if skips is not None:
-            for m, (start, stop) in zip(managers, skips):
-                m.remove_skipped_pages(request_id, start, stop)
-        if new_computed_pages is not None:
             for hits in new_computed_pages:
                 if hits:
-                    pool.touch_ids(hits)
-            for m, hits in zip(managers, new_computed_pages):
-                m._save_hits(request_id, hits)
+                    self.page_pool.touch_ids(hits)
+            rec.pages = tuple(list(hits) for hits in new_computed_pages)
+        rec.num_cached = [len(pages) for pages in rec.pages]
+        rec.states = [m.first_states(pages) if isinstance(m, MambaAlignManager) else []
+                      for m, pages in zip(managers, rec.pages)] if self._mamba_align else []
+        rec.shard = shard
+        rec.cache_at = self.initial_cache_at
+        rec.lookup = None  # hits are only taken first
+        return rec.pages
+
+    def _apply(self, held: PageIds, plan: _Plan, num_slots: int, shard: int | None, dp: int | None) -> PageIds:
+        """Carry out a plan that fits, in eSurge's order: window frees, then new pages."""
+        managers = self.single_type_managers
+        if plan.skips is not None:
+            for m, pages, (start, stop) in zip(managers, held, plan.skips):
+                m.remove_skipped_pages(pages, start, stop)
         if len(managers) == 1:
-            return (managers[0].allocate_new_pages(request_id, num_slots, shard, dp),)
-        return tuple([m.allocate_new_pages(request_id, num_slots, shard, dp) for m in managers])
+            return (managers[0].allocate_new_pages(held[0], num_slots, shard, dp),)
+        return tuple([m.allocate_new_pages(pages, num_slots, shard, dp) for m, pages in zip(managers, held)])
+
+    # ---- Mamba align: the allocation plan with state pages ---------------------------------
 
     def _allocate_with_states(
         self, request_id: str, num_computed_tokens: int, num_slots: int, new_computed_pages: PageIds | None,
         shard: int | None, dp: int | None, state_end: int,
     ) -> PageIds | None:
-        """`_allocate_checked` with Mamba align groups: the same plan, each Mamba group growing
-        by its state page for ``state_end`` tokens; a state that would move back raises first."""
+        """`allocate_slots` with Mamba align groups: the same plan and order, each Mamba group
+        freeing the state pages before the one the step starts from and growing by the state
+        page for ``state_end`` tokens; a state that would move back raises first."""
         managers = self.single_type_managers
-        for mamba in self._mamba_align:
-            mamba.check_state_moves_forward(request_id, num_computed_tokens, state_end)
-        hits = new_computed_pages if new_computed_pages is not None else tuple([] for _ in managers)
-        skips = [m.skipped_range(request_id, num_computed_tokens) for m in managers]
+        rec = self.holding(request_id)
+        held: Sequence[Sequence[int]] = self._no_pages if rec is None else rec.pages  # type: ignore[assignment]
+        states: Sequence[Sequence[int]] = self._no_pages if rec is None else rec.states
+        for m, pages in zip(managers, held):
+            if isinstance(m, MambaAlignManager):
+                m.check_state_moves_forward(pages, num_computed_tokens, state_end)
+        frees: list[Any] = [
+            m.skipped_states(group_states, num_computed_tokens) if isinstance(m, MambaAlignManager)
+            else m.skipped_range(pages, num_computed_tokens) if m.frees_skipped_pages else (0, 0)
+            for m, pages, group_states in zip(managers, held, states)]
         ref_count = self.page_pool.ref_count
         reclaimed = 0
-        for m, (start, stop) in zip(managers, skips):
-            if start < stop:
-                pages = m.req_to_pages[request_id]
-                reclaimed += sum(1 for j in range(start, stop) if pages[j] != NULL_PAGE and ref_count(pages[j]) == 1)
-        need = self._pages_to_allocate(request_id, num_slots, hits, state_end)
-        available = self.page_pool.get_num_free_pages() if shard is None else self.page_pool.get_num_free_pages(
-            dp_shard_hint=shard, data_parallel_size=dp)
-        if need > available + reclaimed:
+        for pages, free in zip(held, frees):
+            picked = [pages[j] for j in free] if isinstance(free, list) else pages[free[0]:free[1]]
+            reclaimed += countOf(map(ref_count, picked), 1)
+        hits = new_computed_pages if new_computed_pages is not None else self._no_pages
+        need = sum(m.pages_needed(pages, state_end if isinstance(m, MambaAlignManager) else num_slots, group_hits)
+                   for m, pages, group_hits in zip(managers, held, hits))
+        if need > reclaimed and need > self._num_free(shard, dp) + reclaimed:
             return None
-        for m, (start, stop) in zip(managers, skips):
-            m.remove_skipped_pages(request_id, start, stop)
-        if new_computed_pages is not None:
-            for group_hits in new_computed_pages:
-                if group_hits:
-                    self.page_pool.touch_ids(group_hits)
-            for m, group_hits in zip(managers, new_computed_pages):
-                m._save_hits(request_id, group_hits)
-        return tuple([m.allocate_new_pages(request_id, state_end if m.kind == "mamba_align" else num_slots, shard, dp)
-                      for m in managers])
+        if rec is None:
+            self._start(request_id, new_computed_pages, shard)
+            rec = self.records[request_id]
+        else:
+            for m, pages, group_states, free in zip(managers, rec.pages, rec.states, frees):  # type: ignore[arg-type]
+                if isinstance(m, MambaAlignManager):
+                    m.free_states(pages, group_states, free)
+                else:
+                    m.remove_skipped_pages(pages, *free)
+        return tuple([m.allocate_state(pages, group_states, state_end, shard, dp) if isinstance(m, MambaAlignManager)
+                      else m.allocate_new_pages(pages, num_slots, shard, dp)
+                      for m, pages, group_states in zip(managers, rec.pages, rec.states)])  # type: ignore[arg-type]
+
+    def decode_step(self, rec: RequestState, num_tokens: int) -> list[int] | None:
+        """`allocate_slots` for the step of a request ``rec`` that holds pages, when it is
+        simple: one group that never drops pages, at most one new page, from the whole pool,
+        and it fits. Returns that group's new pages (none or one); None (nothing changed) when
+        the step is not that simple and must be planned by `allocate_slots`."""
+        solo = self._solo
+        if solo is None or num_tokens > self.max_model_len:
+            return None
+        pages: list[int] = rec.pages[0]  # type: ignore[index]  # the caller checked it holds pages
+        covered = len(pages) * self._solo_page_size
+        if num_tokens <= covered:
+            return _NO_PAGE
+        if num_tokens <= covered + self._solo_page_size and rec.shard is None and self.page_pool.get_num_free_pages():
+            return solo.allocate_new_pages(pages, num_tokens)
+        return None
 
     def _check_hit_shape(self, new_computed_pages: object) -> None:
         """Hits are one sequence of int page ids per group, with no null page in a group that
@@ -336,15 +451,21 @@ class CacheCoordinator:
             checked_int(num_slots, "num_slots", minimum=0)
         if new_computed_pages is not None:
             self._check_hit_shape(new_computed_pages)
-            managers = self.single_type_managers
-            if managers and request_id in managers[0].req_to_pages:
+            if self.single_type_managers and self.holding(request_id) is not None:
                 raise InvalidArgumentError(f"request {request_id!r} already holds pages; hits are only taken first")
 
     def remove_skipped_pages(self, request_id: str, num_computed_tokens: int) -> None:
         """Free the pages that left every window once ``num_computed_tokens`` are computed."""
-        for m in self._windowed:
-            start, stop = m.skipped_range(request_id, num_computed_tokens)
-            m.remove_skipped_pages(request_id, start, stop)
+        rec = self.holding(request_id)
+        if rec is None:
+            return
+        states = rec.states or [[] for _ in self.single_type_managers]
+        for m, pages, group_states in zip(self.single_type_managers, rec.pages, states):  # type: ignore[arg-type]
+            if isinstance(m, MambaAlignManager):
+                m.free_states(pages, group_states, m.skipped_states(group_states, num_computed_tokens))
+                continue
+            start, stop = m.skipped_range(pages, num_computed_tokens)
+            m.remove_skipped_pages(pages, start, stop)
 
     # ---- caching, freeing, queries ----------------------------------------------------------------
 
@@ -359,53 +480,106 @@ class CacheCoordinator:
                 needed = k
         return needed
 
-    def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int,
-                    num_computed_tokens: int = 0) -> None:
-        """Register the request's full pages up to ``num_tokens`` tokens in every group (the
-        arguments are checked against every group before the first one caches); Mamba align
-        groups key the state of the request's ``num_computed_tokens`` (`MambaAlignManager.cache_states`)."""
+    def cache_pages(self, request_id: str, keys: Sequence[PageKey], num_tokens: int) -> None:
+        """Register the request's full pages up to ``num_tokens`` tokens in every group."""
+        rec = self.holding(request_id)
+        if rec is None:
+            raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
+        self.cache_held(rec, keys, num_tokens)
+
+    def cache_held(self, rec: RequestState, keys: Sequence[PageKey], num_tokens: int,
+                   num_computed_tokens: int = 0) -> None:
+        """`cache_pages` for the record of a request that holds pages (the arguments are
+        checked against every group before the first one caches)."""
         managers = self.single_type_managers
-        if len(managers) > 1:
-            needed = self.keys_needed(num_tokens)
-            if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence) or len(keys) < needed:
-                raise InvalidArgumentError(f"caching {describe(num_tokens)} tokens needs {describe(needed)} keys")
-            for m in managers:
-                if num_tokens // m.page_size > len(m._pages_of(request_id)):
-                    raise InvalidArgumentError(f"group {m.kv_cache_group_id}: request {request_id!r} holds too "
-                                               f"few pages to cache {describe(num_tokens)} tokens")
-        for m in managers:
-            if m.kind == "mamba_align":
-                cast(MambaAlignManager, m).cache_states(request_id, keys, num_tokens, num_computed_tokens)
+        pages: PageIds = rec.pages  # type: ignore[assignment]
+        cached = rec.num_cached
+        if len(managers) == 1 and not self._mamba_align:
+            cached[0] = managers[0].cache_pages(pages[0], cached[0], keys, num_tokens)
+            return
+        needed = self.keys_needed(num_tokens)
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence) or len(keys) < needed:
+            raise InvalidArgumentError(f"caching {describe(num_tokens)} tokens needs {describe(needed)} keys")
+        for m, group_pages in zip(managers, pages):
+            if num_tokens // m.page_size > len(group_pages):
+                raise InvalidArgumentError(f"group {m.kv_cache_group_id}: the request holds too "
+                                           f"few pages to cache {describe(num_tokens)} tokens")
+        for gid, m in enumerate(managers):
+            if isinstance(m, MambaAlignManager):  # the state of the request's computed count
+                cached[gid] = m.cache_states(pages[gid], cached[gid], keys, num_tokens, num_computed_tokens)
             else:
-                m.cache_pages(request_id, keys, num_tokens)
+                cached[gid] = m.cache_pages(pages[gid], cached[gid], keys, num_tokens)
 
     def free(self, request_id: str) -> None:
-        """Release the request's pages, group by group, each last page first."""
+        """Release the request's pages, group by group, each last page first. No-op for a
+        request that holds none."""
         if not isinstance(request_id, str):
             raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")
-        for m in self.single_type_managers:
-            m.free(request_id)
+        rec = self.holding(request_id)
+        if rec is None:
+            return
+        pages: PageIds = rec.pages  # type: ignore[assignment]
+        rec.pages, rec.num_cached, rec.shard, rec.states = None, [], None, []
+        for m, group_pages in zip(self.single_type_managers, pages):
+            m.free(group_pages)
+        self.forget_if_idle(request_id)
 
     def get_num_common_prefix_pages(self, request_id: str, num_running_requests: int) -> list[int]:
         """Per group: leading pages every running request shares (0 for windowed groups)."""
         checked_int(num_running_requests, "num_running_requests", minimum=1)
-        if self.get_pages(request_id) is None:
+        rec = self.holding(request_id)
+        if rec is None:
             raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
-        return [m.get_num_common_prefix_pages(request_id, num_running_requests) for m in self.single_type_managers]
+        return [m.get_num_common_prefix_pages(pages, num_running_requests)
+                for m, pages in zip(self.single_type_managers, rec.pages)]  # type: ignore[arg-type]
 
     def get_pages(self, request_id: str) -> PageIds | None:
         """Copies of the request's page ids per group, or None for an unknown request."""
-        managers = self.single_type_managers
-        if not managers or not isinstance(request_id, str) or request_id not in managers[0].req_to_pages:
-            return None
-        return tuple(list(m.req_to_pages[request_id]) for m in managers)
+        rec = self.holding(request_id)
+        return None if rec is None else tuple(list(pages) for pages in rec.pages)  # type: ignore[union-attr]
+
+
+#: `decode_step`'s "no new page" (never changed: the caller returns a shared empty result)
+_NO_PAGE: list[int] = []
+
+
+def _key_page_size(groups: tuple[CacheGroupSpec, ...], mamba_cache_mode: str) -> int | None:
+    """The smallest page size of the groups that cache (all but Mamba in "none" mode); None if
+    there is none."""
+    return min((g.kv_cache_spec.page_size for g in groups
+                if mamba_cache_mode == "align" or not isinstance(g.kv_cache_spec, MambaSpec)), default=None)
+
+
+def _new_pool(num_pages: int, enable_caching: bool, free_order: str, enable_kv_events: bool) -> PagePool:
+    """The coordinator's pool (`InvalidArgumentError` when the host cannot hold its tables)."""
+    try:
+        return PagePool(num_pages, enable_caching, free_order=free_order, enable_kv_events=enable_kv_events)
+    except MemoryError:
+        raise InvalidArgumentError(
+            f"num_pages {num_pages}: not enough host memory for the pool's bookkeeping") from None
+
+
+def _check_group_rules(groups: tuple[CacheGroupSpec, ...], max_model_len: int, use_eagle: bool,
+                       enable_caching: bool, mamba_cache_mode: str = "none") -> None:
+    """The rules on the groups a coordinator serves (`CacheSpecError` names the group)."""
+    if enable_caching:
+        split_cache_groups(groups)  # the page-size rule
+    for gid, group in enumerate(groups):
+        spec = group.kv_cache_spec
+        if isinstance(spec, MambaSpec) and mamba_cache_mode == "none" and spec.page_size < max_model_len:
+            raise CacheSpecError(
+                f"Mamba cache group {gid} has page size {spec.page_size} < max_model_len "
+                f"{max_model_len}: a request's state must fit one page"
+            )
+        if use_eagle and isinstance(spec, ChunkedLocalAttentionSpec):
+            raise CacheSpecError(f"EAGLE is not supported with chunked local attention (cache group {gid})")
 
 
 class CacheCoordinatorNoPrefixCache(CacheCoordinator):
     """Prefix caching off: lookups never hit and nothing is cached; any groups are allowed."""
 
     def find_longest_cache_hit(
-        self, keys: Sequence[PageHash], max_cache_hit_length: int, shard: int | None = None, dp: int | None = None
+        self, keys: Sequence[PageKey], max_cache_hit_length: int, shard: int | None = None, dp: int | None = None
     ) -> tuple[PageIds, int]:
         """No hit: one empty list per group, 0 tokens."""
         return tuple([] for _ in self.single_type_managers), 0
@@ -414,8 +588,11 @@ class CacheCoordinatorNoPrefixCache(CacheCoordinator):
         """Nothing is cached, so no key is ever needed."""
         return 0
 
-    def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int,
-                    num_computed_tokens: int = 0) -> None:
+    def cache_pages(self, request_id: str, keys: Sequence[PageKey], num_tokens: int) -> None:
+        """Caching is off: nothing to register."""
+
+    def cache_held(self, rec: RequestState, keys: Sequence[PageKey], num_tokens: int,
+                   num_computed_tokens: int = 0) -> None:
         """Caching is off: nothing to register."""
 
 

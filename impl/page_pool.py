@@ -20,7 +20,7 @@ from array import array
 from collections import Counter
 from collections.abc import Hashable, Iterable, MutableMapping, MutableSequence, Sequence
 from functools import partial
-from itertools import repeat, takewhile
+from itertools import takewhile
 from operator import countOf, is_not
 from typing import Any
 
@@ -37,11 +37,9 @@ from verikv.errors import (
     PageStateError,
     describe,
 )
+from verikv.esurge_pool import ESurgePoolMethods
 from verikv.events import EventLog, KVEvent, PrefixCacheStats
 from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLinks, PageRecords, check_key, page_list
-from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, PageKey, default_hasher
-from verikv.spec import pool as spec_pool  # noqa: F401  (named by the PEP 316 contracts below)
-from verikv.spec.abstraction import abstract_pool  # noqa: F401  (named by the PEP 316 contracts below)
 
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
 #: frees of at least this many ids take the vectorized path (`PagePool._free_bulk`)
@@ -52,7 +50,7 @@ _log.addHandler(logging.NullHandler())  # a library logs only where the applicat
 _is_entry = partial(is_not, None)  # a cached-map get that hit (C-level predicate for takewhile)
 
 
-class PagePool:
+class PagePool(ESurgePoolMethods):
     """A pool of ``num_pages`` pages; page 0 is the null page and is never handed out.
 
     ``free_order``: ``"esurge"`` puts every freed page at the tail of the free list;
@@ -142,7 +140,7 @@ class PagePool:
         `OutOfPagesError` (nothing changed) when the pool, or the shard, has too few.
 
         raises: OutOfPagesError, InvalidArgumentError
-        post: dp_shard_hint is not None or (abstract_pool(self), tuple(__return__)) == spec_pool.allocate(abstract_pool(__old__.self), num_pages)
+        post: dp_shard_hint is not None or (abstract_pool(self), tuple(__return__)) == spec_pool().allocate(abstract_pool(__old__.self), num_pages)
         """  # noqa: E501 -- a CrossHair contract is one line
         count = (num_pages if type(num_pages) is int and num_pages >= 0
                  else checked_int(num_pages, "num_pages", minimum=0))
@@ -182,7 +180,7 @@ class PagePool:
         A page with ref 0 first leaves the free list, keeping its key.
 
         raises: ForeignPageError, InvalidArgumentError
-        post: abstract_pool(self) == spec_pool.touch(abstract_pool(__old__.self), tuple(page_ids))
+        post: abstract_pool(self) == spec_pool().touch(abstract_pool(__old__.self), tuple(page_ids))
         """
         ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
         if not self._all_in_range(ids):
@@ -206,7 +204,7 @@ class PagePool:
         page freed more often than it is held; nothing changes then.
 
         raises: NullPageError, ForeignPageError, DoubleFreeError, InvalidArgumentError
-        post: abstract_pool(self) == spec_pool.free(abstract_pool(__old__.self), tuple(__old__.page_ids))
+        post: abstract_pool(self) == spec_pool().free(abstract_pool(__old__.self), tuple(__old__.page_ids))
         """
         ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
         if len(ids) >= _BULK_FREE and self._free_bulk(ids):
@@ -265,14 +263,14 @@ class PagePool:
         `InvalidArgumentError` for a ``None``/unhashable key or when caching is disabled.
 
         raises: NullPageError, ForeignPageError, PageStateError, InvalidArgumentError
-        post: abstract_pool(self) == spec_pool.cache(abstract_pool(__old__.self), page_id, key)
+        post: abstract_pool(self) == spec_pool().cache(abstract_pool(__old__.self), page_id, key)
         """
         if key is None:
             raise InvalidArgumentError("a cache key cannot be None")
         if not (type(page_id) is int and 0 < page_id < self.num_pages and self.enable_caching
                 and self._key[page_id] is None):
             check_key(key)  # a bad key is reported before a bad page, as the spec orders them
-            self._check_cacheable([page_id])  # raises the precise error
+            self.check_cacheable([page_id])  # raises the precise error
         try:
             entry = self._cached.setdefault(key, page_id)  # hashes the key once
         except TypeError:
@@ -300,30 +298,23 @@ class PagePool:
         self.prefix_cache_stats.record(1, 0 if found is None else 1)
         return found
 
-    def lookup_run_ids(self, keys: Iterable[Hashable], *, group_id: int | None = None,
-                       dp_shard_hint: int | None = None, data_parallel_size: int | None = None) -> list[int]:
+    def lookup_run_ids(self, keys: Sequence[Hashable], *, dp_shard_hint: int | None = None,
+                       data_parallel_size: int | None = None) -> list[int]:
         """`lookup_id` over ``keys`` in order, stopping at the first miss: the pages of the
         longest run of leading hits (one call per prefix lookup instead of one per page).
         Statistics count one query per key looked up, as per-key `lookup_id` calls would.
-
-        With ``group_id``, key ``k`` is looked up as ``(k, group_id)``, equal to
-        ``PageHashWithGroupId(k, group_id)``; the pairs are built lazily, up to the first miss.
         """
-        if group_id is not None and (type(group_id) is not int or group_id < 0):
-            group_id = checked_int(group_id, "group_id", minimum=0)
         bounds = (None if data_parallel_size is None and dp_shard_hint is None
                   else self._shard_bounds(dp_shard_hint, data_parallel_size))
         keys = keys if type(keys) is list else page_list(keys, "keys")
-        try:  # C speed; a zip reuses one pair tuple while each lookup drops it
-            found: list[Any] = list(takewhile(_is_entry, map(
-                self._cached.get, keys if group_id is None else zip(keys, repeat(group_id)))))
+        try:  # C speed, up to the first miss
+            found: list[Any] = list(takewhile(_is_entry, map(self._cached.get, keys)))
         except TypeError:
             raise InvalidArgumentError(f"unhashable cache key among {describe(keys)}") from None
         queries = len(found) + (len(found) < len(keys))  # the miss that ended the run counts
         if bounds is not None or dict in map(type, found):  # a shard, or equal pages: resolve each
             for i, entry in enumerate(found):
-                key = keys[i] if group_id is None else (keys[i], group_id)
-                pid = entry if bounds is None and type(entry) is int else self._lookup(key, bounds)
+                pid = entry if bounds is None and type(entry) is int else self._lookup(keys[i], bounds)
                 if pid is None:
                     del found[i:]
                     queries = i + 1
@@ -335,10 +326,32 @@ class PagePool:
         stats.hits += len(found)
         return found
 
+    def lookup_all_ids(self, keys: Sequence[Hashable], *, dp_shard_hint: int | None = None,
+                       data_parallel_size: int | None = None) -> list[int] | None:
+        """The oldest page holding each of ``keys`` (inside the hinted shard, if any), or
+        ``None`` if any misses. Counted in `prefix_cache_stats` as one query."""
+        bounds = self._shard_bounds(dp_shard_hint, data_parallel_size)
+        found: list[int] = []
+        for key in page_list(keys, "keys"):
+            pid = self._lookup(key, bounds)
+            if pid is None:
+                self.prefix_cache_stats.record(1, 0)
+                return None
+            found.append(pid)
+        self.prefix_cache_stats.record(1, 1)
+        return found
+
+    def keys_of_ids(self, page_ids: Sequence[int]) -> list[Hashable | None]:
+        """The content key of each of ``page_ids`` (``None``: no key), read at C speed."""
+        ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
+        if not self._all_in_range(ids):
+            self._check_in_range(ids)  # raises the precise error
+        return list(map(self._key.__getitem__, ids))
+
     def reset_prefix_cache(self) -> bool:
         """Drop every content key if no page is held; otherwise change nothing, return False.
 
-        post: (abstract_pool(self), __return__) == spec_pool.reset_prefix_cache(abstract_pool(__old__.self))
+        post: (abstract_pool(self), __return__) == spec_pool().reset_prefix_cache(abstract_pool(__old__.self))
         """
         held = self.num_pages - 1 - self._free.lengths[0]
         if held > 0:
@@ -369,78 +382,11 @@ class PagePool:
         groups = page_list(pages, "pages")
         flat = ([p for group in groups for p in page_list(group, "pages of a group")]
                 if groups and not isinstance(groups[0], CachePage) else groups)
-        self.touch_ids(self._own_ids(flat))
+        self.touch_ids(self.own_ids(flat))
 
     def free_pages(self, ordered_pages: Iterable[CachePage]) -> None:
         """eSurge's free: `free_page_ids` on page views, in the given (eviction) order."""
-        self.free_page_ids(self._own_ids(ordered_pages))
-
-    def get_cached_page(self, page_hash: PageHash, kv_cache_group_ids: Sequence[int], *,
-                        dp_shard_hint: int | None = None,
-                        data_parallel_size: int | None = None) -> list[CachePage] | None:
-        """One cached page per group for ``page_hash``, or ``None`` if any group misses.
-
-        Each is the oldest page under ``(page_hash, group)`` (inside the hinted shard, if any).
-        Counted in `prefix_cache_stats` as one query.
-        """
-        bounds = self._shard_bounds(dp_shard_hint, data_parallel_size)
-        group_ids = [checked_int(g, "kv_cache_group_id", minimum=0)
-                     for g in page_list(kv_cache_group_ids, "kv_cache_group_ids")]
-        found: list[CachePage] = []
-        for gid in group_ids:
-            pid = self._lookup(PageHashWithGroupId(page_hash, gid), bounds)
-            if pid is None:
-                self.prefix_cache_stats.record(1, 0)
-                return None
-            found.append(self._view(pid))
-        self.prefix_cache_stats.record(1, 1)
-        return found
-
-    def cache_full_pages(self, request: Any, pages: Sequence[CachePage], page_hashes: list[PageHash],
-                         num_cached_pages: int, num_full_pages: int, page_size: int,
-                         kv_cache_group_id: int, *, hasher: PageHasher | None = None) -> None:
-        """Register ``pages[num_cached_pages:num_full_pages]`` under the request's page keys.
-
-        Missing keys are computed from ``request`` with ``hasher`` (default: the sha256
-        default hasher), chained from ``page_hashes[-1]``, and appended to ``page_hashes``
-        (the caller's per-request list). Null placeholders in the range are skipped: they hold
-        no content, and the chain runs through the key list, not through the pages.
-        """
-        first = checked_int(num_cached_pages, "num_cached_pages", minimum=0)
-        last = checked_int(num_full_pages, "num_full_pages", minimum=0)
-        group_id = checked_int(kv_cache_group_id, "kv_cache_group_id", minimum=0)
-        size = checked_int(page_size, "page_size", minimum=1)
-        if hasher is not None and not isinstance(hasher, PageHasher):
-            raise InvalidArgumentError(f"hasher must be a PageHasher or None, got {type(hasher).__name__}")
-        if type(page_hashes) is not list:
-            raise InvalidArgumentError(
-                f"page_hashes must be the request's list of keys, got {type(page_hashes).__name__}")
-        pages = page_list(pages, "pages")
-        if first >= last:
-            return
-        if len(page_hashes) < first:
-            raise InvalidArgumentError(
-                f"page_hashes has {len(page_hashes)} entries, fewer than num_cached_pages={first}")
-        if last > len(pages):
-            raise InvalidArgumentError(f"num_full_pages={last} exceeds the {len(pages)} pages given")
-        parent = page_hashes[-1] if page_hashes else None
-        if not all(isinstance(h, PageKey) for h in page_hashes[first:last]) or (
-                parent is not None and not isinstance(parent, PageKey)):
-            raise InvalidArgumentError("page_hashes must hold PageKey keys")
-        ids = self._own_ids(pages[first:last])
-        self._check_cacheable([pid for pid in ids if pid != NULL_PAGE_ID])
-        new_hashes: list[PageHash] = []
-        if len(page_hashes) < last:
-            _check_token_source(request)
-            new_hashes = (hasher or default_hasher()).hash_request(
-                request, size, start=len(page_hashes), parent=parent, stop=last)
-        hashes = (page_hashes + new_hashes)[first:last]
-        keys = [(pid, PageHashWithGroupId(h, group_id)) for pid, h in zip(ids, hashes) if pid != NULL_PAGE_ID]
-        for _, key in keys:  # every key is known hashable before the first change
-            check_key(key)
-        page_hashes.extend(new_hashes)
-        for pid, key in keys:
-            self.cache_page_id(pid, key)
+        self.free_page_ids(self.own_ids(ordered_pages))
 
     def make_prefix_cache_stats(self) -> PrefixCacheStats:
         """The lookup statistics since the last call (the counters restart)."""
@@ -494,7 +440,8 @@ class PagePool:
             if not 0 <= pid < n:
                 raise ForeignPageError(f"page id {pid} is not a page of this pool (0..{n - 1})")
 
-    def _own_ids(self, pages: Iterable[CachePage]) -> list[int]:
+    def own_ids(self, pages: Iterable[CachePage]) -> list[int]:
+        """The ids of ``pages``, which must be `CachePage` views of this pool (else `ForeignPageError`)."""
         records = self._records
         ids: list[int] = []
         for page in page_list(pages, "pages"):
@@ -503,8 +450,10 @@ class PagePool:
             ids.append(page.page_id)
         return ids
 
-    def _check_cacheable(self, ids: list[int]) -> None:
-        """Raise unless caching is on and every id is a non-null page of this pool without a key."""
+    def check_cacheable(self, page_ids: Sequence[int]) -> None:
+        """Raise unless caching is on and every id is a non-null page of this pool without a key
+        (distinct). Read-only."""
+        ids = page_list(page_ids, "page_ids")
         if not self.enable_caching:
             raise InvalidArgumentError("prefix caching is disabled for this pool")
         self._check_ints(ids)
@@ -627,11 +576,19 @@ class PagePool:
         return shards
 
 
-def _check_token_source(request: Any) -> None:
-    """`InvalidArgumentError` unless ``request`` has token ids to hash (``all_token_ids``)."""
-    tokens = getattr(request, "all_token_ids", None)
-    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (Sequence, np.ndarray)):
-        raise InvalidArgumentError(f"request {describe(request)} has no all_token_ids sequence to hash")
+def abstract_pool(pool: PagePool) -> Any:
+    """The spec's view of ``pool`` (named by the PEP 316 contracts above; `verikv.spec` is
+    imported here, on first use, so the runtime path never imports it)."""
+    from verikv.spec.abstraction import abstract_pool as abstraction
+
+    return abstraction(pool)
+
+
+def spec_pool() -> Any:
+    """The spec's pool transitions, `verikv.spec.pool` (for the contracts above; lazy)."""
+    from verikv.spec import pool
+
+    return pool
 
 
 def _ids_of(entry: int | dict[int, None]) -> tuple[int, ...]:

@@ -1,28 +1,30 @@
-"""One manager per attention type: which pages a request holds in one cache group, on page ids.
+"""One manager per attention type: the rules of one cache group, applied to a request's page list.
 
-A `SingleTypeCacheManager` owns, for its cache group, each request's ordered page ids
-(``req_to_pages``; the null page 0 stands for a page a window no longer needs) and how many
-leading pages are registered in the prefix cache (``num_cached_page``). The subclasses differ
-in three rules: the prefix-cache hit they accept (`find_longest_cache_hit`), the pages a
-request can drop as its context moves on (`skipped_range`), and whether pages are cached.
+A `SingleTypeCacheManager` holds no per-request state: the coordinator's `RequestState` record
+owns each request's page list per group (ordered ids; the null page 0 stands for a page a
+window no longer needs) and how many leading pages are registered in the prefix cache, and
+passes the group's list (and count) in. The subclasses differ in three rules: the prefix-cache
+hit they accept (`find_longest_cache_hit`), the pages a request can drop as its context moves
+on (`skipped_range`), and whether pages are cached.
 
 Keys: a request's content keys are computed at the smallest page size of the manager
 (``key_page_size``); a group whose page size is ``k`` times that uses key ``(j + 1) * k - 1``
-for its page ``j`` (the key of the last small page it covers), combined with its group id.
+for its page ``j`` (the key of the last small page it covers), composed with its group id
+(`group_key`) into the key the pool stores. The pool never sees a group id.
 
 Every method works on ints and costs O(pages it touches); none scans the free list or a
-request's whole page list. Queries never create entries; only the mutators called by a
-coordinator after its plan fits (`save_new_computed_pages`, `allocate_new_pages`) do.
+request's whole page list. Queries change nothing; the mutators (`remove_skipped_pages`,
+`allocate_new_pages`, `cache_pages`, `free`) are called by a coordinator once its plan fits.
 
-Arguments are checked (typed errors, before any change) for their types, ranges and the
-request's presence; what only the caller can know is trusted: that hit pages were touched
-in the pool before `save_new_computed_pages`, and that keys are this request's (the
-`CacheManager` checks both).
+Arguments are checked (typed errors, before any change) for their types and ranges; what only
+the caller can know is trusted: that the page list is the request's, and that keys are the
+request's (the coordinator and `CacheManager` check both).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 from operator import countOf
 from typing import TYPE_CHECKING, cast
 
@@ -38,10 +40,9 @@ from verikv.errors import (
     CacheSpecError,
     InvalidArgumentError,
     OutOfPagesError,
-    UnknownRequestError,
     describe,
 )
-from verikv.hashing import PageHash, PageHashWithGroupId, PageKey
+from verikv.hashing import PageHashWithGroupId, PageKey
 
 if TYPE_CHECKING:
     from verikv.page_pool import PagePool
@@ -61,16 +62,23 @@ def _count(value: object, name: str) -> int:
     return checked_int(value, name, minimum=0)
 
 
-def _key_list(keys: object) -> Sequence[PageHash]:
-    """``keys`` if it is a sequence of `PageHash` (checked at C speed), else InvalidArgumentError."""
+def _key_list(keys: object) -> Sequence[PageKey]:
+    """``keys`` if it is a sequence of `PageKey` (checked at C speed), else InvalidArgumentError."""
     if ((type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)))
             or countOf(map(type, keys), PageKey) != len(keys)):
-        raise InvalidArgumentError(f"keys must be a sequence of PageHash, got {type(keys).__name__}")
+        raise InvalidArgumentError(f"keys must be a sequence of PageKey, got {type(keys).__name__}")
     return keys
 
 
+def _page_list(pages: object) -> list[int]:
+    """``pages`` if it is a request's page list (a list), else InvalidArgumentError."""
+    if type(pages) is not list:
+        raise InvalidArgumentError(f"pages must be a request's page list, got {type(pages).__name__}")
+    return pages
+
+
 class SingleTypeCacheManager:
-    """Page bookkeeping of one cache group; subclasses add the attention type's rules."""
+    """The rules of one cache group; subclasses add the attention type's rules."""
 
     #: the spec class this manager handles (exact type, as eSurge's dispatch table)
     # (abstract on purpose: no spec is exactly a CacheSpec, so the base class manages nothing)
@@ -89,10 +97,8 @@ class SingleTypeCacheManager:
         "key_page_size",
         "kv_cache_group_id",
         "kv_cache_spec",
-        "num_cached_page",
         "page_pool",
         "page_size",
-        "req_to_pages",
     )
 
     def __init__(
@@ -114,8 +120,6 @@ class SingleTypeCacheManager:
         self.page_size: int = ps
         self.kv_cache_group_id: int = kv_cache_group_id
         self.page_pool: PagePool = page_pool
-        self.req_to_pages: dict[str, list[int]] = {}
-        self.num_cached_page: dict[str, int] = {}
         self.key_page_size: int = key_ps
         self._stride: int = ps // key_ps
 
@@ -124,19 +128,19 @@ class SingleTypeCacheManager:
         """``(kind, page_size, span)`` as the spec's group layout (span: window or chunk, else 0)."""
         return (self.kind, self.page_size, 0)
 
-    def _pages_of(self, request_id: object) -> list[int]:
-        """The request's page list (`UnknownRequestError` when it has none in this group)."""
-        pages = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
-        if pages is None:
-            raise UnknownRequestError(
-                f"request {describe(request_id)} holds no pages in group {self.kv_cache_group_id}")
-        return pages
+    def group_key(self, key: PageKey) -> PageHashWithGroupId:
+        """The pool key of a page of this group holding the content ``key``."""
+        return PageHashWithGroupId(key, self.kv_cache_group_id)
+
+    def key_index(self, page_index: int) -> int:
+        """Index in the request's key list of the key of this group's page ``page_index``."""
+        return (page_index + 1) * self._stride - 1
 
     # ---- queries (no state change) -------------------------------------------------------
 
     def find_longest_cache_hit(
         self,
-        keys: Sequence[PageHash],
+        keys: Sequence[PageKey],
         max_length: int,
         group_ids: Sequence[int],
         shard: int | None = None,
@@ -150,7 +154,7 @@ class SingleTypeCacheManager:
         return tuple([] for _ in group_ids)
 
     def _joint_hit(
-        self, key: PageHash, group_ids: Sequence[int], shard: int | None, dp: int | None
+        self, key: PageKey, group_ids: Sequence[int], shard: int | None, dp: int | None
     ) -> list[int] | None:
         """The page of ``key`` in each group (inside the DP shard, if any), or None if one misses."""
         lookup = self.page_pool.lookup_id
@@ -162,7 +166,7 @@ class SingleTypeCacheManager:
             out.append(page)
         return out
 
-    def _max_hit_pages(self, keys: Sequence[PageHash], max_length: int, group_ids: Sequence[int]) -> int:
+    def _max_hit_pages(self, keys: Sequence[PageKey], max_length: int, group_ids: Sequence[int]) -> int:
         """Pages a hit may span: ``max_length`` tokens, and no more pages than have keys
         (the arguments of a lookup are checked here, before it reads anything)."""
         if type(group_ids) is not tuple or not all(type(g) is int for g in group_ids):
@@ -172,126 +176,129 @@ class SingleTypeCacheManager:
                 checked_int(g, "group id", minimum=0)
         return min(_count(max_length, "max_length") // self.page_size, len(_key_list(keys)) // self._stride)
 
-    def skipped_range(self, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
-        """Index range ``[start, stop)`` of held pages the request no longer needs once
-        ``num_computed_tokens`` tokens are computed (all non-null); empty by default."""
+    def hit_mismatch(self, hits: Sequence[int], keys: Sequence[PageKey]) -> int | None:
+        """The first position of ``hits`` (real pages, in range) whose page does not hold the
+        request key of that position in this group, or None when every one does. Null
+        placeholders are skipped. Pure."""
+        stored = self.page_pool.keys_of_ids(hits)
+        stride, num_keys = self._stride, len(keys)
+        m = len(hits)
+        if stride == 1 and m <= num_keys and stored == list(zip(keys[:m], repeat(self.kv_cache_group_id))):
+            return None  # every page holds this request's key at its position (C speed)
+        for j, page in enumerate(hits):
+            k = (j + 1) * stride - 1
+            if page != NULL_PAGE and (k >= num_keys or stored[j] != self.group_key(keys[k])):
+                return j
+        return None
+
+    def share_keys(self, hits: Sequence[int], keys: list[PageKey]) -> None:
+        """Replace each request key of a hit page by the equal key object the pool stores for
+        that page, so later lookups and hit checks compare keys by identity. Only an equal key
+        is replaced: the list's values never change."""
+        stored = cast("list[PageHashWithGroupId | None]", self.page_pool.keys_of_ids(hits))  # (group_key's)
+        stride, num_keys, m = self._stride, len(keys), len(hits)
+        if stride == 1 and 0 < m <= num_keys and NULL_PAGE not in hits:  # key j <-> page j
+            last = stored[-1]
+            if last is not None and last[0] is keys[m - 1]:
+                return  # shared by an earlier lookup (a retry): nothing to gain
+            held = [key and key[0] for key in stored]  # (key[0]: the page key, read fastest by index)
+            if held == keys[:m]:
+                keys[:m] = held  # type: ignore[assignment]  # (equal to keys[:m]: no None in it)
+                return
+        for j, key in enumerate(stored):
+            k = (j + 1) * stride - 1
+            if key is not None and k < num_keys and key.page_hash is not keys[k] and key.page_hash == keys[k]:
+                keys[k] = key.page_hash
+
+    def skipped_range(self, pages: Sequence[int], num_computed_tokens: int) -> tuple[int, int]:
+        """Index range ``[start, stop)`` of ``pages`` (a request's list) the request no longer
+        needs once ``num_computed_tokens`` tokens are computed (all non-null); empty by default."""
         return (0, 0)
 
-    def get_num_pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: Sequence[int]) -> int:
-        """Free-list pages this group consumes to cover ``num_tokens`` slots: the new pages,
-        plus the hit pages that are currently free (touching them takes them off the list)."""
+    def get_num_pages_to_allocate(self, pages: Sequence[int], num_tokens: int,
+                                  new_computed_pages: Sequence[int]) -> int:
+        """Free-list pages this group consumes to cover ``num_tokens`` slots for a request
+        holding ``pages``: the new pages, plus the hit pages that are currently free
+        (touching them takes them off the list)."""
         if (isinstance(new_computed_pages, (str, bytes)) or not isinstance(new_computed_pages, Sequence)
                 or countOf(map(type, new_computed_pages), int) != len(new_computed_pages)):
             raise InvalidArgumentError(
                 f"new_computed_pages must be a sequence of page ids, got {describe(new_computed_pages)}")
-        return self._pages_needed(request_id, _count(num_tokens, "num_tokens"), new_computed_pages)
+        return self.pages_needed(pages, _count(num_tokens, "num_tokens"), new_computed_pages)
 
-    def _pages_needed(self, request_id: str, num_tokens: int, new_computed_pages: Sequence[int]) -> int:
+    def pages_needed(self, pages: Sequence[int], num_tokens: int, new_computed_pages: Sequence[int]) -> int:
         """`get_num_pages_to_allocate` for arguments the coordinator has checked."""
-        held = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
-        need = cdiv(num_tokens, self.page_size) - len(new_computed_pages) - (len(held) if held else 0)
+        need = cdiv(num_tokens, self.page_size) - len(new_computed_pages) - len(pages)
         revived = self.page_pool.count_free_ids(new_computed_pages) if new_computed_pages else 0
         return (need if need > 0 else 0) + revived
 
-    def get_num_common_prefix_pages(self, request_id: str, num_running_requests: int) -> int:
+    def get_num_common_prefix_pages(self, pages: Sequence[int], num_running_requests: int) -> int:
         """Leading pages shared by all running requests (cascade attention); 0 unless full attention."""
         return 0
 
     # ---- mutators (called only once the coordinator's plan fits) --------------------------
 
-    def remove_skipped_pages(self, request_id: str, start: int, stop: int) -> None:
-        """Replace pages ``[start, stop)`` (from `skipped_range`) by the null page and free
-        them in descending index order, so the oldest page ends nearest the free tail."""
+    def remove_skipped_pages(self, pages: list[int], start: int, stop: int) -> None:
+        """Replace ``pages[start:stop]`` (from `skipped_range`) by the null page and free them
+        in descending index order, so the oldest page ends nearest the free tail."""
         first, last = _count(start, "start"), _count(stop, "stop")
         if first >= last:
             return
-        pages = self._pages_of(request_id)
-        if last > len(pages) or NULL_PAGE in pages[first:last]:
+        if last > len(_page_list(pages)) or NULL_PAGE in pages[first:last]:
             raise InvalidArgumentError(
-                f"pages [{first}, {describe(last)}) are not held pages of request {request_id!r} "
-                f"(it holds {len(pages)})")
+                f"pages [{first}, {describe(last)}) are not held pages (the request holds {len(pages)})")
         freed = pages[first:last]
         freed.reverse()
         self.page_pool.free_page_ids(freed)  # (checks the ids before changing anything)
         pages[first:last] = [NULL_PAGE] * (last - first)
 
-    def save_new_computed_pages(self, request_id: str, new_computed_pages: Sequence[int]) -> None:
-        """Start the request's page list with its prefix hits (already touched in the pool by
-        the caller); they count as cached."""
-        if not isinstance(request_id, str) or request_id in self.req_to_pages:
-            raise InvalidArgumentError(f"request {describe(request_id)} must be a str id with no pages in this group")
-        if isinstance(new_computed_pages, (str, bytes)) or not isinstance(new_computed_pages, Sequence):
-            raise InvalidArgumentError(
-                f"new_computed_pages must be a sequence of page ids, got {describe(new_computed_pages)}")
-        hits = list(new_computed_pages)
-        n = self.page_pool.num_pages
-        if hits and (countOf(map(type, hits), int) != len(hits) or min(hits) < 0 or max(hits) >= n):
-            raise InvalidArgumentError(f"hits {describe(hits)} are not page ids of this pool (0..{n - 1})")
-        self._save_hits(request_id, hits)
-
-    def _save_hits(self, request_id: str, hits: Sequence[int]) -> None:
-        """`save_new_computed_pages` for arguments the coordinator has checked."""
-        self.req_to_pages[request_id] = list(hits)
-        self.num_cached_page[request_id] = len(hits)
-
     def allocate_new_pages(
-        self, request_id: str, num_tokens: int, shard: int | None = None, dp: int | None = None
+        self, pages: list[int], num_tokens: int, shard: int | None = None, dp: int | None = None
     ) -> list[int]:
-        """Take pages from the pool (or the DP shard) until ``num_tokens`` slots are covered;
-        returns the new ids (possibly none)."""
+        """Take pages from the pool (or the DP shard) until ``pages`` covers ``num_tokens``
+        slots; appends them to ``pages`` and returns them (possibly none)."""
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
-        pages = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
-        if pages is None and not isinstance(request_id, str):
-            raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")
-        need = -(-num_tokens // self.page_size) - (0 if pages is None else len(pages))  # cdiv, inlined
+        need = -(-num_tokens // self.page_size) - len(_page_list(pages))  # cdiv, inlined
+        if need <= 0:
+            return []
         if need > self.page_pool.num_pages:
             raise OutOfPagesError(f"{describe(num_tokens)} tokens need more pages than the pool has")
-        # the pool raises before changing anything; the entry is created only after it answered
-        new = self.page_pool.get_new_page_ids(need, dp_shard_hint=shard, data_parallel_size=dp) if need > 0 else []
-        if pages is None:
-            self.req_to_pages[request_id] = new if need > 0 else []
-            self.num_cached_page[request_id] = 0
-            return list(new)
-        pages.extend(new)
+        new = self.page_pool.get_new_page_ids(need, dp_shard_hint=shard, data_parallel_size=dp)
+        pages += new
         return new
 
-    def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int) -> None:
-        """Register the request's full pages up to ``num_tokens`` tokens in the prefix cache.
+    def cache_pages(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int) -> int:
+        """Register the full pages of ``pages`` up to ``num_tokens`` tokens in the prefix cache,
+        the first ``num_cached`` being registered already; returns the new cached count.
 
-        ``num_cached_page`` never decreases (a lower count is a no-op); null placeholders are
-        skipped and never hashed. Pages past ``num_cached_page`` were allocated fresh (their old
-        key was evicted when they were popped), so each gets its first key here. ``keys`` must
-        cover the last full page (the caller extends the request's key list first).
+        The count never decreases (a lower count is a no-op); null placeholders are skipped and
+        never hashed. Pages past ``num_cached`` were allocated fresh (their old key was evicted
+        when they were popped), so each gets its first key here. ``keys`` must cover the last
+        full page (the caller extends the request's key list first).
         """
         if type(num_tokens) is not int or num_tokens < 0:  # (inline checks: this runs once per filled page)
             num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
         num_full = num_tokens // self.page_size
-        cached = self.num_cached_page.get(request_id) if isinstance(request_id, str) else None
-        if cached is None:
-            self._pages_of(request_id)  # raises UnknownRequestError
-        # both maps have the same keys, so _pages_of raised above unless there is a count
-        cached = cast(int, cached)
-        if num_full <= cached:
-            return
-        pages = self.req_to_pages[request_id]
+        if num_full <= num_cached:
+            return num_cached
         if type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)):
-            raise InvalidArgumentError(f"keys must be a sequence of PageHash, got {type(keys).__name__}")
-        if num_full > len(pages) or len(keys) < num_full * self._stride:
-            raise InvalidArgumentError(
-                f"caching {describe(num_full)} pages needs as many held pages and {describe(num_full * self._stride)} "
-                f"keys; request {request_id!r} has {len(pages)} pages and {len(keys)} keys")
+            raise InvalidArgumentError(f"keys must be a sequence of PageKey, got {type(keys).__name__}")
         stride = self._stride
-        if countOf(map(type, keys[cached * stride:num_full * stride]), PageKey) != (num_full - cached) * stride:
-            _key_list(keys[cached * stride:num_full * stride])  # only the keys read here: raises
+        if num_full > len(_page_list(pages)) or len(keys) < num_full * stride:
+            raise InvalidArgumentError(
+                f"caching {describe(num_full)} pages needs as many held pages and {describe(num_full * stride)} "
+                f"keys; the request has {len(pages)} pages and {len(keys)} keys")
+        if countOf(map(type, keys[num_cached * stride:num_full * stride]), PageKey) != (num_full - num_cached) * stride:
+            _key_list(keys[num_cached * stride:num_full * stride])  # only the keys read here: raises
         cache = self.page_pool.cache_page_id
         gid = self.kv_cache_group_id
         new_key = tuple.__new__  # PageHashWithGroupId(...) without the NamedTuple's Python __new__
-        for j in range(cached, num_full):
+        for j in range(num_cached, num_full):
             page = pages[j]
             if page != NULL_PAGE:
                 cache(page, new_key(PageHashWithGroupId, (keys[(j + 1) * stride - 1], gid)))
-        self.num_cached_page[request_id] = num_full
+        return num_full
 
     def keys_needed(self, num_tokens: int) -> int:
         """How many request keys `cache_pages` reads to cache up to ``num_tokens`` tokens."""
@@ -299,19 +306,14 @@ class SingleTypeCacheManager:
             num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
         return (num_tokens // self.page_size) * self._stride
 
-    def free(self, request_id: str) -> None:
-        """Release the request's pages, last page first (chain tails are evicted first), and
-        forget the request. No-op for a request without pages."""
-        if not isinstance(request_id, str):
-            raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")
-        pages = self.req_to_pages.pop(request_id, None)
-        self.num_cached_page.pop(request_id, None)
+    def free(self, pages: list[int]) -> None:
+        """Release ``pages`` (a request's list, which the caller gives up), last page first, so
+        chain tails are evicted first; null placeholders are skipped."""
+        if NULL_PAGE in _page_list(pages):  # window placeholders: only windowed groups have them
+            pages = [p for p in pages if p != NULL_PAGE]
+        pages.reverse()  # the list is the caller's to give up: reverse in place, no copy
         if pages:
-            if NULL_PAGE in pages:  # window placeholders: only windowed groups have them
-                pages = [p for p in pages if p != NULL_PAGE]
-            pages.reverse()  # the popped list is ours: reverse in place, no copy
-            if pages:
-                self.page_pool.free_page_ids(pages)
+            self.page_pool.free_page_ids(pages)
 
 
 class FullAttentionManager(SingleTypeCacheManager):
@@ -323,7 +325,7 @@ class FullAttentionManager(SingleTypeCacheManager):
 
     def find_longest_cache_hit(
         self,
-        keys: Sequence[PageHash],
+        keys: Sequence[PageKey],
         max_length: int,
         group_ids: Sequence[int],
         shard: int | None = None,
@@ -332,8 +334,8 @@ class FullAttentionManager(SingleTypeCacheManager):
         """Longest run of consecutive hits from page 0 (the first-inserted page per key)."""
         n = self._max_hit_pages(keys, max_length, group_ids)
         stride = self._stride
-        if len(group_ids) == 1:  # the pool pairs each key with the group id, up to the first miss
-            return (self.page_pool.lookup_run_ids(keys[stride - 1:n * stride:stride], group_id=group_ids[0],
+        if len(group_ids) == 1:  # one call: the pool looks the keys up to the first miss
+            return (self.page_pool.lookup_run_ids(list(zip(keys[stride - 1:n * stride:stride], repeat(group_ids[0]))),
                                                   dp_shard_hint=shard, data_parallel_size=dp),)
         result: tuple[list[int], ...] = tuple([] for _ in group_ids)
         for j in range(n):
@@ -344,12 +346,12 @@ class FullAttentionManager(SingleTypeCacheManager):
                 lst.append(page)
         return result
 
-    def get_num_common_prefix_pages(self, request_id: str, num_running_requests: int) -> int:
-        """Leading pages held by at least ``num_running_requests`` requests (eSurge's ``>=``)."""
+    def get_num_common_prefix_pages(self, pages: Sequence[int], num_running_requests: int) -> int:
+        """Leading pages of ``pages`` held by at least ``num_running_requests`` requests (eSurge's ``>=``)."""
         checked_int(num_running_requests, "num_running_requests", minimum=1)
         ref_count = self.page_pool.ref_count
         count = 0
-        for page in self._pages_of(request_id):
+        for page in pages:
             if ref_count(page) < num_running_requests:
                 break
             count += 1
@@ -377,7 +379,7 @@ class SlidingWindowManager(SingleTypeCacheManager):
 
     def find_longest_cache_hit(
         self,
-        keys: Sequence[PageHash],
+        keys: Sequence[PageKey],
         max_length: int,
         group_ids: Sequence[int],
         shard: int | None = None,
@@ -406,17 +408,10 @@ class SlidingWindowManager(SingleTypeCacheManager):
             del lst[run:]
         return result
 
-    def skipped_range(self, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
+    def skipped_range(self, pages: Sequence[int], num_computed_tokens: int) -> tuple[int, int]:
         """Pages entirely before the window of the next token: index < (n - sw + 1) // ps."""
-        pages = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
         first_kept = (_count(num_computed_tokens, "num_computed_tokens") - self.sliding_window + 1) // self.page_size
-        if not pages or first_kept <= 0:
-            return (0, 0)
-        stop = min(first_kept, len(pages))
-        start = stop
-        while start > 0 and pages[start - 1] != NULL_PAGE:
-            start -= 1
-        return (start, stop)
+        return _dropped_run(pages, first_kept)
 
 
 class ChunkedLocalAttentionManager(SingleTypeCacheManager):
@@ -441,7 +436,7 @@ class ChunkedLocalAttentionManager(SingleTypeCacheManager):
 
     def find_longest_cache_hit(
         self,
-        keys: Sequence[PageHash],
+        keys: Sequence[PageKey],
         max_length: int,
         group_ids: Sequence[int],
         shard: int | None = None,
@@ -461,18 +456,11 @@ class ChunkedLocalAttentionManager(SingleTypeCacheManager):
                 lst.append(page)
         return result
 
-    def skipped_range(self, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
+    def skipped_range(self, pages: Sequence[int], num_computed_tokens: int) -> tuple[int, int]:
         """Pages before the current chunk: index < ((n // C) * C) // ps."""
-        pages = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
         chunk = self.attention_chunk_size
         first_kept = ((_count(num_computed_tokens, "num_computed_tokens") // chunk) * chunk) // self.page_size
-        if not pages or first_kept <= 0:
-            return (0, 0)
-        stop = min(first_kept, len(pages))
-        start = stop
-        while start > 0 and pages[start - 1] != NULL_PAGE:
-            start -= 1
-        return (start, stop)
+        return _dropped_run(pages, first_kept)
 
 
 class MambaManager(SingleTypeCacheManager):
@@ -482,8 +470,9 @@ class MambaManager(SingleTypeCacheManager):
     kind = "mamba"
     __slots__ = ()
 
-    def cache_pages(self, request_id: str, keys: Sequence[PageHash], num_tokens: int) -> None:
+    def cache_pages(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int) -> int:
         """A recurrent state is not a token prefix: nothing is cached."""
+        return num_cached
 
     def keys_needed(self, num_tokens: int) -> int:
         """Mamba pages are never cached, so they need no keys."""
@@ -500,23 +489,18 @@ class MambaAlignManager(MambaManager):
     placeholders, or the list's last page when the state stays in it. The page holding the
     state a step starts from is kept for that step (the engine copies from it); older state
     pages are freed, keeping their keys. A state page is keyed only when the request's computed
-    count ends exactly at its end (`cache_states`). ``_real`` lists, per request, the indices of
-    its real pages (few: the state pages), so no call scans the placeholders.
+    count ends exactly at its end (`cache_states`). ``states`` arguments are the indices of a
+    request's real pages in this group, ascending (kept in the coordinator's record, so no call
+    scans the placeholders).
     """
 
     kind = "mamba_align"
     frees_skipped_pages = True
-    __slots__ = ("_real",)
-
-    def __init__(
-        self, kv_cache_spec: CacheSpec, page_pool: PagePool, kv_cache_group_id: int, key_page_size: int | None = None
-    ) -> None:
-        super().__init__(kv_cache_spec, page_pool, kv_cache_group_id, key_page_size)
-        self._real: dict[str, list[int]] = {}
+    __slots__ = ()
 
     def find_longest_cache_hit(
         self,
-        keys: Sequence[PageHash],
+        keys: Sequence[PageKey],
         max_length: int,
         group_ids: Sequence[int],
         shard: int | None = None,
@@ -536,45 +520,38 @@ class MambaAlignManager(MambaManager):
         """State pages are keyed like attention pages: key ``(j + 1) * stride - 1`` for page ``j``."""
         return SingleTypeCacheManager.keys_needed(self, num_tokens)
 
-    def skipped_range(self, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
-        """The real pages before the one holding the state after ``num_computed_tokens`` tokens
-        (the state the next step starts from), as the index range they span."""
-        cut = cdiv(_count(num_computed_tokens, "num_computed_tokens"), self.page_size) - 1
-        real = self._real.get(request_id) if isinstance(request_id, str) else None
-        if not real or real[0] >= cut:
-            return (0, 0)
-        return (real[0], max(j for j in real if j < cut) + 1)
+    def cache_pages(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int) -> int:
+        """Without the request's computed count no state is known complete: nothing is keyed
+        (the coordinator calls `cache_states`)."""
+        return num_cached
 
-    def remove_skipped_pages(self, request_id: str, start: int, stop: int) -> None:
-        """Free the real pages in ``[start, stop)`` (placeholders between them are skipped),
-        last first, and replace them by the null page."""
-        first, last = _count(start, "start"), _count(stop, "stop")
-        if first >= last:
+    def skipped_states(self, states: Sequence[int], num_computed_tokens: int) -> list[int]:
+        """The real pages (indices) before the one holding the state after
+        ``num_computed_tokens`` tokens, the state the next step starts from."""
+        cut = cdiv(_count(num_computed_tokens, "num_computed_tokens"), self.page_size) - 1
+        return [j for j in states if j < cut]
+
+    def free_states(self, pages: list[int], states: list[int], gone: Sequence[int]) -> None:
+        """Free the real pages at indices ``gone`` (from `skipped_states`), last first, and
+        replace them by the null page."""
+        if not gone:
             return
-        pages = self._pages_of(request_id)
-        if last > len(pages):
-            raise InvalidArgumentError(
-                f"pages [{first}, {last}) are not pages of request {request_id!r} (it holds {len(pages)})")
-        real = self._real[request_id]
-        gone = [j for j in real if first <= j < last]
         self.page_pool.free_page_ids([pages[j] for j in reversed(gone)])  # (checks the ids first)
         for j in gone:
             pages[j] = NULL_PAGE
-        self._real[request_id] = [j for j in real if not first <= j < last]
+        states[:] = [j for j in states if j not in gone]
 
-    def _pages_needed(self, request_id: str, num_tokens: int, new_computed_pages: Sequence[int]) -> int:
-        """One page when the state after ``num_tokens`` tokens moves past the list's last page,
-        plus the hit pages that are currently free."""
-        held = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
-        length = len(held) if held is not None else len(new_computed_pages)
+    def pages_needed(self, pages: Sequence[int], num_tokens: int, new_computed_pages: Sequence[int]) -> int:
+        """One page when the state after ``num_tokens`` tokens moves past the list's last page
+        (the hits start the list of a new request), plus the hit pages that are currently free."""
+        length = len(pages) if pages else len(new_computed_pages)
         revived = self.page_pool.count_free_ids(new_computed_pages) if new_computed_pages else 0
         return (1 if cdiv(num_tokens, self.page_size) > length else 0) + revived
 
-    def check_state_moves_forward(self, request_id: str, num_computed_tokens: int, state_end: int) -> None:
+    def check_state_moves_forward(self, pages: Sequence[int], num_computed_tokens: int, state_end: int) -> None:
         """`InvalidArgumentError` unless the state after ``state_end`` tokens goes to a new page,
         or stays in the list's last page, held and uncached, once the pages before the state
         ``num_computed_tokens`` leaves are freed (a cached state is never overwritten)."""
-        pages = self.req_to_pages.get(request_id) if isinstance(request_id, str) else None
         if not pages:
             return
         target = cdiv(state_end, self.page_size)
@@ -583,63 +560,61 @@ class MambaAlignManager(MambaManager):
                     and self.page_pool.key_of(pages[-1]) is None)
         if target < len(pages) or (target == len(pages) and not in_place):
             raise InvalidArgumentError(
-                f"request {request_id!r}: the Mamba state after {state_end} tokens would overwrite an earlier or "
-                f"cached state (group {self.kv_cache_group_id} holds {len(pages)} pages; computed tokens went back?)")
+                f"the Mamba state after {state_end} tokens would overwrite an earlier or cached state (group "
+                f"{self.kv_cache_group_id} holds {len(pages)} pages; computed tokens went back?)")
 
-    def _save_hits(self, request_id: str, hits: Sequence[int]) -> None:
-        super()._save_hits(request_id, hits)
-        self._real[request_id] = [len(hits) - 1] if hits else []
+    def first_states(self, hits: Sequence[int]) -> list[int]:
+        """The state indices of a list that starts with the prefix hits ``hits``."""
+        return [len(hits) - 1] if hits else []
 
-    def allocate_new_pages(
-        self, request_id: str, num_tokens: int, shard: int | None = None, dp: int | None = None
+    def allocate_state(
+        self, pages: list[int], states: list[int], num_tokens: int, shard: int | None = None, dp: int | None = None
     ) -> list[int]:
         """The state after ``num_tokens`` tokens: a new page after null placeholders when it moves
         past the list's last page; else none (the state stays in place)."""
-        num_tokens = _count(num_tokens, "num_tokens")
-        if not isinstance(request_id, str):
-            raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")
-        pages = self.req_to_pages.get(request_id)
-        target = cdiv(num_tokens, self.page_size)
-        held = 0 if pages is None else len(pages)
-        new = self.page_pool.get_new_page_ids(1, dp_shard_hint=shard, data_parallel_size=dp) if target > held else []
-        if pages is None:
-            pages = self.req_to_pages[request_id] = []
-            self.num_cached_page[request_id] = 0
-            self._real[request_id] = []
-        if new:
-            pages.extend([NULL_PAGE] * (target - held - 1))
-            pages.append(new[0])
-            self._real[request_id].append(target - 1)
+        target = cdiv(_count(num_tokens, "num_tokens"), self.page_size)
+        held = len(_page_list(pages))
+        if target <= held:
+            return []
+        new = self.page_pool.get_new_page_ids(1, dp_shard_hint=shard, data_parallel_size=dp)
+        pages.extend([NULL_PAGE] * (target - held - 1))
+        pages.append(new[0])
+        states.append(target - 1)
         return new
 
-    def cache_states(
-        self, request_id: str, keys: Sequence[PageHash], num_tokens: int, num_computed_tokens: int
-    ) -> None:
+    def cache_states(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int,
+                     num_computed_tokens: int) -> int:
         """Key the state page of the request's computed count ``c`` when ``c`` ends a page and
-        is within ``num_tokens`` (that step is over: the state is complete); pages up to ``c``
-        count as cached. Null placeholders and keyed pages are never (re-)keyed."""
+        is within ``num_tokens`` (that step is over: the state is complete); returns the new
+        cached count, ``max(num_cached, min(num_tokens, c) // page_size)``. Null placeholders
+        and keyed pages are never (re-)keyed."""
         n, c = _count(num_tokens, "num_tokens"), _count(num_computed_tokens, "num_computed_tokens")
-        pages = self._pages_of(request_id)
-        cached = self.num_cached_page[request_id]
         full = n // self.page_size
-        if full > len(pages) or len(keys) < full * self._stride:
+        if full > len(_page_list(pages)) or len(keys) < full * self._stride:
             raise InvalidArgumentError(
-                f"caching {n} tokens needs {full} held pages and {full * self._stride} keys; request "
-                f"{request_id!r} has {len(pages)} pages and {len(keys)} keys")
+                f"caching {n} tokens needs {full} held pages and {full * self._stride} keys; the request has "
+                f"{len(pages)} pages and {len(keys)} keys")
         j = c // self.page_size - 1
-        if c % self.page_size == 0 and 0 <= j and cached <= j and c <= n:
+        if c % self.page_size == 0 and 0 <= j and num_cached <= j and c <= n:
             page = pages[j]
             if page != NULL_PAGE and self.page_pool.key_of(page) is None:
-                key = keys[(j + 1) * self._stride - 1]
+                key = keys[self.key_index(j)]
                 if type(key) is not PageKey:
                     _key_list([key])  # raises
-                self.page_pool.cache_page_id(page, PageHashWithGroupId(key, self.kv_cache_group_id))
-        self.num_cached_page[request_id] = max(cached, min(full, c // self.page_size))
+                self.page_pool.cache_page_id(page, self.group_key(key))
+        return max(num_cached, min(full, c // self.page_size))
 
-    def free(self, request_id: str) -> None:
-        super().free(request_id)
-        if isinstance(request_id, str):
-            self._real.pop(request_id, None)
+
+def _dropped_run(pages: Sequence[int], first_kept: int) -> tuple[int, int]:
+    """The pages before index ``first_kept`` not yet replaced by the null page: the run of
+    real pages ending there (earlier ones were dropped by an earlier step)."""
+    if not pages or first_kept <= 0:
+        return (0, 0)
+    stop = min(first_kept, len(pages))
+    start = stop
+    while start > 0 and pages[start - 1] != NULL_PAGE:
+        start -= 1
+    return (start, stop)
 
 
 #: attention spec type -> manager class (exact types, as eSurge's ``spec_manager_map``)

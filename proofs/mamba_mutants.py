@@ -33,10 +33,12 @@ def state_cached_unaligned(manager: Any) -> None:
     after ``c`` tokens is registered under the key of its whole page (restored at an unaligned
     position)."""
     for stm in _mamba_groups(manager):
-        def cache_states(self: Any, request_id: str, keys: Any, num_tokens: int, num_computed_tokens: int) -> None:
+        def cache_states(self: Any, pages: list[int], num_cached: int, keys: Any, num_tokens: int,
+                         num_computed_tokens: int) -> int:
             size = self.page_size
             rounded = min(-(-num_computed_tokens // size) * size, num_tokens // size * size)
-            _base(self).cache_states(self, request_id, keys, num_tokens, max(rounded, num_computed_tokens))
+            return int(_base(self).cache_states(self, pages, num_cached, keys, num_tokens,
+                                                max(rounded, num_computed_tokens)))
         _override(stm, cache_states=cache_states)
 
 
@@ -44,17 +46,15 @@ def state_cached_for_next_prefix(manager: Any) -> None:
     """The state after ``c`` tokens is registered under the key of the next page's prefix
     (``c + page_size`` tokens): restored for a different prefix."""
     for stm in _mamba_groups(manager):
-        def cache_states(self: Any, request_id: str, keys: Any, num_tokens: int, num_computed_tokens: int) -> None:
+        def cache_states(self: Any, pages: list[int], num_cached: int, keys: Any, num_tokens: int,
+                         num_computed_tokens: int) -> int:
             c, size = num_computed_tokens, self.page_size
-            pages = self.req_to_pages[request_id]
             j = c // size
-            if c and c % size == 0 and j < len(pages) and j * self._stride < len(keys) and c <= num_tokens:
+            if c and c % size == 0 and j < len(pages) and self.key_index(j) < len(keys) and c <= num_tokens:
                 page = pages[j - 1]
                 if page and self.page_pool.key_of(page) is None:
-                    from verikv.hashing import PageHashWithGroupId
-                    self.page_pool.cache_page_id(page, PageHashWithGroupId(keys[(j + 1) * self._stride - 1],
-                                                                           self.kv_cache_group_id))
-            self.num_cached_page[request_id] = max(self.num_cached_page[request_id], min(num_tokens, c) // size)
+                    self.page_pool.cache_page_id(page, self.group_key(keys[self.key_index(j)]))
+            return int(max(num_cached, min(num_tokens, c) // size))
         _override(stm, cache_states=cache_states)
 
 
@@ -72,10 +72,9 @@ def start_state_freed(manager: Any) -> None:
     """The page holding the state a step starts from is freed before the step (the engine copies
     from a page that is no longer held)."""
     for stm in _mamba_groups(manager):
-        def skipped_range(self: Any, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
-            start, stop = _base(self).skipped_range(self, request_id, num_computed_tokens + self.page_size)
-            return int(start), int(stop)
-        _override(stm, skipped_range=skipped_range)
+        def skipped_states(self: Any, states: Any, num_computed_tokens: int) -> list[int]:
+            return list(_base(self).skipped_states(self, states, num_computed_tokens + self.page_size))
+        _override(stm, skipped_states=skipped_states)
 
 
 _CATALOGUE: tuple[_Bug, ...] = (

@@ -35,11 +35,11 @@ def _base(obj: Any) -> type[Any]:
 def free_skips_last_page(manager: Any) -> None:
     """Freeing a request leaves one reference on its last page (a missing decrement)."""
     for stm in manager.coordinator.single_type_managers:
-        def free(self: Any, request_id: str) -> None:
-            held = [p for p in self.req_to_pages.get(request_id, ()) if p != 0]
+        def free(self: Any, pages: Any) -> None:
+            held = [p for p in pages if p != 0]
             if held:
                 self.page_pool.touch_ids([held[-1]])
-            _base(self).free(self, request_id)
+            _base(self).free(self, pages)
         _override(stm, free=free)
 
 
@@ -115,9 +115,10 @@ def partial_allocation_kept(manager: Any) -> None:
     def allocate_slots(self: Any, request_id: str, num_computed: int, num_slots: int, *args: Any) -> Any:
         new = _base(self).allocate_slots(self, request_id, num_computed, num_slots, *args)
         first = self.single_type_managers[0]
-        if new is None and request_id in first.req_to_pages:
+        rec = self.holding(request_id)
+        if new is None and rec is not None:
             try:
-                first.allocate_new_pages(request_id, num_slots)
+                first.allocate_new_pages(rec.pages[0], num_slots)
             except OutOfPagesError:
                 pass
         return new
@@ -127,7 +128,7 @@ def partial_allocation_kept(manager: Any) -> None:
 def window_freed_before_failing(manager: Any) -> None:
     """Out-of-window pages are freed before the plan is checked (eSurge Q16)."""
     def allocate_slots(self: Any, request_id: str, num_computed: int, *args: Any) -> Any:
-        if request_id in self.single_type_managers[0].req_to_pages:
+        if self.holding(request_id) is not None:
             self.remove_skipped_pages(request_id, num_computed)
         return _base(self).allocate_slots(self, request_id, num_computed, *args)
     _override(manager.coordinator, allocate_slots=allocate_slots)
@@ -136,18 +137,15 @@ def window_freed_before_failing(manager: Any) -> None:
 def num_cached_decreases(manager: Any) -> None:
     """cache_pages with fewer tokens lowers ``num_cached`` (eSurge Q4)."""
     for stm in manager.coordinator.single_type_managers:
-        def cache_pages(self: Any, request_id: str, keys: Any, num_tokens: int) -> None:
-            _base(self).cache_pages(self, request_id, keys, num_tokens)
-            self.num_cached_page[request_id] = min(self.num_cached_page[request_id], num_tokens // self.page_size)
+        def cache_pages(self: Any, pages: Any, num_cached: int, keys: Any, num_tokens: int) -> int:
+            return min(_base(self).cache_pages(self, pages, num_cached, keys, num_tokens), num_tokens // self.page_size)
         _override(stm, cache_pages=cache_pages)
 
 
 def free_in_forward_order(manager: Any) -> None:
     """A request's pages are freed first page first, so chain heads are evicted before tails."""
     for stm in manager.coordinator.single_type_managers:
-        def free(self: Any, request_id: str) -> None:
-            pages = self.req_to_pages.pop(request_id, None) or []
-            self.num_cached_page.pop(request_id, None)
+        def free(self: Any, pages: Any) -> None:
             held = [p for p in pages if p != 0]
             if held:
                 self.page_pool.free_page_ids(held)

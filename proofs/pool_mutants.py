@@ -28,9 +28,9 @@ class NullPageHandedOut(PagePool):
 class NullPageHashed(PagePool):
     """Caching does not exclude the null page (eSurge Q3)."""
 
-    def _check_cacheable(self, ids: list[int]) -> None:
-        real = [pid for pid in ids if pid != 0]
-        super()._check_cacheable(real)
+    def check_cacheable(self, page_ids: Sequence[int]) -> None:
+        real = [pid for pid in page_ids if pid != 0]
+        super().check_cacheable(real)
 
 
 class NullPageTouched(PagePool):

@@ -36,16 +36,16 @@ def sliding_window_one_token_short(manager: Any) -> None:
     """The sliding window keeps one token too few: a page is freed while the next token still
     attends to its last slot."""
     for stm in _windowed(manager, "sliding"):
-        def skipped_range(self: Any, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
-            return _base(self).skipped_range(self, request_id, num_computed_tokens + 1)
+        def skipped_range(self: Any, pages: Any, num_computed_tokens: int) -> tuple[int, int]:
+            return _base(self).skipped_range(self, pages, num_computed_tokens + 1)
         _override(stm, skipped_range=skipped_range)
 
 
 def chunk_boundary_one_early(manager: Any) -> None:
     """Chunked local attention drops the previous chunk one token before the boundary."""
     for stm in _windowed(manager, "chunked"):
-        def skipped_range(self: Any, request_id: str, num_computed_tokens: int) -> tuple[int, int]:
-            return _base(self).skipped_range(self, request_id, num_computed_tokens + 1)
+        def skipped_range(self: Any, pages: Any, num_computed_tokens: int) -> tuple[int, int]:
+            return _base(self).skipped_range(self, pages, num_computed_tokens + 1)
         _override(stm, skipped_range=skipped_range)
 
 
@@ -83,9 +83,10 @@ def window_reclaim_counts_shared(manager: Any) -> None:
     def allocate_slots(self: Any, request_id: str, num_computed_tokens: int, *args: Any) -> Any:
         pool = self.page_pool
         shared = 0
-        for m in self.single_type_managers:
-            start, stop = m.skipped_range(request_id, num_computed_tokens)
-            shared += sum(1 for j in range(start, stop) if pool.ref_count(m.req_to_pages[request_id][j]) > 1)
+        rec = self.holding(request_id)
+        for m, pages in zip(self.single_type_managers, () if rec is None else rec.pages):
+            start, stop = m.skipped_range(pages, num_computed_tokens)
+            shared += sum(1 for j in range(start, stop) if pool.ref_count(pages[j]) > 1)
         if not shared:
             return _base(self).allocate_slots(self, request_id, num_computed_tokens, *args)
         real = type(pool)
@@ -101,11 +102,10 @@ def partial_page_cached(manager: Any) -> None:
     """Caching rounds the computed tokens up to a whole page: a page whose tokens are not all
     computed is registered (under the key of its full content, already known from the lookup)."""
     for stm in manager.coordinator.single_type_managers:
-        def cache_pages(self: Any, request_id: str, keys: Any, num_tokens: int) -> None:
+        def cache_pages(self: Any, pages: Any, num_cached: int, keys: Any, num_tokens: int) -> int:
             up = -(-num_tokens // self.page_size) * self.page_size
-            held = len(self.req_to_pages.get(request_id, ()))
-            fits = up // self.page_size <= held and len(keys) >= self.keys_needed(up)
-            _base(self).cache_pages(self, request_id, keys, up if fits else num_tokens)
+            fits = up // self.page_size <= len(pages) and len(keys) >= self.keys_needed(up)
+            return _base(self).cache_pages(self, pages, num_cached, keys, up if fits else num_tokens)
         _override(stm, cache_pages=cache_pages)
 
 
@@ -129,10 +129,9 @@ def window_freed_ascending(manager: Any) -> None:
         if not stm.frees_skipped_pages:
             continue
 
-        def remove_skipped_pages(self: Any, request_id: str, start: int, stop: int) -> None:
+        def remove_skipped_pages(self: Any, pages: Any, start: int, stop: int) -> None:
             if start >= stop:
                 return
-            pages = self.req_to_pages[request_id]
             freed = pages[start:stop]
             pages[start:stop] = [0] * (stop - start)
             self.page_pool.free_page_ids(freed)
@@ -205,8 +204,13 @@ def free_count_counts_null(manager: Any) -> None:
 def groups_freed_in_reverse(manager: Any) -> None:
     """A request's groups are freed last group first (the free list's order changes)."""
     def free(self: Any, request_id: str) -> None:
-        for m in reversed(self.single_type_managers):
-            m.free(request_id)
+        rec = self.holding(request_id)
+        if rec is None:
+            return
+        pages, rec.pages, rec.num_cached, rec.shard = rec.pages, None, [], None
+        for m, group_pages in reversed(list(zip(self.single_type_managers, pages))):
+            m.free(group_pages)
+        self.forget_if_idle(request_id)
     _override(manager.coordinator, free=free)
 
 

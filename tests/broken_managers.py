@@ -36,17 +36,17 @@ class GroupByGroupAllocation:
         hits = new_computed_pages or tuple([] for _ in managers)
         free = self.page_pool.get_num_free_pages() if shard is None else self.page_pool.get_num_free_pages(
             dp_shard_hint=shard, data_parallel_size=dp)
-        if managers[0].get_num_pages_to_allocate(request_id, num_slots, hits[0]) > free:
+        rec = self.holding(request_id)
+        held = tuple([] for _ in managers) if rec is None else rec.pages
+        if managers[0].get_num_pages_to_allocate(held[0], num_slots, hits[0]) > free:
             return None
         self.remove_skipped_pages(request_id, num_computed_tokens)
-        if new_computed_pages is not None:
-            for m, group_hits in zip(managers, new_computed_pages):
-                self.page_pool.touch_ids(group_hits)
-                m.save_new_computed_pages(request_id, group_hits)
+        if rec is None:  # the record's first pages: the hits (touched), or empty lists
+            held = self._start(request_id, new_computed_pages, shard)
         new = []
-        for m in managers:
+        for m, pages in zip(managers, held):
             try:
-                new.append(m.allocate_new_pages(request_id, num_slots, shard, dp))
+                new.append(m.allocate_new_pages(pages, num_slots, shard, dp))
             except OutOfPagesError:
                 return None
         return tuple(new)

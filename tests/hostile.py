@@ -306,24 +306,23 @@ def _pool_snapshot(pool: Any) -> Any:
 def _request_state_snapshot(state: Any) -> Any:
     """Every field of one `RequestState` record (the object by identity, the last lookup without
     its result object, whose identity is what the manager compares)."""
-    last = state.last_hits
+    last = state.lookup
+    request = state.request
     return (
-        id(state.request), None if state.keys is None else list(state.keys), state.keys_version,
-        None if last is None else (id(last[0]), *last[1:]), state.holds, state.shard, state.cache_at,
-        state.capacity, state.request._holders, state.request._identity_version,
+        id(request), None if state.keys is None else list(state.keys), state.keys_version,
+        None if last is None else (id(last[0]), *last[1:]),
+        None if state.pages is None else [list(p) for p in state.pages], list(state.num_cached),
+        state.shard, state.cache_at,
+        None if request is None else (request._holders, request._identity_version),
     )
 
 
 def _manager_snapshot(m: Any) -> Any:
     from verikv.spec.abstraction import abstract_manager
 
-    per_group = [
-        ({r: list(p) for r, p in stm.req_to_pages.items()}, dict(stm.num_cached_page))
-        for stm in m.coordinator.single_type_managers
-    ]
     return (
-        "CacheManager", abstract_manager(m), _pool_snapshot(m.page_pool), per_group,
-        {rid: _request_state_snapshot(state) for rid, state in m._requests.items()},
+        "CacheManager", abstract_manager(m), _pool_snapshot(m.page_pool),
+        {rid: _request_state_snapshot(state) for rid, state in m.coordinator.records.items()},
         astuple(m.prefix_cache_stats), m.usage, m.data_parallel_size, m._dp_open,
         ("PageHasher", m.hasher.scheme, m.hasher.seed, m.hasher.root),
     )
@@ -389,11 +388,13 @@ def _shard_problems(pool: Any) -> list[str]:
 
 
 def _manager_table_problems(m: Any) -> list[str]:
-    held = {rid for rid, state in m._requests.items() if state.holds}
     problems = []
-    for stm in m.coordinator.single_type_managers:
-        if set(stm.req_to_pages) != held:
-            problems.append(f"manager: group {stm.kv_cache_group_id} page lists disagree with the held requests")
+    groups = len(m.coordinator.single_type_managers)
+    for rid, state in m.coordinator.records.items():
+        if state.pages is None and state.keys is None:
+            problems.append(f"manager: the record of {rid!r} holds neither pages nor keys")
+        if state.pages is not None and (len(state.pages) != groups or len(state.num_cached) != groups):
+            problems.append(f"manager: the record of {rid!r} has no page list per group")
     return problems
 
 

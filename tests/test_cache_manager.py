@@ -436,3 +436,24 @@ def test_decode_fast_path_plans_what_the_general_path_plans(caching: bool):
             out = outcomes[0]
             seen.add("error" if isinstance(out, str) else "none" if out is None else "page" if out[0] else "no-page")
     assert seen == {"error", "none", "page", "no-page"}
+
+
+def test_the_last_lookup_shortcut_never_skips_the_hit_shape():
+    # issue 18: a hit equal to the request's own last lookup skips only the per-page key
+    # comparison; its length and ids are checked every time (here the record's last lookup is
+    # forged to be a malformed hit, as a wrong lookup would leave it).
+    m = manager(16)
+    first = Request("a", list(range(9)))
+    admit(m, first)
+    m.free(first)
+    r = Request("b", list(range(9)))
+    hits, n = m.get_computed_pages(r)
+    assert n == 8 and len(hits.page_ids[0]) == 2
+    short = CachePages(([hits.page_ids[0][0]],), m.page_pool)  # one page for 8 tokens
+    rec = m.coordinator.records["b"]
+    rec.lookup = (short, m.page_pool.key_version, n, None, tuple(map(list, short.page_ids)))
+    before = (m.page_pool.free_list_ids(), m.request_ids())
+    with pytest.raises(InvalidArgumentError):
+        m.allocate_slots(r, 1, n, short)
+    assert (m.page_pool.free_list_ids(), m.request_ids()) == before
+    assert m.allocate_slots(r, 1, n, hits) is not None  # the real lookup result is taken

@@ -47,7 +47,7 @@ def state(c) -> tuple:
     pool = c.page_pool
     return (pool.free_list_ids(), [pool.ref_count(p) for p in range(pool.num_pages)],
             sorted(map(repr, pool.cached_items())),
-            [(dict(m.req_to_pages), dict(m.num_cached_page)) for m in c.single_type_managers])
+            {rid: (rec.pages and [list(p) for p in rec.pages], list(rec.num_cached)) for rid, rec in c.records.items()})
 
 
 def test_dispatch():

@@ -246,8 +246,12 @@ def _pool_targets() -> list[Case]:
         for name in ("page", "ref_count", "key_of"):
             cases += substitution_cases(pre + name, build, method(name),
                                         dict(page_id=P(2, "bounded")))
-        cases += substitution_cases(pre + "count_free_ids", build, method("count_free_ids"),
-                                    dict(page_ids=P([1, 5], "ids")))
+        for name in ("count_free_ids", "keys_of_ids", "check_cacheable"):
+            cases += substitution_cases(pre + name, build, method(name), dict(page_ids=P([1, 5], "ids")))
+        cases += substitution_cases(pre + "own_ids", build, method("own_ids"),
+                                    dict(pages=P(W("views"), "ids", reject={"list", "np_array"})))
+        cases += substitution_cases(pre + "lookup_all_ids", build, method("lookup_all_ids"),
+                                    dict(keys=P(["k2", "k4"], "ids", accept={"list", "np_array"}), **dp))
         cases += substitution_cases(pre + "get_num_free_pages", build, method("get_num_free_pages"), dp)
         for name in ("get_new_page_ids", "get_new_pages"):
             cases += substitution_cases(pre + name, build, method(name),
@@ -262,8 +266,7 @@ def _pool_targets() -> list[Case]:
         cases += substitution_cases(pre + "lookup_id", build, method("lookup_id"),
                                     dict(key=P("k2", "key", accept={"None"}), **dp))
         cases += substitution_cases(pre + "lookup_run_ids", build, method("lookup_run_ids"),
-                                    dict(keys=P(["k2", "k4"], "ids", accept={"list", "np_array"}),
-                                         group_id=P(None, "opt_count0", either=BIGS), **dp))
+                                    dict(keys=P(["k2", "k4"], "ids", accept={"list", "np_array"}), **dp))
         cases += substitution_cases(pre + "touch", build,
                                     lambda w, **k: w["pool"].touch(**resolve(w, k)),
                                     dict(pages=P(W("views"), "ids", accept={"empty_list"},

@@ -329,16 +329,16 @@ def test_lookup_run_ids_is_lookup_id_up_to_the_first_miss() -> None:
     dp = {"dp_shard_hint": 1, "data_parallel_size": 2}
     assert pool.lookup_run_ids([key(3)], **dp) == [ids[3]]
     assert pool.lookup_run_ids([key(0)], **dp) == []  # page 1 lies in shard 0
-    # with group_id, plain page keys are paired with it: the same pages and statistics
-    pages = [k.page_hash for k in (key(0), key(1), key(2), key(3))]
+    # any sequence of keys: (page key, group id) pairs, as the group managers compose them
+    pairs = [(k.page_hash, k.group_id) for k in (key(0), key(1), key(2), key(3))]
     pool.make_prefix_cache_stats()
-    assert pool.lookup_run_ids(pages, group_id=0) == [ids[0], ids[1]]
+    assert pool.lookup_run_ids(pairs) == [ids[0], ids[1]]
     stats = pool.make_prefix_cache_stats()
     assert (stats.queries, stats.hits) == (3, 2)
-    assert pool.lookup_run_ids(pages, group_id=1) == []
-    assert pool.lookup_run_ids(pages[3:], group_id=0, **dp) == [ids[3]]
+    assert pool.lookup_run_ids([(p, 1) for p, _ in pairs]) == []
+    assert pool.lookup_run_ids(pairs[3:], **dp) == [ids[3]]
     with pytest.raises(InvalidArgumentError):
-        pool.lookup_run_ids(pages, group_id=-1)
+        pool.lookup_run_ids([[1]])  # unhashable
 
 
 def test_count_free_ids_and_shard_free_counts() -> None:

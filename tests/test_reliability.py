@@ -416,11 +416,12 @@ def _layers() -> tuple[CacheManager, Any, Any, list[Any]]:
 @pytest.mark.parametrize("case", [
     "coord-alloc-hits-foreign", "coord-alloc-hits-shape", "coord-alloc-held-with-hits", "coord-alloc-slots",
     "coord-cache-few-keys", "coord-free-id", "coord-common-unknown", "coord-lookup-negative",
-    "group-remove-beyond", "group-save-existing", "group-save-foreign", "group-alloc-huge",
-    "group-cache-bad-keys", "group-lookup-keys", "group-lookup-groups", "group-common-unknown",
+    "group-remove-beyond", "group-alloc-not-a-list", "group-free-not-a-list", "group-alloc-huge",
+    "group-cache-bad-keys", "group-lookup-keys", "group-lookup-groups", "group-common-bad-count",
 ])
 def test_coordinator_and_group_managers_reject_bad_arguments_without_change(case: str) -> None:
     m, c, sliding, keys = _layers()
+    full_pages, sliding_pages = c.records["a"].pages  # the request's page lists (its record)
     calls = {
         "coord-alloc-hits-foreign": lambda: c.allocate_slots("b", 0, 8, ([99], [])),
         "coord-alloc-hits-shape": lambda: c.allocate_slots("b", 0, 8, ([],)),
@@ -430,14 +431,14 @@ def test_coordinator_and_group_managers_reject_bad_arguments_without_change(case
         "coord-free-id": lambda: c.free(["a"]),
         "coord-common-unknown": lambda: c.get_num_common_prefix_pages("zz", 1),
         "coord-lookup-negative": lambda: c.find_longest_cache_hit(keys, -1),
-        "group-remove-beyond": lambda: sliding.remove_skipped_pages("a", 0, 9),
-        "group-save-existing": lambda: sliding.save_new_computed_pages("a", []),
-        "group-save-foreign": lambda: sliding.save_new_computed_pages("b", [99]),
-        "group-alloc-huge": lambda: sliding.allocate_new_pages("b", 10**5000),
-        "group-cache-bad-keys": lambda: sliding.cache_pages("a", ["not a key"] * 3, 12),
+        "group-remove-beyond": lambda: sliding.remove_skipped_pages(sliding_pages, 0, 9),
+        "group-alloc-not-a-list": lambda: sliding.allocate_new_pages(tuple(sliding_pages), 16),
+        "group-free-not-a-list": lambda: sliding.free("a"),
+        "group-alloc-huge": lambda: sliding.allocate_new_pages(sliding_pages, 10**5000),
+        "group-cache-bad-keys": lambda: sliding.cache_pages(sliding_pages, 0, ["not a key"] * 3, 12),
         "group-lookup-keys": lambda: sliding.find_longest_cache_hit([[1]] * 3, 8, (1,)),
         "group-lookup-groups": lambda: sliding.find_longest_cache_hit(keys, 8, "x"),
-        "group-common-unknown": lambda: c.single_type_managers[0].get_num_common_prefix_pages("zz", 1),
+        "group-common-bad-count": lambda: c.single_type_managers[0].get_num_common_prefix_pages(full_pages, 0),
     }
     rejected(m, calls[case], VeriKVError)
 

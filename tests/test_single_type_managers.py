@@ -14,6 +14,7 @@ from verikv import (
     CacheSpecError,
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
+    InvalidArgumentError,
     MambaSpec,
     PagePool,
     Request,
@@ -134,9 +135,10 @@ def test_mamba_never_hits_and_never_caches():
     m = MambaManager(MambaSpec(page_size=64, shapes=((2, 2),), dtype=np.float16), pool, 0)
     cache_positions(pool, keys, [0])
     assert m.find_longest_cache_hit(keys, 7, [0]) == ([],)
-    assert m.allocate_new_pages("r", 40) == [2]
-    m.cache_pages("r", keys, 64)
-    assert pool.key_of(2) is None and m.num_cached_page["r"] == 0 and m.keys_needed(64) == 0
+    pages: list[int] = []
+    assert m.allocate_new_pages(pages, 40) == [2] and pages == [2]
+    assert m.cache_pages(pages, 0, keys, 64) == 0
+    assert pool.key_of(2) is None and m.keys_needed(64) == 0
 
 
 def test_allocation_needs_and_revived_hits():
@@ -145,16 +147,15 @@ def test_allocation_needs_and_revived_hits():
     hits = cache_positions(pool, keys, [0, 1])  # free but cached
     m = FullAttentionManager(full(), pool, 0)
     # 10 slots -> 3 pages; 2 hits; both hits are free so they also leave the free list
-    assert m.get_num_pages_to_allocate("r", 10, hits) == 1 + 2
+    assert m.get_num_pages_to_allocate([], 10, hits) == 1 + 2
     pool.touch_ids(hits)
-    assert m.get_num_pages_to_allocate("r", 10, hits) == 1
-    assert "r" not in m.req_to_pages  # queries never create entries
-    m.save_new_computed_pages("r", hits)
+    assert m.get_num_pages_to_allocate([], 10, hits) == 1
+    pages = list(hits)  # the request's list starts with its hits (the coordinator's record)
     head = pool.free_list_ids()[0]
-    assert m.allocate_new_pages("r", 10) == [head]
-    assert m.req_to_pages["r"] == hits + [head] and m.num_cached_page["r"] == 2
-    assert m.allocate_new_pages("r", 12) == []  # already covered
-    assert m.get_num_pages_to_allocate("r", 12, []) == 0
+    assert m.allocate_new_pages(pages, 10) == [head]
+    assert pages == hits + [head]
+    assert m.allocate_new_pages(pages, 12) == []  # already covered
+    assert m.get_num_pages_to_allocate(pages, 12, []) == 0
 
 
 def test_cache_pages_is_monotone_and_keys_fresh_pages_only():
@@ -162,13 +163,13 @@ def test_cache_pages_is_monotone_and_keys_fresh_pages_only():
     req = Request("r", list(range(13)))
     keys = HASHER.hash_request(req, 4)
     m = FullAttentionManager(full(), pool, 0)
-    new = m.allocate_new_pages("r", 13)
-    m.cache_pages("r", keys, 8)
+    pages: list[int] = []
+    new = m.allocate_new_pages(pages, 13)
+    assert m.cache_pages(pages, 0, keys, 8) == 2
     assert [pool.key_of(p) is not None for p in new] == [True, True, False, False]
-    m.cache_pages("r", keys, 4)  # lower: no-op (eSurge Q4 lowered the count)
-    assert m.num_cached_page["r"] == 2
-    m.cache_pages("r", keys, 12)
-    assert pool.key_of(new[2]) == PageHashWithGroupId(keys[2], 0) and m.num_cached_page["r"] == 3
+    assert m.cache_pages(pages, 2, keys, 4) == 2  # lower: no-op (eSurge Q4 lowered the count)
+    assert m.cache_pages(pages, 2, keys, 12) == 3
+    assert pool.key_of(new[2]) == PageHashWithGroupId(keys[2], 0)
     assert m.keys_needed(12) == 3
 
 
@@ -177,38 +178,51 @@ def test_sliding_window_drops_pages_and_skips_placeholders_when_caching():
     req = Request("r", list(range(20)))
     keys = HASHER.hash_request(req, 4)
     m = SlidingWindowManager(sliding(4, 4), pool, 0)
-    pages = m.allocate_new_pages("r", 20)
-    assert m.skipped_range("r", 7) == (0, 1)  # (7 - 4 + 1) // 4 = 1 page before the window
-    assert m.skipped_range("r", 16) == (0, 3)
-    m.remove_skipped_pages("r", 0, 3)
-    assert m.req_to_pages["r"] == [0, 0, 0, pages[3], pages[4]]
+    held: list[int] = []
+    pages = m.allocate_new_pages(held, 20)
+    assert m.skipped_range(held, 7) == (0, 1)  # (7 - 4 + 1) // 4 = 1 page before the window
+    assert m.skipped_range(held, 16) == (0, 3)
+    m.remove_skipped_pages(held, 0, 3)
+    assert held == [0, 0, 0, pages[3], pages[4]]
     assert pool.free_list_ids()[-3:] == [pages[2], pages[1], pages[0]]  # descending index order
-    assert m.skipped_range("r", 16) == (3, 3)  # already dropped: nothing new
-    m.cache_pages("r", keys, 20)  # placeholders are never hashed (eSurge Q3)
+    assert m.skipped_range(held, 16) == (3, 3)  # already dropped: nothing new
+    assert m.cache_pages(held, 0, keys, 20) == 5  # placeholders are never hashed (eSurge Q3)
     assert pool.key_of(0) is None and pool.key_of(pages[4]) == PageHashWithGroupId(keys[4], 0)
-    m.free("r")
-    assert "r" not in m.req_to_pages and pool.free_list_ids()[-2:] == [pages[4], pages[3]]
+    m.free(held)
+    assert pool.free_list_ids()[-2:] == [pages[4], pages[3]]
 
 
 def test_chunked_drops_pages_before_the_current_chunk():
     pool = PagePool(12)
     m = ChunkedLocalAttentionManager(chunked(4, 8), pool, 0)
-    m.allocate_new_pages("r", 20)
-    assert m.skipped_range("r", 7) == (0, 0)
-    assert m.skipped_range("r", 17) == (0, 4)  # chunk starts at 16 -> pages 0..3
-    assert m.skipped_range("missing", 17) == (0, 0)
+    held: list[int] = []
+    m.allocate_new_pages(held, 20)
+    assert m.skipped_range(held, 7) == (0, 0)
+    assert m.skipped_range(held, 17) == (0, 4)  # chunk starts at 16 -> pages 0..3
+    assert m.skipped_range([], 17) == (0, 0)
 
 
 def test_free_reverse_order_and_common_prefix():
     pool = PagePool(8)
     m = FullAttentionManager(full(), pool, 0)
-    ids = m.allocate_new_pages("a", 16)
+    a: list[int] = []
+    ids = m.allocate_new_pages(a, 16)
     assert ids == [1, 2, 3, 4]
-    m.save_new_computed_pages("b", ids[:2])
-    pool.touch_ids(ids[:2])
-    assert m.get_num_common_prefix_pages("a", 2) == 2 and m.get_num_common_prefix_pages("a", 1) == 4
-    m.free("b")
-    m.free("a")
+    b = ids[:2]
+    pool.touch_ids(b)
+    assert m.get_num_common_prefix_pages(a, 2) == 2 and m.get_num_common_prefix_pages(a, 1) == 4
+    m.free(b)
+    m.free(a)
     assert pool.free_list_ids() == [5, 6, 7, 4, 3, 2, 1]  # eSurge §1.3 rule 2
-    m.free("a")  # unknown request: no-op
-    assert SlidingWindowManager(sliding(4, 4), pool, 0).get_num_common_prefix_pages("x", 1) == 0
+    m.free([])  # nothing held: no-op
+    assert SlidingWindowManager(sliding(4, 4), pool, 0).get_num_common_prefix_pages([], 1) == 0
+
+
+def test_page_lists_are_checked_before_any_change():
+    pool = PagePool(8)
+    m = FullAttentionManager(full(), pool, 0)
+    with pytest.raises(InvalidArgumentError):
+        m.allocate_new_pages((), 8)  # type: ignore[arg-type]  # a request's list is a list
+    with pytest.raises(InvalidArgumentError):
+        m.free("a")  # type: ignore[arg-type]
+    assert pool.free_list_ids() == list(range(1, 8))
