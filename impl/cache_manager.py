@@ -30,7 +30,7 @@ from verikv.errors import (
     UnknownRequestError,
     describe,
 )
-from verikv.events import KVEvent, PrefixCacheStats
+from verikv.events import Describer, KVEvent, PrefixCacheStats, StoreContext, describe_run
 from verikv.free_queue import CachePage
 from verikv.hashing import PageHasher, PageKey
 from verikv.page_pool import PagePool
@@ -255,6 +255,10 @@ class CacheManager:
         #: scheduler passes the size with every call)
         self._dp_open = data_parallel_size is None
         self.prefix_cache_stats: PrefixCacheStats = PrefixCacheStats()
+        log = self.page_pool.event_log
+        if log is not None:  # KV events: a call's page reports become its events (docs/events.md)
+            self.allocate_slots = log.recording(self.allocate_slots, self._describer)  # type: ignore[method-assign]
+            self.cache_pages = log.recording(self.cache_pages, self._describer)  # type: ignore[method-assign]
 
     @classmethod
     def from_plan(cls, plan: Any, max_model_len: int, **kwargs: Any) -> CacheManager:
@@ -281,6 +285,20 @@ class CacheManager:
     def make_prefix_cache_stats(self) -> PrefixCacheStats:
         """Lookup statistics (tokens queried, tokens hit) since the last call; counters restart."""
         return self.prefix_cache_stats.take()
+
+    def _describer(self, request: Any) -> Describer:
+        """How the runs of pages cached for ``request`` in one call are described in events."""
+        def describe(group_id: int | None, page_ids: tuple[int, ...]) -> StoreContext:
+            gid = group_id or 0
+            rid = request.request_id
+            page_size = self._page_sizes[gid]
+            rec = self.coordinator.records[rid]  # it holds the pages it just cached, and their keys
+            first = rec.pages[gid].index(page_ids[0])  # type: ignore[index]
+            stride = page_size // self._key_page_size
+            parent = rec.keys[first * stride - 1] if first else None  # type: ignore[index]
+            return describe_run(request, self.kv_cache_groups[gid].kv_cache_spec, page_size, first, len(page_ids),
+                                parent, self.hasher.page_extra_keys)
+        return describe
 
     def take_events(self) -> list[KVEvent]:
         """KV events (stored, removed, all cleared) since the last call; empty unless enabled."""
@@ -436,7 +454,7 @@ class CacheManager:
         real tokens beyond it raise. Unless caching is off or ``delay_cache_pages``, full pages
         up to the computed tokens are then registered in the prefix cache.
         """
-        if (new_computed_pages is dp_shard_hint is data_parallel_size is None
+        if (new_computed_pages is None and dp_shard_hint is None and data_parallel_size is None
                 and num_new_computed_tokens is num_lookahead_tokens is num_external_computed_tokens is _ZERO
                 and delay_cache_pages is False
                 and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):

@@ -288,8 +288,8 @@ class IdLinks:
         last, first_id, last_id = prev[tail], int(ids[0]), int(ids[-1])
         nxt[last], prev[first_id] = first_id, last
         inner, following = ids[:-1], ids[1:]
-        np.frombuffer(nxt, dtype=np.intc)[inner] = following  # type: ignore[call-overload]
-        np.frombuffer(prev, dtype=np.intc)[following] = inner  # type: ignore[call-overload]
+        np.frombuffer(nxt, dtype=np.intc)[inner] = following  # type: ignore[call-overload, unused-ignore]
+        np.frombuffer(prev, dtype=np.intc)[following] = inner  # type: ignore[call-overload, unused-ignore]
         nxt[last_id], prev[tail] = tail, last_id
         self.lengths[li] += count
 

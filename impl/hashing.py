@@ -19,8 +19,9 @@ chosen scheme:
 
 Each hasher holds its own parent-of-first-page key (``root_key``) derived from its ``seed``,
 so two hashers never disturb each other and no module global is re-seeded; the value never
-reads ``PYTHONHASHSEED``. Per-page extra keys are tagged tuples: ``("lora", id)`` on every
-page of a LoRA request, ``("mm", mm_hash, offset - page_start)`` on each page a multimodal
+reads ``PYTHONHASHSEED``. Per-page extra keys are tagged tuples: ``("lora", name, path)``
+(``("lora", id)`` for an adapter known only by its id) on every page of a LoRA request,
+``("mm", mm_hash, offset - page_start)`` on each page a multimodal
 item overlaps, and ``("salt", cache_salt)`` on the first page only (the salt isolates
 tenants; the chain carries it to later pages).
 
@@ -626,9 +627,30 @@ def _guarded(fn: Callable[[Any], object]) -> Callable[[Any], int]:
 
 
 def _plain(request: Any) -> bool:
-    """True if the request has no per-page extra keys (no LoRA, salt or multimodal items)."""
-    return (getattr(request, "lora_id", None) is None and getattr(request, "cache_salt", None) is None
+    """True if the request has no per-page extra keys (no LoRA, salt or multimodal items); a
+    stray ``lora_path`` is not plain, so `_ExtraKeys` reports it."""
+    return (getattr(request, "lora_id", None) is None and getattr(request, "lora_name", None) is None
+            and getattr(request, "lora_path", None) is None and getattr(request, "cache_salt", None) is None
             and not getattr(request, "mm_features", None))
+
+
+def _lora_key(request: Any) -> tuple[Any, ...] | None:
+    """The LoRA extra key of a request: ``("lora", name, path)`` for an adapter named as vLLM's
+    ``LoRARequest`` names it (``("lora", name)`` without a path), so pointing a name at other
+    weights changes the keys, and the int id is left out (it only numbers the adapter in one
+    instance); ``("lora", id)`` for an adapter known by its id alone; ``None`` without one."""
+    name = getattr(request, "lora_name", None)
+    path = getattr(request, "lora_path", None)
+    if name is None:
+        if path is not None:
+            raise InvalidArgumentError(f"lora_path {describe(path)} needs a lora_name")
+        lora = getattr(request, "lora_id", None)
+        return None if lora is None else ("lora", checked_int(lora, "lora_id", minimum=0))
+    for value, what in ((name, "lora_name"), (path, "lora_path")):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise InvalidArgumentError(f"{what} must be a non-empty str, got {describe(value)}")
+    text = key_text(name, "lora_name")
+    return ("lora", text) if path is None else ("lora", text, key_text(path, "lora_path"))
 
 
 class _ExtraKeys:
@@ -637,8 +659,7 @@ class _ExtraKeys:
     __slots__ = ("lora", "mm", "salt")
 
     def __init__(self, request: Any) -> None:
-        lora = getattr(request, "lora_id", None)
-        self.lora = None if lora is None else checked_int(lora, "lora_id", minimum=0)
+        self.lora = _lora_key(request)
         salt = getattr(request, "cache_salt", None)
         if salt is not None and not isinstance(salt, (str, bytes)):
             raise InvalidArgumentError(f"cache_salt must be str or bytes, got {describe(salt)}")
@@ -651,7 +672,7 @@ class _ExtraKeys:
         end = start + page_size
         keys: list[Any] = []
         if self.lora is not None:
-            keys.append(("lora", self.lora))
+            keys.append(self.lora)
         for item in self.mm:
             if item.offset >= end:
                 break

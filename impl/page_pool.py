@@ -392,6 +392,11 @@ class PagePool(ESurgePoolMethods):
         """The lookup statistics since the last call (the counters restart)."""
         return self.prefix_cache_stats.take()
 
+    @property
+    def event_log(self) -> EventLog | None:
+        """The log KV events are recorded in, or None when events are off."""
+        return self._events
+
     def take_events(self) -> list[KVEvent]:
         """KV events since the last call, oldest first (always empty when events are off)."""
         return [] if self._events is None else self._events.take()

@@ -2,7 +2,8 @@
 
 `Request` carries what the page manager reads (eSurge's ``EngineRequest`` fields used by the
 cache code): the prompt and output token ids, ``num_computed_tokens``, the status, and what
-goes into page keys besides the tokens (``cache_salt``, ``lora_id``, ``mm_features``).
+goes into page keys besides the tokens (``cache_salt``, the LoRA identity ``lora_name`` /
+``lora_path`` or ``lora_id``, ``mm_features``).
 Sampling parameters are not the manager's business; only ``prompt_logprobs`` matters (such
 requests never read the prefix cache, but their pages are still cached).
 
@@ -10,9 +11,10 @@ The request's content keys are kept by the `CacheManager` that hashes it (keys d
 manager's hash scheme and seed); they grow one full page at a time and are never recomputed.
 
 Every field is validated on assignment as well as at construction, and what enters page keys
-(``cache_salt``, ``lora_id``, ``mm_features``) is stored as exact builtin values (a ``str``
-subclass becomes a plain ``str``; a lone surrogate is rejected), so a key never holds a user
-object whose hash could change. The identity fields (``request_id`` and those three) cannot
+(``cache_salt``, ``lora_id``, ``lora_name``, ``lora_path``, ``mm_features``) is stored as
+exact builtin values (a ``str`` subclass becomes a plain ``str``; a lone surrogate is
+rejected), so a key never holds a user object whose hash could change. The identity fields
+(``request_id`` and those five) cannot
 change while a manager holds pages for the request; changing them otherwise makes a manager
 drop the content keys it kept for the object (they describe the old identity).
 """
@@ -33,6 +35,7 @@ from verikv.hashing import (
     TOKEN_ID_LIMIT,
     MMFeature,
     key_atom,
+    key_text,
     mm_feature,
 )
 
@@ -168,13 +171,25 @@ def _checked_lora(value: object) -> int | None:
     return None if value is None else checked_int(value, "lora_id", minimum=0)
 
 
+def _checked_lora_text(value: object, what: str) -> str | None:
+    """A LoRA name or path: ``None`` or a non-empty ``str`` (a subclass becomes a plain copy)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(f"{what} must be a non-empty str or None, got {describe(value)}")
+    return key_text(value, what)
+
+
 class Request:
     """A generation request: prompt, generated tokens, progress, status, cache identity.
 
     ``num_computed_tokens`` is set by the scheduler (tokens whose KV is in the cache or being
     computed this step); ``append_output_token_ids`` adds sampled tokens. ``cache_salt``
-    (per-tenant isolation), ``lora_id`` and ``mm_features`` enter page keys, so requests that
-    differ in them never share pages.
+    (per-tenant isolation), the LoRA adapter and ``mm_features`` enter page keys, so requests
+    that differ in them never share pages. The adapter is named as vLLM's ``LoRARequest``
+    names it: ``lora_name`` and ``lora_path`` (both enter the keys, so pointing a name at other
+    weights changes them; ``lora_id`` then stays out of the keys, being only an instance's
+    number for the adapter), or by ``lora_id`` alone.
     """
 
     __slots__ = (
@@ -182,6 +197,8 @@ class Request:
         "_holders",
         "_identity_version",
         "_lora_id",
+        "_lora_name",
+        "_lora_path",
         "_mm_features",
         "_num_computed_tokens",
         "_num_prompt_tokens",
@@ -200,6 +217,8 @@ class Request:
         *,
         cache_salt: str | bytes | None = None,
         lora_id: int | None = None,
+        lora_name: str | None = None,
+        lora_path: str | None = None,
         mm_features: Iterable[MMFeature | tuple[str | bytes | int, int, int]] = (),
         prompt_logprobs: bool = False,
     ) -> None:
@@ -209,6 +228,10 @@ class Request:
             raise InvalidArgumentError(f"request {rid!r}: the prompt must have at least one token")
         salt = _checked_salt(cache_salt)
         lora = _checked_lora(lora_id)
+        name = _checked_lora_text(lora_name, "lora_name")
+        path = _checked_lora_text(lora_path, "lora_path")
+        if path is not None and name is None:
+            raise InvalidArgumentError(f"request {rid!r}: lora_path {path!r} needs a lora_name")
         features = _checked_features(mm_features, len(tokens))
         if not isinstance(prompt_logprobs, bool):
             raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(prompt_logprobs).__name__}")
@@ -222,6 +245,8 @@ class Request:
         self._status = RequestStatus.WAITING
         self._cache_salt = salt
         self._lora_id = lora
+        self._lora_name = name
+        self._lora_path = path
         self._mm_features = features
         self._prompt_logprobs = prompt_logprobs
         self._view = TokenView(tokens)
@@ -282,6 +307,38 @@ class Request:
     else:
         lora_id = property(attrgetter("_lora_id"), _set_lora_id,
                            doc="The LoRA adapter id (an int >= 0, or None), part of every page's key.")
+
+    def _set_lora_name(self, value: str | None) -> None:
+        name = _checked_lora_text(value, "lora_name")
+        if name is None and self._lora_path is not None:
+            raise InvalidArgumentError("lora_name cannot be None while lora_path is set")
+        self._set_identity("_lora_name", name)
+
+    if TYPE_CHECKING:
+        @property
+        def lora_name(self) -> str | None: ...
+
+        @lora_name.setter
+        def lora_name(self, value: str | None) -> None: ...
+    else:
+        lora_name = property(attrgetter("_lora_name"), _set_lora_name,
+                             doc="The LoRA adapter's name (a non-empty str, or None), part of every page's key.")
+
+    def _set_lora_path(self, value: str | None) -> None:
+        path = _checked_lora_text(value, "lora_path")
+        if path is not None and self._lora_name is None:
+            raise InvalidArgumentError("lora_path needs a lora_name")
+        self._set_identity("_lora_path", path)
+
+    if TYPE_CHECKING:
+        @property
+        def lora_path(self) -> str | None: ...
+
+        @lora_path.setter
+        def lora_path(self, value: str | None) -> None: ...
+    else:
+        lora_path = property(attrgetter("_lora_path"), _set_lora_path,
+                             doc="Where the named adapter's weights are (a non-empty str, or None), part of the keys.")
 
     def _set_mm_features(self, value: Iterable[MMFeature | tuple[str | bytes | int, int, int]]) -> None:
         self._set_identity("_mm_features", _checked_features(value, self._num_prompt_tokens))

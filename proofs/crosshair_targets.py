@@ -566,12 +566,8 @@ class SlidingNeedsOneMore(SlidingWindowManager):
 class HasherWithoutExtraKeys(PageHasher):
     """Page keys ignore the extra keys (salt, LoRA, multimodal): tenants share cached pages."""
 
-    def __init__(self, scheme: Any = "sha256", seed: Any = None) -> None:
-        super().__init__(scheme, seed)
-        digest, tuple_hash = self._digest, self._tuple_hash
-        self._digest = lambda parent, tokens, ids, extra: digest(parent, tokens, ids, None)
-        if tuple_hash is not None:  # the builtin/callable schemes hash (parent, tokens, extra) directly
-            self._tuple_hash = lambda item: tuple_hash((item[0], item[1], None))
+    def _chain(self, parent: Any, pages: list[bytes], extras: Any, first: int, page_size: int) -> list[Any]:
+        return super()._chain(parent, pages, None, first, page_size)
 
 
 _ACTIVE: dict[str, Any] = {

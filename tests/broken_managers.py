@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from verikv.cache_manager import CachePages
 from verikv.errors import OutOfPagesError
 from verikv.hashing import PageHasher
 from verikv.page_pool import PagePool
@@ -52,6 +53,25 @@ class GroupByGroupAllocation:
         return tuple(new)
 
 
+class TrustsItsOwnHit:
+    """Manager mixin: a hit that is the very object the request's latest lookup returned is
+    taken as that lookup returned it, whatever count comes with it and whatever was removed
+    from it since (a shortcut that skips validating the manager's own result)."""
+
+    def get_computed_pages(self: Any, request: Any, **dp: Any) -> Any:
+        pages, num_tokens = super().get_computed_pages(request, **dp)  # type: ignore[misc]
+        self.own_hit = (pages, pages.get_page_ids(), num_tokens)
+        return pages, num_tokens
+
+    def allocate_slots(self: Any, request: Any, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                       new_computed_pages: Any = None, *args: Any, **kwargs: Any) -> Any:
+        own = getattr(self, "own_hit", None)
+        if own is not None and new_computed_pages is own[0]:
+            new_computed_pages, num_new_computed_tokens = CachePages(own[1], self.page_pool), own[2]
+        return super().allocate_slots(request, num_new_tokens, num_new_computed_tokens,  # type: ignore[misc]
+                                      new_computed_pages, *args, **kwargs)
+
+
 def _parent_blind_digest(message: tuple[int, tuple[int, ...], Any]) -> int:
     """A page digest that ignores the parent key: equal pages at different places collide."""
     _parent, tokens, extra = message
@@ -84,6 +104,10 @@ def _group_by_group(manager: Any) -> None:
                                  (GroupByGroupAllocation, type(coordinator)), {})
 
 
+def _trusts_own_hit(manager: Any) -> None:
+    manager.__class__ = type("TrustsItsOwnHit" + type(manager).__name__, (TrustsItsOwnHit, type(manager)), {})
+
+
 def _parent_blind_keys(manager: Any) -> None:
     manager.hasher = PageHasher(_parent_blind_digest, seed=0)
 
@@ -101,6 +125,11 @@ BROKEN: dict[str, tuple[AdapterFactory, str]] = {
     "non-atomic-multi-group": (_adapter("NonAtomicAllocation", _group_by_group), "INV-ATOMIC"),
 }
 """name -> (adapter factory, the invariant a white-box run must report)."""
+
+MALFORMED_OWN_HIT: AdapterFactory = _adapter("TrustsItsOwnHit", _trusts_own_hit)
+"""Accepts its own latest lookup result claimed with the wrong token count or after a page id
+was removed from it: only the bad-input cases ``own-hit-miscounted`` and ``own-hit-edited``
+show it (a scheduler that passes hits back unchanged never does)."""
 
 OBSERVABLE: dict[str, tuple[AdapterFactory, str]] = {
     "evicts-page-in-use": (BROKEN["evicts-page-in-use"][0], "INV-FREE-IFF-ZERO"),

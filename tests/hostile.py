@@ -261,7 +261,8 @@ def snapshot(obj: Any) -> Any:
         return ("CachePages", obj.get_page_ids())
     if isinstance(obj, Request):
         return ("Request", obj.request_id, list(obj._tokens), obj.num_prompt_tokens, obj.num_computed_tokens,
-                obj.status, obj.cache_salt, obj.lora_id, obj.mm_features, obj.prompt_logprobs)
+                obj.status, obj.cache_salt, obj.lora_id, obj.lora_name, obj.lora_path, obj.mm_features,
+                obj.prompt_logprobs)
     if isinstance(obj, PageTable):
         return ("PageTable", obj._table.tobytes(), obj._num_pages.tobytes(), obj.cpu_version)
     if isinstance(obj, MultiGroupPageTable):

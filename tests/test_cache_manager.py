@@ -155,7 +155,8 @@ def test_reset_prefix_cache_only_when_nothing_is_held_and_events():
     assert m.reset_prefix_cache() is True and m.page_pool.cached_items() == []
     assert m.make_prefix_cache_stats().reset is True
     events = m.take_events()
-    assert [type(e) for e in events] == [PageStored, PageStored, AllPagesCleared]
+    assert [type(e) for e in events] == [PageStored, AllPagesCleared]  # one event for the call's two pages
+    assert len(events[0].page_hashes) == 2 and events[0].token_ids == tuple(range(8))
     assert m.page_hashes_of("a")  # key lists survive a reset
     admit(m, Request("b", list(range(100, 104))))  # pops page 3, which has no key any more
     assert not any(isinstance(e, PageRemoved) for e in m.take_events())
@@ -168,7 +169,7 @@ def test_eviction_emits_page_removed():
     m.free(a)
     m.take_events()
     admit(m, Request("b", list(range(100, 104))))  # reuses the chain tail page 3
-    assert [(type(e), e.page_id) for e in m.take_events()] == [(PageRemoved, 3), (PageStored, 3)]
+    assert [(type(e), e.page_ids) for e in m.take_events()] == [(PageRemoved, (3,)), (PageStored, (3,))]
 
 
 def test_usage():

@@ -1,13 +1,28 @@
-"""Prefix-cache statistics and KV events validate what they are given (issue 12)."""
+"""Prefix-cache statistics and KV events validate what they are given (issue 12); the event
+log merges the pool's per-page reports into one event per run of a call (issue 17)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 
+from verikv import ChunkedLocalAttentionSpec, FullAttentionSpec, MambaSpec, Request, SlidingWindowSpec
 from verikv.errors import InvalidArgumentError
-from verikv.events import PageRemoved, PageStored, PrefixCacheStats, describe_key
-from verikv.hashing import PageHash, PageHashWithGroupId
+from verikv.events import (
+    AllPagesCleared,
+    EventLog,
+    PageRemoved,
+    PageStored,
+    PrefixCacheStats,
+    StoreContext,
+    describe_run,
+    spec_metadata,
+    split_group,
+    wire_hash,
+)
+from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId
 
 
 @pytest.mark.parametrize("fields", [dict(requests=-1), dict(queries="4"), dict(queries=1, hits=2),
@@ -27,27 +42,156 @@ def test_record_checks_its_counts_and_changes_nothing_on_error() -> None:
     assert (stats.requests, stats.queries, stats.hits) == (2, 7, 3)
 
 
+H1, H2, H3 = b"\x01" * 32, b"\x02" * 32, b"\x03" * 32
+
+
 def test_events_check_and_normalise_their_fields() -> None:
-    assert PageStored(1, np.int64(5), None, [1, 2]) == PageStored(1, 5, None, (1, 2))  # type: ignore[arg-type]
-    for bad in (dict(page_id=0), dict(page_hash="x"), dict(page_hash=True), dict(group_id=-1)):
+    stored = PageStored([H1, H2], None, np.arange(8), np.int64(4), 0, page_ids=[3, 4])  # type: ignore[arg-type]
+    assert stored == PageStored((H1, H2), None, tuple(range(8)), 4, 0, page_ids=(3, 4))
+    good: dict = dict(page_hashes=(H1,), parent_page_hash=None, token_ids=(1, 2), page_size=2, group_id=None)
+    for bad in (dict(page_hashes=()), dict(page_hashes=(5,)), dict(page_hashes="ab"), dict(parent_page_hash=5),
+                dict(token_ids=(1, 2, 3)), dict(page_size=0), dict(token_ids=(1,), page_size=1, page_hashes=(H1, H2)),
+                dict(group_id=-1), dict(lora_id=-1), dict(lora_name=3), dict(extra_keys=(None, None)),
+                dict(page_ids=(0,)), dict(page_ids=(1, 2)), dict(medium=None), dict(spec_kind=1),
+                dict(sliding_window=0), dict(token_ids="12")):
         with pytest.raises(InvalidArgumentError):
-            PageRemoved(**{**dict(page_id=1, page_hash=5, group_id=None), **bad})  # type: ignore[arg-type]
+            PageStored(**{**good, **bad})
+    removed_bad: list[dict[str, Any]] = [dict(page_hashes=()), dict(group_id=True), dict(page_ids=(1, 2))]
+    for wrong in removed_bad:
+        with pytest.raises(InvalidArgumentError):
+            PageRemoved(**{"page_hashes": (H1,), **wrong})
+
+
+def test_wire_hash_of_every_key_shape() -> None:
+    page = PageHash(5, (1, 2), None)
+    assert wire_hash(page) == (5).to_bytes(32, "little") == wire_hash(5)
+    assert wire_hash(b"\xab\xcd") == b"\xab\xcd"  # bytes keys (the opaque PageKey) as they are
+    assert wire_hash(-2) == (-2).to_bytes(1, "little", signed=True) and wire_hash(1 << 256) == (1 << 256).to_bytes(
+        33, "little", signed=True)
+    assert wire_hash("k") == wire_hash(hash("k"))
+    assert split_group(PageHashWithGroupId(page, 3)) == (page, 3)
+    assert split_group((b"k", 2)) == (b"k", 2) and split_group((b"k", -1)) == ((b"k", -1), None)
+    assert split_group(page) == (page, None)
+
+
+def test_outside_a_call_each_report_is_its_own_event() -> None:
+    log = EventLog()
+    log.stored(1, PageHashWithGroupId(PageHash(7, (1, 2), ("x",)), 0))
+    log.stored(2, 9)
+    log.removed(1, PageHashWithGroupId(PageHash(7, (1, 2), ("x",)), 0))
+    log.removed(2, 9)
+    log.cleared()
+    seven = (7).to_bytes(32, "little")
+    assert log.take() == [
+        PageStored((seven,), None, (1, 2), 2, 0, extra_keys=(("x",),), page_ids=(1,)),
+        PageStored(((9).to_bytes(32, "little"),), page_ids=(2,)),  # a bare key: no tokens, no page size
+        PageRemoved((seven,), 0, page_ids=(1,)),
+        PageRemoved(((9).to_bytes(32, "little"),), None, page_ids=(2,)),
+        AllPagesCleared(),
+    ]
+    assert log.take() == []
+
+
+def test_a_call_merges_consecutive_reports_of_one_kind_group_and_run_in_order() -> None:
+    log = EventLog(medium="CPU")
+    asked: list[tuple[int | None, tuple[int, ...]]] = []
+
+    def run0(group: int | None, ids: tuple[int, ...]) -> StoreContext:
+        asked.append((group, ids))
+        return StoreContext(page_size=2, parent_key=(b"p", 0), token_ids=(1, 2, 3, 4),
+                            extra_keys=(None, (("salt", "t"),)), lora_id=3, lora_name="a", spec_kind="full_attention")
+
+    def run1(group: int | None, ids: tuple[int, ...]) -> StoreContext:
+        asked.append((group, ids))
+        return StoreContext(page_size=2, parent_key=None, token_ids=(1, 2), spec_kind="sliding_window",
+                            sliding_window=4)
+
+    log.begin_call()
+    log.removed(5, (H1, 0))
+    log.removed(6, (H2, 0))
+    log.removed(7, (H3, 1))
+    log.set_store_context(run0)
+    log.stored(5, (H2, 0))
+    log.stored(6, (H3, 0))
+    log.set_store_context(run1)
+    log.stored(7, (H1, 1))
+    log.begin_call()  # nested: the outermost call emits
+    log.end_call()
+    assert log.take() == []
+    log.end_call()
+    assert log.take() == [
+        PageRemoved((H1, H2), 0, "CPU", (5, 6)),
+        PageRemoved((H3,), 1, "CPU", (7,)),
+        PageStored((H2, H3), wire_hash(b"p"), (1, 2, 3, 4), 2, 0, 3, "a", (None, (("salt", "t"),)), "CPU", (5, 6),
+                   "full_attention"),
+        PageStored((H1,), None, (1, 2), 2, 1, medium="CPU", page_ids=(7,), spec_kind="sliding_window",
+                   sliding_window=4),
+    ]
+    assert asked == [(0, (5, 6)), (1, (7,))]  # one description per run, when the call ends
     with pytest.raises(InvalidArgumentError):
-        PageStored(1, 5, None, "12")  # type: ignore[arg-type]
+        log.end_call()
 
 
-def test_describe_key_never_fails_on_odd_keys() -> None:
-    key = PageHashWithGroupId(PageHash(9, (1, 2), None), 3)
-    assert describe_key(key) == (9, 3, (1, 2))
-    assert describe_key(True) == (1, None, ())
-    assert describe_key("k") == (hash("k"), None, ())
+def test_consecutive_removals_become_one_event_per_group() -> None:
+    log = EventLog()
+    log.begin_call()
+    for page, group in ((1, 0), (2, 1), (3, 0), (4, 1), (5, 2)):
+        log.removed(page, (bytes([page]), group))
+    log.end_call()
+    assert log.take() == [PageRemoved((b"\x01", b"\x03"), 0, page_ids=(1, 3)),
+                          PageRemoved((b"\x02", b"\x04"), 1, page_ids=(2, 4)),
+                          PageRemoved((b"\x05",), 2, page_ids=(5,))]
 
-    class LooksLikeAKey:
-        page_hash = "p"
-        group_id = "not an int"
 
-        def get_hash_value(self) -> int:
-            return 0
+def test_a_removal_between_two_runs_keeps_the_order() -> None:
+    log = EventLog()
+    log.begin_call()
+    log.removed(1, (H1, 0))
+    log.stored(2, (H1, 0))  # no context: one event per page
+    log.stored(3, (H2, 0))
+    log.removed(4, (H2, 0))
+    log.cleared()
+    log.cleared()
+    log.end_call()
+    kinds = [(type(e).__name__, getattr(e, "page_ids", ())) for e in log.take()]
+    assert kinds == [("PageRemoved", (1,)), ("PageStored", (2,)), ("PageStored", (3,)), ("PageRemoved", (4,)),
+                     ("AllPagesCleared", ()), ("AllPagesCleared", ())]
 
-    odd = LooksLikeAKey()
-    assert describe_key(odd) == (hash(odd), None, ())
+
+def test_spec_metadata_names_vllms_kinds() -> None:
+    kw: dict = dict(page_size=4, num_kv_heads=1, head_size=8, dtype=np.float16)
+    assert spec_metadata(FullAttentionSpec(use_mla=False, **kw)) == ("full_attention", None)
+    assert spec_metadata(FullAttentionSpec(use_mla=True, **kw)) == ("mla_attention", None)
+    assert spec_metadata(SlidingWindowSpec(use_mla=False, sliding_window=8, **kw)) == ("sliding_window", 8)
+    assert spec_metadata(ChunkedLocalAttentionSpec(use_mla=False, attention_chunk_size=8, **kw)) == (
+        "chunked_local_attention", None)
+    assert spec_metadata(MambaSpec(page_size=16, shapes=((2,),), dtype=np.float16)) == ("mamba", None)
+    assert spec_metadata(object()) == ("unknown", None)
+
+
+def test_describe_run_reads_the_requests_tokens_extra_keys_and_lora() -> None:
+    hasher = PageHasher(seed=0)
+    req = Request("r", list(range(10)), cache_salt="t", lora_id=3)
+    spec = FullAttentionSpec(page_size=4, num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
+    run = describe_run(req, spec, 4, 0, 2, None, hasher.page_extra_keys)
+    assert run == StoreContext(4, None, list(range(8)), [(("lora", 3), ("salt", "t")), (("lora", 3),)], 3, None,
+                               "full_attention", None)
+    plain = Request("p", list(range(10)))
+    assert describe_run(plain, spec, 4, 1, 1, b"parent", hasher.page_extra_keys) == StoreContext(
+        4, b"parent", [4, 5, 6, 7], None, None, None, "full_attention", None)
+
+
+def test_a_manager_records_calls_only_when_events_are_on() -> None:
+    from verikv import CacheGroupSpec, CacheManager
+
+    group = CacheGroupSpec(FullAttentionSpec(page_size=4, num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False))
+    off = CacheManager(8, [group], 32, hash_seed=0)
+    assert off.page_pool.event_log is None
+    assert "allocate_slots" not in vars(off) and "cache_pages" not in vars(off)  # the class's methods, unwrapped
+    on = CacheManager(8, [group], 32, hash_seed=0, enable_kv_events=True)
+    assert on.allocate_slots.__wrapped__ == CacheManager.allocate_slots.__get__(on)  # type: ignore[attr-defined]
+    req = Request("a", list(range(9)))
+    assert on.allocate_slots(request=req, num_new_tokens=9) is not None  # keyword arguments pass through
+    (stored,) = on.take_events()
+    assert isinstance(stored, PageStored) and stored.page_ids == (1, 2) and stored.token_ids == tuple(range(8))
+    assert stored.spec_kind == "full_attention" and stored.parent_page_hash is None

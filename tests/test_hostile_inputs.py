@@ -411,6 +411,8 @@ def _request_targets() -> list[Case]:
         cache_salt=P(None, "object", accept={"None", "str", "bytes"}, either={"empty_str", "hashflip_str"},
                      reject=set()),
         lora_id=P(None, "opt_count0", either={"2**31"}),
+        lora_name=P(None, "object", accept={"None", "str"}, either={"hashflip_str"}),
+        lora_path=P(None, "object", accept={"None"}),  # a path without a name is refused
         mm_features=P((), "ids", reject={"list", "np_array"}),
         prompt_logprobs=P(False, "bool", reject={"np_bool"})))
 
@@ -423,6 +425,8 @@ def _request_targets() -> list[Case]:
         ("request_id", P("q", "object", accept={"str", "surrogate"}, either={"hashflip_str"})),
         ("cache_salt", P("s", "object", accept={"None", "str", "bytes"}, either={"empty_str", "hashflip_str"})),
         ("lora_id", P(1, "opt_count0", either={"2**31"})),
+        ("lora_name", P("n", "object", accept={"None", "str"}, either={"hashflip_str"})),
+        ("lora_path", P(None, "object", accept={"None"})),  # the request has no name
         ("mm_features", P((), "ids", reject={"list", "np_array"})),
         ("prompt_logprobs", P(True, "bool", reject={"np_bool"})),
     ):
@@ -557,22 +561,20 @@ def _events_targets() -> list[Case]:
         reset=P(False, "bool")))
     cases += substitution_cases("PrefixCacheStats.record", stats_world, lambda w, **k: w["s"].record(**k), dict(
         queries=P(4, COUNT0, either=BIGS, reject={"zero"}), hits=P(2, COUNT0)))
+    hashes = P((b"\x01" * 32, b"\x02" * 32), "object")
+    text = dict(accept={"str", "empty_str"})
     cases += substitution_cases("PageStored", empty_world, lambda w, **k: PageStored(**k), dict(
-        page_id=P(1, COUNT1, either=BIGS), page_hash=P(5, "key", reject={"None", "str", "bytes", "empty_str",
-                                                                          "surrogate", "object", "callable",
-                                                                          "bad_index", "bad_int", "1.5", "2.0",
-                                                                          "inf", "-inf", "np_float", "nan",
-                                                                          "hashflip_str", "True", "False",
-                                                                          "np_bool"}),
-        group_id=P(None, "opt_count0", either=BIGS), token_ids=P((1, 2), "ids", accept={"list", "np_array"})))
+        page_hashes=hashes, parent_page_hash=P(None, "object", accept={"None", "bytes"}),
+        token_ids=P((1, 2), "ids", accept={"list", "np_array"}), page_size=P(1, "count1", either=BIGS | {"np_int"}),
+        group_id=P(None, "opt_count0", either=BIGS), lora_id=P(None, "opt_count0", either=BIGS),
+        lora_name=P(None, "object", accept={"None", "str", "empty_str"}),
+        extra_keys=P(None, "object", accept={"None", "list", "ragged"}, either={"nested"}),
+        medium=P("GPU", "object", **text), page_ids=P([1, 5], "ids", accept={"list", "np_array"}),
+        spec_kind=P(None, "object", accept={"None", "str", "empty_str"}),
+        sliding_window=P(None, "opt_count1", either=BIGS)))
     cases += substitution_cases("PageRemoved", empty_world, lambda w, **k: PageRemoved(**k), dict(
-        page_id=P(1, COUNT1, either=BIGS), page_hash=P(5, "key", reject={"None", "str", "bytes", "empty_str",
-                                                                          "surrogate", "object", "callable",
-                                                                          "bad_index", "bad_int", "1.5", "2.0",
-                                                                          "inf", "-inf", "np_float", "nan",
-                                                                          "hashflip_str", "True", "False",
-                                                                          "np_bool"}),
-        group_id=P(None, "opt_count0", either=BIGS)))
+        page_hashes=hashes, group_id=P(None, "opt_count0", either=BIGS), medium=P("GPU", "object", **text),
+        page_ids=P([1, 5], "ids", accept={"list", "np_array"})))
     return cases
 
 

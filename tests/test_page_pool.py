@@ -17,7 +17,7 @@ from verikv.errors import (
     OutOfPagesError,
     PageStateError,
 )
-from verikv.events import AllPagesCleared, PageRemoved, PageStored
+from verikv.events import AllPagesCleared, PageRemoved, PageStored, wire_hash
 from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId
 from verikv.page_pool import PagePool
 from verikv.spec.abstraction import abstract_pool
@@ -126,7 +126,9 @@ def test_lazy_eviction_when_a_cached_page_is_reused() -> None:
     assert pool.get_new_page_ids(1) == [a]
     assert pool.key_of(a) is None and pool.lookup_id(key(1)) is None and pool.cached_items() == []
     events = pool.take_events()
-    assert events == [PageStored(a, 1, 0, (1,)), PageRemoved(a, 1, 0)]
+    one = wire_hash(1)
+    assert events == [PageStored((one,), None, (1,), 1, 0, extra_keys=(None,), page_ids=(a,)),
+                      PageRemoved((one,), 0, page_ids=(a,))]
     assert pool.take_events() == []
 
 
@@ -444,7 +446,8 @@ def test_bool_and_int_subclass_keys_are_described_as_plain_ints() -> None:
     a, b = pool.get_new_page_ids(2)
     pool.cache_page_id(a, True)
     pool.cache_page_id(b, 7)
-    assert pool.take_events() == [PageStored(a, 1, None, ()), PageStored(b, 7, None, ())]
+    assert pool.take_events() == [PageStored((wire_hash(1),), page_ids=(a,)),
+                                  PageStored((wire_hash(7),), page_ids=(b,))]
 
 
 class _HashFlip(str):

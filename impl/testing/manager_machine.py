@@ -54,6 +54,10 @@ from verikv.testing.adapter import (
 
 BLOCKS: tuple[tuple[int, ...], ...] = ((0, 1, 2, 0), (1, 1, 0, 2), (2, 0, 1, 1))
 """Page-sized token blocks (page size 4) that prompts and decoded tokens are made of."""
+QUOTE_PAGE = len(BLOCKS[0])
+"""The block (and smallest page) size: quoted text starts at a multiple of it."""
+OUTSIDE_TOKEN = 3
+"""A token in no block (decoded when the drawn block is ``len(BLOCKS)``, and ending a quote)."""
 PROMPTS: tuple[tuple[int, ...], ...] = (
     BLOCKS[0] + BLOCKS[1],
     BLOCKS[0] + BLOCKS[1] + (2, 2),
@@ -68,10 +72,20 @@ PROMPTS: tuple[tuple[int, ...], ...] = (
 MM_CHOICES: tuple[tuple[tuple[str, int, int], ...], ...] = ((),) * 6 + ((("img-a", 2, 3),), (("img-b", 2, 3),))
 """Mostly text-only; sometimes an image over positions 2..4 (same tokens, different KV)."""
 MAX_LIVE_REQUESTS = 5
+MAX_ROUNDS = 8
+"""Scheduler steps one `ManagerMachine.schedule` rule may run: an engine runs many steps between
+two arrivals, so outputs grow whole pages (a decoded page is what eSurge's Q1 keys wrongly)."""
 BAD_CALLS: tuple[str, ...] = ("zero", "negative", "too-long", "lookahead", "dp-size", "hits-with-pages",
-                              "cache-too-far", "cache-no-pages", "page-ids")
-"""Invalid calls the machine makes: token counts, DP size, hits for a request holding pages,
-caching past the request's tokens or without pages, page ids of a request without pages."""
+                              "own-hit-miscounted", "own-hit-edited", "cache-too-far", "cache-no-pages",
+                              "page-ids")
+"""Invalid calls the machine makes: token counts, DP size, hits for a request holding pages, the
+manager's own latest lookup result claimed with a token count it does not cover or after one of
+its page ids was dropped from it (a hit of the wrong shape that is still the very object the
+manager returned), caching past the request's tokens or without pages, page ids of a request
+without pages."""
+OWN_HIT_CASES: frozenset[str] = frozenset({"own-hit-miscounted", "own-hit-edited"})
+NEEDS_NO_PAGES: frozenset[str] = OWN_HIT_CASES | {"cache-no-pages", "page-ids"}
+NEEDS_PAGES: frozenset[str] = frozenset({"hits-with-pages", "cache-too-far"})
 KEY_FAILURES: tuple[str, ...] = ("hasher-raises", "lora-not-int", "salt-not-encodable")
 """How the failing-key-computation rule breaks a key: the hash function raises on its n-th
 call, or a request gets an attribute no key can be computed from after construction."""
@@ -105,6 +119,8 @@ WAIVERS: dict[str, str] = {
     "free-order": "another legal free-list policy: the spec takes the free pages the manager chose",
     "window-free-on-failure": "an allocation that does not fit still frees the out-of-window pages (eSurge): "
                               "that one change is expected of a None result; INV-ATOMIC holds otherwise",
+    "null-page-free": "the pool accepts a free of the null page (eSurge): the pool harness does not send it, "
+                      "so the next departure (e.g. a double free of a real page) shows",
 }
 """Known departures a user can declare by name; each lifts one thing in one scope."""
 
@@ -232,6 +248,8 @@ class ManagerMachine(RuleBasedStateMachine):
             self.enforced = self.enforced - {"REFINEMENT", "INV-HIT-SHAPE"}
         if "usage-formula" in options.waivers:
             self.enforced = self.enforced - {"INV-USAGE"}
+        self.plain_calls: bool = not {"per-call-dp-size", "shard-inference"} & options.waivers
+        """Whether a held request's step may come without DP arguments (`draw_step_dp`)."""
         self.follow_choice: bool = options.mode == "policy-free" or "free-order" in options.waivers
         self.requests: dict[str, Tracked] = {}
         self.waiting: list[str] = []
@@ -457,16 +475,18 @@ class ManagerMachine(RuleBasedStateMachine):
 
     def allocate(self, rid: str, num_new: int, computed_new: int = 0, hits: Any = None,
                  spec_hits: tuple[tuple[int, ...], ...] | None = None, lookahead: int = 0,
-                 delay: bool = False, hint: int | None = None) -> bool:
-        """allocate_slots on both sides; returns whether it succeeded."""
+                 delay: bool = False, hint: int | None = None, plain: bool = False) -> bool:
+        """allocate_slots on both sides; returns whether it succeeded. ``plain``: with no DP
+        argument at all (else the machine's DP size and ``hint``)."""
         view, pre = self.view(rid), self.spec
+        dp_size = None if plain else self.dp
 
         def spec_call(s: spec.ManagerState) -> tuple[spec.ManagerState, tuple[tuple[int, ...], ...] | None]:
-            return spec.allocate_slots(s, view, num_new, computed_new, spec_hits, lookahead, delay, hint, self.dp)
+            return spec.allocate_slots(s, view, num_new, computed_new, spec_hits, lookahead, delay, hint, dp_size)
 
         def impl_call() -> Any:
             return self.impl.allocate(self.native(rid), num_new, computed_new, hits, lookahead, delay,
-                                      dp_shard_hint=hint, data_parallel_size=self.dp)
+                                      dp_shard_hint=hint, data_parallel_size=dp_size)
 
         try:
             want_state, want = spec_call(pre)
@@ -513,16 +533,36 @@ class ManagerMachine(RuleBasedStateMachine):
     def add_request(self, prompt: tuple[int, ...], salt: str | None, lora: int | None, mm: Any,
                     logprobs: bool) -> None:
         features = self.options.features
-        rid = f"r{self.next_id}"
-        self.next_id += 1
         if "images" not in features or (mm and mm[0][1] + mm[0][2] > len(prompt)):
             mm = ()
-        self.requests[rid] = Tracked(spec.RequestView(
-            rid, prompt, cache_salt=salt if "salt" in features else None,
+        self.new_request(spec.RequestView(
+            f"r{self.next_id}", prompt, cache_salt=salt if "salt" in features else None,
             lora_id=lora if "lora" in features else None, mm_features=mm,
             prompt_logprobs=logprobs and "logprobs" in features))
-        self.waiting.append(rid)
         self.check()
+
+    def quotable(self) -> list[str]:
+        """Requests with text after their first page to quote (see `add_quoting_request`)."""
+        return sorted(rid for rid, tracked in self.requests.items() if len(tracked.view.tokens) >= 2 * QUOTE_PAGE)
+
+    @precondition(lambda self: len(self.requests) < MAX_LIVE_REQUESTS and self.quotable())
+    @rule(data=st.data())
+    def add_quoting_request(self, data: st.DataObject) -> None:
+        """A prompt that quotes a live request's text (prompt or decoded output) from a page
+        boundary after its first page, plus one token, as a user pastes an answer into a new
+        chat. Its first page has the tokens of that page in another context, so a manager that
+        keys a page without its chain predecessor gives a false hit (how eSurge's Q1 is reached
+        in every windowed layout: a decoded page keyed after its window dropped its
+        predecessors)."""
+        tokens = self.view(data.draw(st.sampled_from(self.quotable()), label="quoted")).tokens
+        start = data.draw(st.sampled_from(range(QUOTE_PAGE, len(tokens) - QUOTE_PAGE + 1, QUOTE_PAGE)), label="from")
+        self.new_request(spec.RequestView(f"r{self.next_id}", tokens[start:] + (OUTSIDE_TOKEN,)))
+        self.check()
+
+    def new_request(self, view: spec.RequestView) -> None:
+        self.next_id += 1
+        self.requests[view.request_id] = Tracked(view)
+        self.waiting.append(view.request_id)
 
     def draw_hint(self, data: st.DataObject, rid: str) -> int | None:
         """A DP shard hint for a call about ``rid`` (None without DP). A request holding pages
@@ -531,13 +571,23 @@ class ManagerMachine(RuleBasedStateMachine):
             return None
         return data.draw(st.sampled_from((None, 0, 1)), label="hint")
 
+    def draw_step_dp(self, data: st.DataObject, rid: str) -> tuple[int | None, bool]:
+        """The DP arguments of a scheduler step for ``rid``: a hint (`draw_hint`), and for a
+        request holding pages sometimes no DP argument at all (``plain``), as a scheduler that
+        names the shard only at admission calls (the call a decode fast path takes). Not with
+        the ``per-call-dp-size`` or ``shard-inference`` waiver: such a manager learns the shard
+        from each call."""
+        if self.dp is not None and self.plain_calls and self.spec.entry(rid) is not None and data.draw(
+                st.sampled_from((False, False, True)), label="no DP arguments"):
+            return None, True
+        return self.draw_hint(data, rid), False
+
     @precondition(lambda self: self.waiting)
     @rule(data=st.data(), chunk=st.integers(1, 12), lookahead=st.sampled_from((0, 0, 2)))
     def admit(self, data: st.DataObject, chunk: int, lookahead: int) -> None:
         """Prefix lookup, then allocate the first prefill chunk (eSurge's waiting-queue path)."""
         rid = data.draw(st.sampled_from(self.waiting))
-        hint = self.draw_hint(data, rid)
-        self.admit_request(rid, chunk, lookahead, hint)
+        self.admit_request(rid, chunk, lookahead, self.draw_hint(data, rid))
         self.check()
 
     def admit_request(self, rid: str, chunk: int, lookahead: int, hint: int | None) -> None:
@@ -550,17 +600,18 @@ class ManagerMachine(RuleBasedStateMachine):
             self.running.append(rid)
 
     @precondition(lambda self: self.running)
-    @rule(data=st.data())
-    def schedule(self, data: st.DataObject) -> None:
-        """One scheduler step: each running request, oldest first, gets a prefill chunk or
-        one decode token (plus speculative lookahead slots); a request the pool cannot
-        serve is preempted (freed, to be recomputed later)."""
-        for rid in list(self.running):
-            chunk, lookahead, delay, block = data.draw(STEP_DRAWS, label=f"{rid} step")
-            self.step_request(rid, chunk, lookahead, delay, block, self.draw_hint(data, rid))
-            if self.failures:
-                break
-        self.check()
+    @rule(data=st.data(), rounds=st.integers(1, MAX_ROUNDS))
+    def schedule(self, data: st.DataObject, rounds: int) -> None:
+        """``rounds`` scheduler steps, each checked. In a step each running request, oldest
+        first, gets a prefill chunk or one decode token (plus speculative lookahead slots); a
+        request the pool cannot serve is preempted (freed, to be recomputed later)."""
+        for _ in range(rounds):
+            for rid in list(self.running):
+                chunk, lookahead, delay, block = data.draw(STEP_DRAWS, label=f"{rid} step")
+                self.step_request(rid, chunk, lookahead, delay, block, *self.draw_step_dp(data, rid))
+                if self.failures:
+                    break
+            self.check()
 
     def decode_token(self, rid: str, block: int) -> None:
         """Append one sampled token. A page that decoding starts copies block ``block`` (drawn
@@ -572,11 +623,11 @@ class ManagerMachine(RuleBasedStateMachine):
         position = len(tokens) % len(BLOCKS[0])
         if position == 0 or tracked.decode_block is None:
             tracked.decode_block = block
-        token = BLOCKS[tracked.decode_block][position] if tracked.decode_block < len(BLOCKS) else 3
+        token = BLOCKS[tracked.decode_block][position] if tracked.decode_block < len(BLOCKS) else OUTSIDE_TOKEN
         tracked.view = replace(tracked.view, tokens=tokens + (token,))
 
     def step_request(self, rid: str, chunk: int, lookahead: int, delay: bool, block: int,
-                     hint: int | None = None) -> None:
+                     hint: int | None = None, plain: bool = False) -> None:
         view = self.view(rid)
         if view.num_computed_tokens == view.num_tokens:
             if view.num_tokens >= self.config.max_model_len:
@@ -585,7 +636,7 @@ class ManagerMachine(RuleBasedStateMachine):
             self.decode_token(rid, block)
             view = self.view(rid)
         num_new = min(chunk, view.num_tokens - view.num_computed_tokens)
-        if self.allocate(rid, num_new, lookahead=lookahead, delay=delay, hint=hint):
+        if self.allocate(rid, num_new, lookahead=lookahead, delay=delay, hint=hint, plain=plain):
             self.set_computed(rid, view.num_computed_tokens + num_new)
         elif not self.failures:
             self.preempt_request(rid)
@@ -662,21 +713,31 @@ class ManagerMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.options.bad_inputs and self.requests)
     @rule(data=st.data(), case=st.sampled_from(BAD_CALLS))
     def bad_input(self, data: st.DataObject, case: str) -> None:
-        """One invalid call; both sides reject it and the implementation changes nothing."""
-        rid = data.draw(st.sampled_from(sorted(self.requests)))
-        calls = self.bad_call(rid, case)
-        if calls is not None:
-            self.expect_rejected(f"{case} for {rid}", *calls)
+        """One invalid call about a request the case applies to (with or without pages); both
+        sides reject it and the implementation changes nothing."""
+        fits = [rid for rid in sorted(self.requests) if self.bad_case_fits(rid, case)]
+        if fits:
+            rid = data.draw(st.sampled_from(fits))
+            calls = self.bad_call(rid, case)
+            if calls is not None:
+                self.expect_rejected(f"{case} for {rid}", *calls)
         self.check()
 
+    def bad_case_fits(self, rid: str, case: str) -> bool:
+        """Whether ``case`` can be sent about ``rid``: it holds pages (or none) as the case
+        needs, and for an own-hit case the spec says its lookup hits."""
+        held = self.spec.entry(rid) is not None
+        if (case in NEEDS_PAGES and not held) or (case in NEEDS_NO_PAGES and held):
+            return False
+        return case not in OWN_HIT_CASES or spec.lookup(self.spec, self.view(rid), None, self.dp).num_tokens > 0
+
     def bad_call(self, rid: str, case: str) -> tuple[Callable[[], Any], Callable[[], Any]] | None:
-        """The (implementation, spec) calls of one bad-input case, or None when ``case`` does
-        not apply to this request and layout."""
+        """The (implementation, spec) calls of one bad-input case about a request it fits
+        (`bad_case_fits`), or None when ``case`` does not apply to this layout or state."""
         view, s, config = self.view(rid), self.spec, self.config
         entry = s.entry(rid)
-        if case in ("hits-with-pages", "cache-too-far", "cache-no-pages", "page-ids") and (
-                (entry is None) != (case in ("cache-no-pages", "page-ids"))):
-            return None  # the case needs a request with (or without) pages
+        if case in OWN_HIT_CASES:
+            return self.malformed_own_hit(rid, case == "own-hit-edited")
         if case == "hits-with-pages" and entry is not None:
             ps = config.groups[0].page_size
             own = tuple((pages[0],) if config.groups[g].page_size == ps else () for g, pages in enumerate(entry.pages))
@@ -702,6 +763,27 @@ class ManagerMachine(RuleBasedStateMachine):
                                            data_parallel_size=dp_size),
                 lambda: spec.allocate_slots(s, view, num_new, computed_new, None, lookahead,
                                             data_parallel_size=dp_size))
+
+    def malformed_own_hit(self, rid: str, edit: bool) -> tuple[Callable[[], Any], Callable[[], Any]] | None:
+        """The calls claiming ``rid``'s fresh lookup result (the manager's own object) with a
+        shape that does not fit: a token count one page short of what it covers, or (``edit``)
+        the covered count after the last page id of a group was removed from the object itself
+        (only when the result exposes its id lists as Python lists, as verikv's ``page_ids``).
+        None when the lookup hits nothing."""
+        pages, hit = self.lookup(rid, None)
+        if hit.num_tokens == 0 or self.failures:
+            return None
+        claimed = max(0, hit.num_tokens - self.config.groups[0].page_size)
+        if edit:
+            groups = getattr(pages, "page_ids", pages)
+            edited = next((ids for ids in groups if isinstance(ids, list) and ids), None)
+            if edited is None:
+                return None
+            edited.pop()
+            claimed = hit.num_tokens
+        view, s, spec_hits = self.view(rid), self.spec, page_ids_of(pages)
+        return (lambda: self.impl.allocate(self.native(rid), 1, claimed, pages, 0, False, data_parallel_size=self.dp),
+                lambda: spec.allocate_slots(s, view, 1, claimed, spec_hits, data_parallel_size=self.dp))
 
 
     # ---- failing key computation -----------------------------------------------------
