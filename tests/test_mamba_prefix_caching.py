@@ -375,6 +375,7 @@ def test_hit_safety_alone_catches_a_state_restored_at_an_unaligned_position(bug:
     conformance machine still catches the bug when a lookup restores the wrongly keyed state.
     (The state keyed for the next prefix is caught by the exhaustive refinement check, see the
     mutant test above; the machine's random runs do not reach its hit within their budget.)"""
+    from hypothesis import settings
     from hypothesis.stateful import run_state_machine_as_test
 
     from verikv.proofs import mamba_mutants
@@ -391,5 +392,5 @@ def test_hit_safety_alone_catches_a_state_restored_at_an_unaligned_position(bug:
     factory = machine_factory(LAYOUTS["full+mamba(align)"], lambda config: CacheManagerAdapter(config, make),
                               MachineOptions(checks=frozenset({"INV-HIT-SAFE"})))
     with pytest.raises(ConformanceFailure) as failure:
-        run_state_machine_as_test(factory, settings=detection_settings())  # type: ignore[arg-type]
+        run_state_machine_as_test(factory, settings=settings(detection_settings(), max_examples=600))  # type: ignore[arg-type]
     assert failure.value.names == ["INV-HIT-SAFE"]
