@@ -20,7 +20,7 @@ import numbers
 from collections.abc import Iterable, Sequence
 from itertools import repeat
 from operator import attrgetter, countOf
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, overload
 
 from verikv.cache_specs import CacheGroupsConfig, CacheGroupSpec
 from verikv.coordinators import CacheCoordinator, PageIds, RequestState, get_kv_cache_coordinator
@@ -81,9 +81,21 @@ class CachePages:
         page = self.page_pool.page
         return tuple([page(p) for p in ids] for ids in self.page_ids)
 
-    def get_page_ids(self) -> tuple[list[int], ...]:
-        """The ids per group (copies)."""
+    @overload
+    def get_page_ids(self, allow_none: Literal[False] = False) -> tuple[list[int], ...]: ...
+
+    @overload
+    def get_page_ids(self, allow_none: bool) -> tuple[list[int], ...] | None: ...
+
+    def get_page_ids(self, allow_none: bool = False) -> tuple[list[int], ...] | None:
+        """The ids per group (copies); None instead when ``allow_none`` and every group is empty
+        (vLLM's ``get_block_ids(allow_none=True)``)."""
         ids = self.page_ids
+        if allow_none is not False:
+            if allow_none is not True:
+                raise InvalidArgumentError(f"allow_none must be a bool, got {describe(allow_none)}")
+            if not any(ids):
+                return None
         return (list(ids[0]),) if len(ids) == 1 else tuple([list(x) for x in ids])
 
     def get_unhashed_page_ids(self) -> list[int]:
@@ -94,6 +106,14 @@ class CachePages:
             raise InvalidArgumentError("these CachePages were built without a pool; keys are unknown")
         key_of = self.page_pool.key_of
         return [p for p in self.page_ids[0] if key_of(p) is None]
+
+    def get_unhashed_page_ids_all_groups(self) -> list[list[int]]:
+        """Per group, the ids of the pages without a content key, null placeholders left out
+        (vLLM's ``get_unhashed_block_ids_all_groups``)."""
+        if self.page_pool is None:
+            raise InvalidArgumentError("these CachePages were built without a pool; keys are unknown")
+        key_of = self.page_pool.key_of
+        return [[p for p in ids if p != NULL_PAGE and key_of(p) is None] for ids in self.page_ids]
 
     def __add__(self, other: CachePages) -> CachePages:
         """Concatenate group by group; both must have the same number of groups and pool."""
@@ -132,9 +152,15 @@ class _NoNewPages(CachePages):
 
     __slots__ = ()
 
-    def get_page_ids(self) -> tuple[list[int], ...]:
-        """``([],)``: a fresh empty list."""
-        return ([],)
+    @overload
+    def get_page_ids(self, allow_none: Literal[False] = False) -> tuple[list[int], ...]: ...
+
+    @overload
+    def get_page_ids(self, allow_none: bool) -> tuple[list[int], ...] | None: ...
+
+    def get_page_ids(self, allow_none: bool = False) -> tuple[list[int], ...] | None:
+        """``([],)``: a fresh empty list (None when ``allow_none``)."""
+        return super().get_page_ids(allow_none) if allow_none is not False else ([],)
 
 
 _PREEMPTED = RequestStatus.PREEMPTED
@@ -178,6 +204,9 @@ class CacheManager:
     ``hash_seed`` choose the content keys (see `verikv.hashing`), ``free_order`` the free-list
     policy, ``enable_kv_events`` event recording, ``data_parallel_size`` the DP size the
     pool's shards are cut for (calls pass it with ``dp_shard_hint``, as eSurge's scheduler).
+    ``mamba_cache_mode`` is how Mamba groups are cached: ``"none"`` (default: one state page per
+    request, never a hit) or ``"align"`` (states at page-aligned positions are cached and hit;
+    the engine must keep the state contract of docs/semantics.md, "Mamba prefix caching").
     """
 
     def __init__(
@@ -193,6 +222,7 @@ class CacheManager:
         free_order: str = "esurge",
         enable_kv_events: bool = False,
         data_parallel_size: int | None = None,
+        mamba_cache_mode: str = "none",
     ) -> None:
         if not isinstance(enable_caching, bool) or not isinstance(use_eagle, bool):
             raise InvalidArgumentError("enable_caching and use_eagle must be bools")
@@ -200,7 +230,7 @@ class CacheManager:
         self.hasher: PageHasher = PageHasher(hash_scheme, seed=hash_seed)
         self.coordinator: CacheCoordinator = get_kv_cache_coordinator(
             num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching,
-            free_order=free_order, enable_kv_events=enable_kv_events,
+            free_order=free_order, enable_kv_events=enable_kv_events, mamba_cache_mode=mamba_cache_mode,
         )
         coordinator = self.coordinator
         self.page_pool: PagePool = coordinator.page_pool
@@ -211,7 +241,12 @@ class CacheManager:
         self.use_eagle: bool = use_eagle
         #: eSurge's attribute: the first group's page size when caching, else None
         self.page_size: int | None = self.kv_cache_groups[0].kv_cache_spec.page_size if self.enable_caching else None
-        self._caching_key_size = coordinator.key_page_size is not None  # False: only Mamba groups
+        self._caching_key_size = coordinator.key_page_size is not None  # False: only Mamba groups, "none" mode
+        #: "none" or "align" (see the class docstring; "none" whenever caching is off)
+        self.mamba_cache_mode: str = coordinator.mamba_cache_mode
+        #: a Mamba align group keys the state of the request's computed count, which moves
+        #: without new full pages: caching is then due at every call (`_cache`)
+        self._mamba_align = bool(coordinator._mamba_align)
         self._key_page_size = coordinator.key_page_size or 1
         self._page_sizes = tuple(g.kv_cache_spec.page_size for g in self.kv_cache_groups)
         self._windowed_groups = tuple(m.frees_skipped_pages for m in coordinator.single_type_managers)
@@ -356,17 +391,22 @@ class CacheManager:
         return rec, keys
 
     def get_computed_pages(
-        self, request: Request, *, dp_shard_hint: int | None = None, data_parallel_size: int | None = None
+        self, request: Request, *, dp_shard_hint: int | None = None, data_parallel_size: int | None = None,
+        max_cache_hit_length: int | None = None,
     ) -> tuple[CachePages, int]:
         """The request's prefix-cache hit: pages per group and the hit length in tokens.
 
-        At most ``num_tokens - 1`` tokens hit (one is always computed). No reference count
-        changes (the hit is taken by `allocate_slots`). Skipped (no hit, no statistics) when
-        caching is off or the request wants prompt logprobs.
+        At most ``num_tokens - 1`` tokens hit (one is always computed), and at most
+        ``max_cache_hit_length`` when given (vLLM's cap, e.g. to stop before a point a KV
+        connector or an injection must start from). No reference count changes (the hit is taken
+        by `allocate_slots`). Skipped (no hit, no statistics) when caching is off or the request
+        wants prompt logprobs.
         """
         req = request if type(request) is Request else _request(request)
         if req._status > _PREEMPTED:
             raise InvalidArgumentError(f"request {req.request_id!r} is finished")
+        if max_cache_hit_length is not None:
+            max_cache_hit_length = _int(max_cache_hit_length, "max_cache_hit_length", 0)
         shard, dp = self._shard_of(req._request_id, dp_shard_hint, data_parallel_size)
         stale = self._stale_keys(req)
         looked_up = self.enable_caching and not req._prompt_logprobs
@@ -379,7 +419,8 @@ class CacheManager:
             return self.create_empty_page_list(), 0
         rec, keys = self._store_keys(req, new) if self._caching_key_size else (None, [])
         num_tokens = len(req._tokens)
-        hits, length = self.coordinator.find_longest_cache_hit(keys, num_tokens - 1, shard, dp)
+        cap = num_tokens - 1 if max_cache_hit_length is None else min(num_tokens - 1, max_cache_hit_length)
+        hits, length = self.coordinator.find_longest_cache_hit(keys, cap, shard, dp)
         self.coordinator.share_keys(keys, hits)
         self.prefix_cache_stats.record(num_tokens, length)
         result = CachePages._of(hits, self.page_pool)
@@ -400,9 +441,16 @@ class CacheManager:
         *,
         dp_shard_hint: int | None = None,
         data_parallel_size: int | None = None,
+        num_external_computed_tokens: int = 0,
     ) -> CachePages | None:
         """Make room for ``num_new_tokens`` tokens (after ``num_new_computed_tokens`` hit tokens
         given as ``new_computed_pages``), plus ``num_lookahead_tokens`` speculative slots.
+
+        ``num_external_computed_tokens`` (vLLM's KV-connector tokens) follow the local hits: they
+        get pages like new tokens but are not hits (no cached page is taken for them) and need
+        no compute; ``num_new_tokens`` may then be 0 (an allocation only for an asynchronous
+        load, with ``delay_cache_pages=True`` and `cache_pages` once loaded). Not supported with
+        a Mamba align group (nor by vLLM).
 
         All or nothing (INV-ATOMIC): returns the new pages per group, or None having changed
         nothing when they do not fit. Lookahead slots beyond ``max_model_len`` are dropped;
@@ -410,7 +458,8 @@ class CacheManager:
         up to the computed tokens are then registered in the prefix cache.
         """
         if (new_computed_pages is None and dp_shard_hint is None and data_parallel_size is None
-                and num_new_computed_tokens is num_lookahead_tokens is _ZERO and delay_cache_pages is False
+                and num_new_computed_tokens is num_lookahead_tokens is num_external_computed_tokens is _ZERO
+                and delay_cache_pages is False
                 and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
             # A decode step: every argument in its plain form and this object holds pages, so
             # the coordinator can decide it in a few comparisons (`decode_step`).
@@ -427,7 +476,8 @@ class CacheManager:
                     if result is not None:
                         return result
         return self._allocate_slots(request, num_new_tokens, num_new_computed_tokens, new_computed_pages,
-                                    num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size)
+                                    num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size,
+                                    num_external_computed_tokens)
 
     def _decode_step_and_cache(self, rec: RequestState, req: Request, num_tokens: int) -> CachePages | None:
         """A decode step that fills a key page: the keys first (nothing changes if hashing
@@ -444,17 +494,21 @@ class CacheManager:
     def _allocate_slots(
         self, request: object, num_new_tokens: object, num_new_computed_tokens: object, new_computed_pages: object,
         num_lookahead_tokens: object, delay_cache_pages: object, dp_shard_hint: object, data_parallel_size: object,
+        num_external_computed_tokens: object = 0,
     ) -> CachePages | None:
         """`allocate_slots` in general: validate every argument, allocate, cache."""
         req = request if type(request) is Request else _request(request)
-        num_new_tokens = _int(num_new_tokens, "num_new_tokens", 1)
+        external = _int(num_external_computed_tokens, "num_external_computed_tokens", 0)
+        if external and self._mamba_align:
+            raise InvalidArgumentError("external computed tokens are not supported with Mamba align groups")
+        num_new_tokens = _int(num_new_tokens, "num_new_tokens", 0 if external else 1)
         num_new_computed_tokens = _int(num_new_computed_tokens, "num_new_computed_tokens", 0)
         num_lookahead_tokens = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
         if delay_cache_pages is not False and delay_cache_pages is not True:
             raise InvalidArgumentError(f"delay_cache_pages must be a bool, got {describe(delay_cache_pages)}")
         if req._status > _PREEMPTED:
             raise InvalidArgumentError(f"request {req._request_id!r} is finished")
-        num_tokens = req._num_computed_tokens + num_new_computed_tokens + num_new_tokens
+        num_tokens = req._num_computed_tokens + num_new_computed_tokens + external + num_new_tokens
         held = self.coordinator.holding(req._request_id)
         num_slots = self._checked_slots(req, held, num_tokens, num_new_tokens, num_lookahead_tokens)
         stale = self._stale_keys(req)
@@ -464,7 +518,7 @@ class CacheManager:
         new_keys = (self._caching_keys(req, cached, stale)
                     if not delay_cache_pages and self.kv_cache_groups and cached >= cache_at else None)
         new = self._allocate(req, held, num_slots, num_new_computed_tokens, new_computed_pages,
-                             dp_shard_hint, data_parallel_size, stale)
+                             dp_shard_hint, data_parallel_size, stale, num_tokens)
         if new is None:
             return None
         if new_keys is not None:
@@ -480,7 +534,7 @@ class CacheManager:
         request_id = req._request_id
         if num_tokens > max_model_len:
             raise InvalidArgumentError(
-                f"request {request_id!r}: {describe(num_tokens - num_new_tokens)} computed + "
+                f"request {request_id!r}: {describe(num_tokens - num_new_tokens)} computed (local and external) + "
                 f"{describe(num_new_tokens)} new tokens exceed max_model_len {max_model_len}")
         if req._num_computed_tokens and self.kv_cache_groups and held is None:
             raise InvalidArgumentError(
@@ -491,10 +545,12 @@ class CacheManager:
     def _allocate(
         self, req: Request, held: RequestState | None, num_slots: int, num_new_computed_tokens: int,
         new_computed_pages: object, dp_shard_hint: object, data_parallel_size: object, stale: bool,
+        num_tokens: int | None = None,
     ) -> PageIds | None:
         """The general allocation: resolve the shard, check the hits, let the coordinator plan
         and apply it; None (nothing changed) when it does not fit. ``stale``: the id's kept
-        keys belong to another object (`_stale_keys`), dropped once the allocation is made."""
+        keys belong to another object (`_stale_keys`), dropped once the allocation is made.
+        ``num_tokens``: the step's end without lookahead slots (where Mamba states go)."""
         request_id = req._request_id
         shard, dp = self._shard_of(request_id, dp_shard_hint, data_parallel_size)
         hits = None
@@ -502,7 +558,11 @@ class CacheManager:
             if stale:
                 raise InvalidArgumentError(f"these hits were not looked up for this request {request_id!r}")
             hits = self._checked_hits(req, new_computed_pages, num_new_computed_tokens, shard, dp)
-        new = self.coordinator.allocate_slots(request_id, req._num_computed_tokens, num_slots, hits, shard, dp)
+        if self._mamba_align:  # Mamba states go to the step's end, lookahead slots excluded
+            new = self.coordinator.allocate_slots(request_id, req._num_computed_tokens, num_slots, hits, shard, dp,
+                                                  num_state_tokens=num_tokens)
+        else:
+            new = self.coordinator.allocate_slots(request_id, req._num_computed_tokens, num_slots, hits, shard, dp)
         if new is None:
             return None
         self._adopt_dp(dp)
@@ -587,6 +647,9 @@ class CacheManager:
             if NULL_PAGE in group_ids[first_real:]:
                 j = group_ids.index(NULL_PAGE, first_real)
                 raise InvalidArgumentError(f"group {gid}: null page at hit position {j}")
+            if group_ids and first_real != len(group_ids) - 1 and self._mamba_align \
+                    and self.coordinator.single_type_managers[gid].kind == "mamba_align":
+                raise InvalidArgumentError(f"group {gid}: a Mamba hit is null placeholders then one state page")
 
     def _check_hit_keys(self, ids: PageIds, keys: Sequence[PageKey]) -> None:
         """Every real hit page holds this request's key at its position (INV-HIT-SAFE)."""
@@ -619,7 +682,11 @@ class CacheManager:
         before that no group has a new full page (every page size is a multiple of the key page
         size), so allocations skip the call.
         """
-        self.coordinator.cache_held(rec, self._store_keys(req, new_keys)[1], num_tokens)
+        keys = self._store_keys(req, new_keys)[1]
+        if self._mamba_align:  # a state is keyed at the request's computed count: due at every call
+            self.coordinator.cache_held(rec, keys, num_tokens, req._num_computed_tokens)
+            return
+        self.coordinator.cache_held(rec, keys, num_tokens)
         rec.cache_at = max(rec.cache_at, (num_tokens // self._key_page_size + 1) * self._key_page_size)
 
     def cache_pages(self, request: Request, num_computed_tokens: int) -> None:
@@ -665,16 +732,30 @@ class CacheManager:
 
     # ---- queries ----------------------------------------------------------------------------
 
-    def get_num_common_prefix_pages(self, request: Request, num_running_requests: int) -> list[int]:
+    def get_num_common_prefix_pages(self, request: Request | str, num_running_requests: int | None = None
+                                    ) -> list[int]:
         """Per group, the leading pages held by at least ``num_running_requests`` requests
-        (cascade attention; 0 for windowed and Mamba groups). The request must be RUNNING."""
-        req = _request(request)
-        n = _int(num_running_requests, "num_running_requests", 1)
-        if self.coordinator.holding(req.request_id) is None:
-            raise UnknownRequestError(f"request {req.request_id!r} holds no pages")
-        if req.status is not RequestStatus.RUNNING:
-            raise InvalidArgumentError(f"request {req.request_id!r} is {req.status.name}, not RUNNING")
-        return self.coordinator.get_num_common_prefix_pages(req.request_id, n)
+        (cascade attention; 0 for windowed and Mamba groups).
+
+        eSurge's shape: a RUNNING `Request` and the number of running requests. vLLM's shape:
+        ``get_num_common_prefix_pages(running_request_id)``, a request id (str) and no count:
+        the leading pages every request that holds pages shares (their reference count equals
+        the number of such requests).
+        """
+        if isinstance(request, str):
+            request_id = request
+        else:
+            req = _request(request)
+            request_id = req.request_id
+            if self.coordinator.holding(request_id) is not None and req.status is not RequestStatus.RUNNING:
+                raise InvalidArgumentError(f"request {request_id!r} is {req.status.name}, not RUNNING")
+        if num_running_requests is None:
+            n = sum(1 for rec in self.coordinator.records.values() if rec.pages is not None)
+        else:
+            n = _int(num_running_requests, "num_running_requests", 1)
+        if self.coordinator.holding(request_id) is None:
+            raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
+        return self.coordinator.get_num_common_prefix_pages(request_id, n)
 
     def get_page_ids(self, request_id: str) -> tuple[list[int], ...]:
         """The request's page ids per group (null placeholders as 0); copies."""
@@ -699,8 +780,8 @@ class CacheManager:
         return list(rec.num_cached)
 
     def group_layouts(self) -> list[tuple[str, int, int]]:
-        """Per group ``(kind, page_size, span)``: kind "full", "sliding", "chunked" or "mamba",
-        span the window or chunk size (0 otherwise)."""
+        """Per group ``(kind, page_size, span)``: kind "full", "sliding", "chunked", "mamba" or
+        "mamba_align", span the window or chunk size (0 otherwise)."""
         return [m.layout for m in self.coordinator.single_type_managers]
 
     def page_hashes_of(self, request_id: str) -> tuple[PageKey, ...]:

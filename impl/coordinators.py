@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Sequence
 from itertools import count
 from operator import countOf
-from typing import TYPE_CHECKING, NamedTuple, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
 from verikv.cache_specs import (
     CacheGroupsConfig,
@@ -47,6 +47,7 @@ from verikv.hashing import PageKey
 from verikv.page_pool import PagePool
 from verikv.single_type_managers import (
     NULL_PAGE,
+    MambaAlignManager,
     SingleTypeCacheManager,
     get_manager_for_kv_cache_spec,
 )
@@ -55,6 +56,11 @@ if TYPE_CHECKING:
     from verikv.request import Request
 
 PageIds = tuple[list[int], ...]
+
+MAMBA_CACHE_MODES = ("none", "align")
+"""How Mamba groups are cached: ``"none"`` (one state page per request, never cached: vLLM's
+mode without prefix caching, and eSurge's only one) or ``"align"`` (states kept and hit at
+page-aligned positions: `verikv.single_type_managers.MambaAlignManager`)."""
 
 #: token positions and slot numbers are int32 on the device too (slot mappings, positions)
 MAX_MODEL_LEN = 2**31 - 1
@@ -71,11 +77,13 @@ class RequestState:
     ``pages`` one page-id list per group (None: it holds nothing), ``num_cached`` per group how
     many leading pages are registered in the prefix cache, ``shard`` the DP shard they come
     from (None: the whole pool) and ``cache_at`` the token count at which caching is next due
-    (the end of the first key page not yet covered by a caching call; it never decreases).
+    (the end of the first key page not yet covered by a caching call; it never decreases);
+    ``states``, per group, the indices of its real pages in a Mamba align group (empty lists
+    for the other groups; `verikv.single_type_managers.MambaAlignManager`).
     A record with neither keys nor pages is dropped (`CacheCoordinator.forget_if_idle`).
     """
 
-    __slots__ = ("cache_at", "keys", "keys_version", "lookup", "num_cached", "pages", "request", "shard")
+    __slots__ = ("cache_at", "keys", "keys_version", "lookup", "num_cached", "pages", "request", "shard", "states")
 
     def __init__(self, request: Request | None) -> None:
         self.request: Request | None = request
@@ -86,6 +94,7 @@ class RequestState:
         self.num_cached: list[int] = []
         self.shard: int | None = None
         self.cache_at: int = 0
+        self.states: list[list[int]] = []
 
 
 class _Plan(NamedTuple):
@@ -112,26 +121,37 @@ class CacheCoordinator:
         *,
         free_order: str = "esurge",
         enable_kv_events: bool = False,
+        mamba_cache_mode: str = "none",
     ) -> None:
         checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_PAGE_ID + 1)  # the pool's bound, checked first
+        if not isinstance(mamba_cache_mode, str) or mamba_cache_mode not in MAMBA_CACHE_MODES:
+            raise InvalidArgumentError(f"mamba_cache_mode must be one of {MAMBA_CACHE_MODES}, got "
+                                       f"{describe(mamba_cache_mode)}")
+        #: "align": Mamba states are cached at page-aligned positions (only with caching on)
+        self.mamba_cache_mode: str = mamba_cache_mode if enable_caching is True else "none"
         # CacheGroupsConfig validates any value and stores a tuple (eSurge callers pass lists)
         groups = CacheGroupsConfig(num_pages, cast("tuple[CacheGroupSpec, ...]", kv_cache_groups)).kv_cache_groups
         self.max_model_len: int = checked_int(max_model_len, "max_model_len", minimum=1, maximum=MAX_MODEL_LEN)
         if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
             raise InvalidArgumentError("use_eagle and enable_caching must be bools")
-        _check_group_rules(groups, self.max_model_len, use_eagle, enable_caching)
+        _check_group_rules(groups, self.max_model_len, use_eagle, enable_caching, self.mamba_cache_mode)
         self.kv_cache_groups: tuple[CacheGroupSpec, ...] = groups
         self.use_eagle: bool = use_eagle
         self.enable_caching: bool = enable_caching
         self.page_pool: PagePool = _new_pool(num_pages, enable_caching, free_order, enable_kv_events)
         sizes = [g.kv_cache_spec.page_size for g in groups]
         #: the page size request keys are computed at: the smallest of the groups that cache
-        #: (all but Mamba); None when no group caches (or caching is off: any page sizes then)
-        self.key_page_size: int | None = _key_page_size(groups) if enable_caching else None
+        #: (all but Mamba in "none" mode); None when no group caches (or caching is off: any
+        #: page sizes then)
+        self.key_page_size: int | None = _key_page_size(groups, self.mamba_cache_mode) if enable_caching else None
         self.single_type_managers: tuple[SingleTypeCacheManager, ...] = tuple(
-            get_manager_for_kv_cache_spec(g.kv_cache_spec, self.page_pool, gid, self.key_page_size)
+            get_manager_for_kv_cache_spec(g.kv_cache_spec, self.page_pool, gid, self.key_page_size,
+                                          self.mamba_cache_mode)
             for gid, g in enumerate(groups)
         )
+        #: the Mamba align groups' managers (their state pages follow `MambaAlignManager`'s rules)
+        self._mamba_align: tuple[MambaAlignManager, ...] = tuple(
+            m for m in self.single_type_managers if isinstance(m, MambaAlignManager))
         self._windowed = tuple(m for m in self.single_type_managers if m.frees_skipped_pages)
         self._lcm_page_size = math.lcm(*sizes, 1)
         self._max_page_size = max(sizes, default=1)
@@ -260,18 +280,26 @@ class CacheCoordinator:
         new_computed_pages: PageIds | None,
         shard: int | None = None,
         dp: int | None = None,
+        num_state_tokens: int | None = None,
     ) -> PageIds | None:
         """All-or-nothing: drop out-of-window pages, take the hits, and cover ``num_slots`` slots.
 
         ``num_computed_tokens`` is the request's count before this step (it decides the window
-        frees). Returns the new page ids per group, or None with no state change when the pool
-        (or the request's shard) cannot supply the plan. Window frees whose pages reach ref 0
-        count as available to the same call. The first allocation of an id creates its pages
-        in its record (the record itself, if it has none).
+        frees). Mamba align groups hold the state after ``num_state_tokens`` (the step's end
+        without lookahead slots; default ``num_slots``). Returns the new page ids per group, or
+        None with no state change when the pool (or the request's shard) cannot supply the
+        plan. Window frees whose pages reach ref 0 count as available to the same call. The
+        first allocation of an id creates its pages in its record (the record itself, if it has
+        none).
         """
         self._check_allocation(request_id, num_computed_tokens, num_slots, new_computed_pages)
         if not self.single_type_managers:
             return ()
+        if self._mamba_align:
+            state_end = num_slots if num_state_tokens is None else checked_int(
+                num_state_tokens, "num_state_tokens", minimum=0)
+            return self._allocate_with_states(request_id, num_computed_tokens, num_slots, new_computed_pages,
+                                              shard, dp, state_end)
         rec = self.holding(request_id)
         held = None if rec is None else rec.pages
         plan = self._plan(held, num_computed_tokens, num_slots, new_computed_pages, shard, dp)
@@ -319,6 +347,8 @@ class CacheCoordinator:
                     self.page_pool.touch_ids(hits)
             rec.pages = tuple(list(hits) for hits in new_computed_pages)
         rec.num_cached = [len(pages) for pages in rec.pages]
+        rec.states = [m.first_states(pages) if isinstance(m, MambaAlignManager) else []
+                      for m, pages in zip(managers, rec.pages)] if self._mamba_align else []
         rec.shard = shard
         rec.cache_at = self.initial_cache_at
         rec.lookup = None  # hits are only taken first
@@ -333,6 +363,49 @@ class CacheCoordinator:
         if len(managers) == 1:
             return (managers[0].allocate_new_pages(held[0], num_slots, shard, dp),)
         return tuple([m.allocate_new_pages(pages, num_slots, shard, dp) for m, pages in zip(managers, held)])
+
+    # ---- Mamba align: the allocation plan with state pages ---------------------------------
+
+    def _allocate_with_states(
+        self, request_id: str, num_computed_tokens: int, num_slots: int, new_computed_pages: PageIds | None,
+        shard: int | None, dp: int | None, state_end: int,
+    ) -> PageIds | None:
+        """`allocate_slots` with Mamba align groups: the same plan and order, each Mamba group
+        freeing the state pages before the one the step starts from and growing by the state
+        page for ``state_end`` tokens; a state that would move back raises first."""
+        managers = self.single_type_managers
+        rec = self.holding(request_id)
+        held: Sequence[Sequence[int]] = self._no_pages if rec is None else rec.pages  # type: ignore[assignment]
+        states: Sequence[Sequence[int]] = self._no_pages if rec is None else rec.states
+        for m, pages in zip(managers, held):
+            if isinstance(m, MambaAlignManager):
+                m.check_state_moves_forward(pages, num_computed_tokens, state_end)
+        frees: list[Any] = [
+            m.skipped_states(group_states, num_computed_tokens) if isinstance(m, MambaAlignManager)
+            else m.skipped_range(pages, num_computed_tokens) if m.frees_skipped_pages else (0, 0)
+            for m, pages, group_states in zip(managers, held, states)]
+        ref_count = self.page_pool.ref_count
+        reclaimed = 0
+        for pages, free in zip(held, frees):
+            picked = [pages[j] for j in free] if isinstance(free, list) else pages[free[0]:free[1]]
+            reclaimed += countOf(map(ref_count, picked), 1)
+        hits = new_computed_pages if new_computed_pages is not None else self._no_pages
+        need = sum(m.pages_needed(pages, state_end if isinstance(m, MambaAlignManager) else num_slots, group_hits)
+                   for m, pages, group_hits in zip(managers, held, hits))
+        if need > reclaimed and need > self._num_free(shard, dp) + reclaimed:
+            return None
+        if rec is None:
+            self._start(request_id, new_computed_pages, shard)
+            rec = self.records[request_id]
+        else:
+            for m, pages, group_states, free in zip(managers, rec.pages, rec.states, frees):  # type: ignore[arg-type]
+                if isinstance(m, MambaAlignManager):
+                    m.free_states(pages, group_states, free)
+                else:
+                    m.remove_skipped_pages(pages, *free)
+        return tuple([m.allocate_state(pages, group_states, state_end, shard, dp) if isinstance(m, MambaAlignManager)
+                      else m.allocate_new_pages(pages, num_slots, shard, dp)
+                      for m, pages, group_states in zip(managers, rec.pages, rec.states)])  # type: ignore[arg-type]
 
     def decode_step(self, rec: RequestState, num_tokens: int) -> list[int] | None:
         """`allocate_slots` for the step of a request ``rec`` that holds pages, when it is
@@ -387,7 +460,11 @@ class CacheCoordinator:
         rec = self.holding(request_id)
         if rec is None:
             return
-        for m, pages in zip(self.single_type_managers, rec.pages):  # type: ignore[arg-type]
+        states = rec.states or [[] for _ in self.single_type_managers]
+        for m, pages, group_states in zip(self.single_type_managers, rec.pages, states):  # type: ignore[arg-type]
+            if isinstance(m, MambaAlignManager):
+                m.free_states(pages, group_states, m.skipped_states(group_states, num_computed_tokens))
+                continue
             start, stop = m.skipped_range(pages, num_computed_tokens)
             m.remove_skipped_pages(pages, start, stop)
 
@@ -411,13 +488,14 @@ class CacheCoordinator:
             raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         self.cache_held(rec, keys, num_tokens)
 
-    def cache_held(self, rec: RequestState, keys: Sequence[PageKey], num_tokens: int) -> None:
+    def cache_held(self, rec: RequestState, keys: Sequence[PageKey], num_tokens: int,
+                   num_computed_tokens: int = 0) -> None:
         """`cache_pages` for the record of a request that holds pages (the arguments are
         checked against every group before the first one caches)."""
         managers = self.single_type_managers
         pages: PageIds = rec.pages  # type: ignore[assignment]
         cached = rec.num_cached
-        if len(managers) == 1:
+        if len(managers) == 1 and not self._mamba_align:
             cached[0] = managers[0].cache_pages(pages[0], cached[0], keys, num_tokens)
             return
         needed = self.keys_needed(num_tokens)
@@ -428,7 +506,10 @@ class CacheCoordinator:
                 raise InvalidArgumentError(f"group {m.kv_cache_group_id}: the request holds too "
                                            f"few pages to cache {describe(num_tokens)} tokens")
         for gid, m in enumerate(managers):
-            cached[gid] = m.cache_pages(pages[gid], cached[gid], keys, num_tokens)
+            if isinstance(m, MambaAlignManager):  # the state of the request's computed count
+                cached[gid] = m.cache_states(pages[gid], cached[gid], keys, num_tokens, num_computed_tokens)
+            else:
+                cached[gid] = m.cache_pages(pages[gid], cached[gid], keys, num_tokens)
 
     def free(self, request_id: str) -> None:
         """Release the request's pages, group by group, each last page first. No-op for a
@@ -439,7 +520,7 @@ class CacheCoordinator:
         if rec is None:
             return
         pages: PageIds = rec.pages  # type: ignore[assignment]
-        rec.pages, rec.num_cached, rec.shard = None, [], None
+        rec.pages, rec.num_cached, rec.shard, rec.states = None, [], None, []
         for m, group_pages in zip(self.single_type_managers, pages):
             m.free(group_pages)
         self.forget_if_idle(request_id)
@@ -513,10 +594,11 @@ class CacheCoordinator:
 _NO_PAGE: list[int] = []
 
 
-def _key_page_size(groups: tuple[CacheGroupSpec, ...]) -> int | None:
-    """The smallest page size of the groups that cache (all but Mamba); None if there is none."""
-    return min((g.kv_cache_spec.page_size for g in groups if not isinstance(g.kv_cache_spec, MambaSpec)),
-               default=None)
+def _key_page_size(groups: tuple[CacheGroupSpec, ...], mamba_cache_mode: str) -> int | None:
+    """The smallest page size of the groups that cache (all but Mamba in "none" mode); None if
+    there is none."""
+    return min((g.kv_cache_spec.page_size for g in groups
+                if mamba_cache_mode == "align" or not isinstance(g.kv_cache_spec, MambaSpec)), default=None)
 
 
 def _new_pool(num_pages: int, enable_caching: bool, free_order: str, enable_kv_events: bool) -> PagePool:
@@ -529,13 +611,13 @@ def _new_pool(num_pages: int, enable_caching: bool, free_order: str, enable_kv_e
 
 
 def _check_group_rules(groups: tuple[CacheGroupSpec, ...], max_model_len: int, use_eagle: bool,
-                       enable_caching: bool) -> None:
+                       enable_caching: bool, mamba_cache_mode: str = "none") -> None:
     """The rules on the groups a coordinator serves (`CacheSpecError` names the group)."""
     if enable_caching:
         split_cache_groups(groups)  # the page-size rule
     for gid, group in enumerate(groups):
         spec = group.kv_cache_spec
-        if isinstance(spec, MambaSpec) and spec.page_size < max_model_len:
+        if isinstance(spec, MambaSpec) and mamba_cache_mode == "none" and spec.page_size < max_model_len:
             raise CacheSpecError(
                 f"Mamba cache group {gid} has page size {spec.page_size} < max_model_len "
                 f"{max_model_len}: a request's state must fit one page"
@@ -560,7 +642,8 @@ class CacheCoordinatorNoPrefixCache(CacheCoordinator):
     def cache_pages(self, request_id: str, keys: Sequence[PageKey], num_tokens: int) -> None:
         """Caching is off: nothing to register."""
 
-    def cache_held(self, rec: RequestState, keys: Sequence[PageKey], num_tokens: int) -> None:
+    def cache_held(self, rec: RequestState, keys: Sequence[PageKey], num_tokens: int,
+                   num_computed_tokens: int = 0) -> None:
         """Caching is off: nothing to register."""
 
 
@@ -589,6 +672,7 @@ class _CoordinatorOptions(TypedDict):
 
     free_order: str
     enable_kv_events: bool
+    mamba_cache_mode: str
 
 
 def get_kv_cache_coordinator(
@@ -600,6 +684,7 @@ def get_kv_cache_coordinator(
     *,
     free_order: str = "esurge",
     enable_kv_events: bool = False,
+    mamba_cache_mode: str = "none",
 ) -> CacheCoordinator:
     """eSurge's dispatch: caching off (or no group) -> no-prefix-cache; one group -> unitary;
     otherwise hybrid."""
@@ -607,7 +692,8 @@ def get_kv_cache_coordinator(
         raise InvalidArgumentError("use_eagle and enable_caching must be bools")
     if not isinstance(free_order, str):  # (the pool checks the name)
         raise InvalidArgumentError(f"free_order must be a str, got {type(free_order).__name__}")
-    options: _CoordinatorOptions = {"free_order": free_order, "enable_kv_events": enable_kv_events}
+    options: _CoordinatorOptions = {"free_order": free_order, "enable_kv_events": enable_kv_events,
+                                    "mamba_cache_mode": mamba_cache_mode}
     if not enable_caching or (isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 0):
         return CacheCoordinatorNoPrefixCache(num_pages, kv_cache_groups, max_model_len, use_eagle, False, **options)
     if isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 1:

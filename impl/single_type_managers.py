@@ -479,6 +479,132 @@ class MambaManager(SingleTypeCacheManager):
         return 0
 
 
+class MambaAlignManager(MambaManager):
+    """Mamba in align mode (vLLM's ``mamba_cache_mode="align"``): states at page-aligned
+    positions are cached and hit (`verikv.spec.manager`, "Mamba in align mode").
+
+    A request's list has one entry per page of tokens; only state pages are real, page ``j``
+    standing for the state after ``(j + 1) * page_size`` tokens. An allocation that ends at
+    ``T`` tokens puts the state in page ``cdiv(T, page_size) - 1``: a new page after null
+    placeholders, or the list's last page when the state stays in it. The page holding the
+    state a step starts from is kept for that step (the engine copies from it); older state
+    pages are freed, keeping their keys. A state page is keyed only when the request's computed
+    count ends exactly at its end (`cache_states`). ``states`` arguments are the indices of a
+    request's real pages in this group, ascending (kept in the coordinator's record, so no call
+    scans the placeholders).
+    """
+
+    kind = "mamba_align"
+    frees_skipped_pages = True
+    __slots__ = ()
+
+    def find_longest_cache_hit(
+        self,
+        keys: Sequence[PageKey],
+        max_length: int,
+        group_ids: Sequence[int],
+        shard: int | None = None,
+        dp: int | None = None,
+    ) -> tuple[list[int], ...]:
+        """The right-most cached state within ``max_length`` tokens, null placeholders before it
+        (it restores the whole prefix); no cached state: no hit."""
+        n = self._max_hit_pages(keys, max_length, group_ids)
+        stride = self._stride
+        for j in range(n - 1, -1, -1):
+            found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)
+            if found is not None:
+                return tuple([NULL_PAGE] * j + [page] for page in found)
+        return tuple([] for _ in group_ids)
+
+    def keys_needed(self, num_tokens: int) -> int:
+        """State pages are keyed like attention pages: key ``(j + 1) * stride - 1`` for page ``j``."""
+        return SingleTypeCacheManager.keys_needed(self, num_tokens)
+
+    def cache_pages(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int) -> int:
+        """Without the request's computed count no state is known complete: nothing is keyed
+        (the coordinator calls `cache_states`)."""
+        return num_cached
+
+    def skipped_states(self, states: Sequence[int], num_computed_tokens: int) -> list[int]:
+        """The real pages (indices) before the one holding the state after
+        ``num_computed_tokens`` tokens, the state the next step starts from."""
+        cut = cdiv(_count(num_computed_tokens, "num_computed_tokens"), self.page_size) - 1
+        return [j for j in states if j < cut]
+
+    def free_states(self, pages: list[int], states: list[int], gone: Sequence[int]) -> None:
+        """Free the real pages at indices ``gone`` (from `skipped_states`), last first, and
+        replace them by the null page."""
+        if not gone:
+            return
+        self.page_pool.free_page_ids([pages[j] for j in reversed(gone)])  # (checks the ids first)
+        for j in gone:
+            pages[j] = NULL_PAGE
+        states[:] = [j for j in states if j not in gone]
+
+    def pages_needed(self, pages: Sequence[int], num_tokens: int, new_computed_pages: Sequence[int]) -> int:
+        """One page when the state after ``num_tokens`` tokens moves past the list's last page
+        (the hits start the list of a new request), plus the hit pages that are currently free."""
+        length = len(pages) if pages else len(new_computed_pages)
+        revived = self.page_pool.count_free_ids(new_computed_pages) if new_computed_pages else 0
+        return (1 if cdiv(num_tokens, self.page_size) > length else 0) + revived
+
+    def check_state_moves_forward(self, pages: Sequence[int], num_computed_tokens: int, state_end: int) -> None:
+        """`InvalidArgumentError` unless the state after ``state_end`` tokens goes to a new page,
+        or stays in the list's last page, held and uncached, once the pages before the state
+        ``num_computed_tokens`` leaves are freed (a cached state is never overwritten)."""
+        if not pages:
+            return
+        target = cdiv(state_end, self.page_size)
+        kept = cdiv(num_computed_tokens, self.page_size) - 1 <= len(pages) - 1
+        in_place = (target == len(pages) and kept and pages[-1] != NULL_PAGE
+                    and self.page_pool.key_of(pages[-1]) is None)
+        if target < len(pages) or (target == len(pages) and not in_place):
+            raise InvalidArgumentError(
+                f"the Mamba state after {state_end} tokens would overwrite an earlier or cached state (group "
+                f"{self.kv_cache_group_id} holds {len(pages)} pages; computed tokens went back?)")
+
+    def first_states(self, hits: Sequence[int]) -> list[int]:
+        """The state indices of a list that starts with the prefix hits ``hits``."""
+        return [len(hits) - 1] if hits else []
+
+    def allocate_state(
+        self, pages: list[int], states: list[int], num_tokens: int, shard: int | None = None, dp: int | None = None
+    ) -> list[int]:
+        """The state after ``num_tokens`` tokens: a new page after null placeholders when it moves
+        past the list's last page; else none (the state stays in place)."""
+        target = cdiv(_count(num_tokens, "num_tokens"), self.page_size)
+        held = len(_page_list(pages))
+        if target <= held:
+            return []
+        new = self.page_pool.get_new_page_ids(1, dp_shard_hint=shard, data_parallel_size=dp)
+        pages.extend([NULL_PAGE] * (target - held - 1))
+        pages.append(new[0])
+        states.append(target - 1)
+        return new
+
+    def cache_states(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int,
+                     num_computed_tokens: int) -> int:
+        """Key the state page of the request's computed count ``c`` when ``c`` ends a page and
+        is within ``num_tokens`` (that step is over: the state is complete); returns the new
+        cached count, ``max(num_cached, min(num_tokens, c) // page_size)``. Null placeholders
+        and keyed pages are never (re-)keyed."""
+        n, c = _count(num_tokens, "num_tokens"), _count(num_computed_tokens, "num_computed_tokens")
+        full = n // self.page_size
+        if full > len(_page_list(pages)) or len(keys) < full * self._stride:
+            raise InvalidArgumentError(
+                f"caching {n} tokens needs {full} held pages and {full * self._stride} keys; the request has "
+                f"{len(pages)} pages and {len(keys)} keys")
+        j = c // self.page_size - 1
+        if c % self.page_size == 0 and 0 <= j and num_cached <= j and c <= n:
+            page = pages[j]
+            if page != NULL_PAGE and self.page_pool.key_of(page) is None:
+                key = keys[self.key_index(j)]
+                if type(key) is not PageKey:
+                    _key_list([key])  # raises
+                self.page_pool.cache_page_id(page, self.group_key(key))
+        return max(num_cached, min(full, c // self.page_size))
+
+
 def _dropped_run(pages: Sequence[int], first_kept: int) -> tuple[int, int]:
     """The pages before index ``first_kept`` not yet replaced by the null page: the run of
     real pages ending there (earlier ones were dropped by an earlier step)."""
@@ -501,10 +627,14 @@ spec_manager_map: dict[type[CacheSpec], type[SingleTypeCacheManager]] = {
 
 
 def get_manager_for_kv_cache_spec(
-    kv_cache_spec: CacheSpec, page_pool: PagePool, kv_cache_group_id: int, key_page_size: int | None = None
+    kv_cache_spec: CacheSpec, page_pool: PagePool, kv_cache_group_id: int, key_page_size: int | None = None,
+    mamba_cache_mode: str = "none",
 ) -> SingleTypeCacheManager:
-    """The manager for ``kv_cache_spec``'s exact type (`CacheSpecError` for an unknown type)."""
+    """The manager for ``kv_cache_spec``'s exact type (`CacheSpecError` for an unknown type);
+    a Mamba group gets `MambaAlignManager` when ``mamba_cache_mode == "align"``."""
     cls = spec_manager_map.get(type(kv_cache_spec))
     if cls is None:
         raise CacheSpecError(f"no cache manager handles {type(kv_cache_spec).__name__}")
+    if cls is MambaManager and mamba_cache_mode == "align":
+        cls = MambaAlignManager
     return cls(kv_cache_spec, page_pool, kv_cache_group_id, key_page_size)

@@ -2,7 +2,7 @@
 
 `verikv.spec.hit_rules.common_hit_length` iterates the groups' rules to a fixed point. For
 every layout of up to three groups drawn from a small catalogue (full, sliding with the
-window above and at the page size, chunked local, Mamba, two page sizes), every hit pattern of
+window above and at the page size, chunked local, Mamba in both modes, two page sizes), every hit pattern of
 up to `PAGES` pages per group and every ``max_length`` up to ``PAGES * 2``, it is compared with
 a brute-force definition: the largest length, a multiple of every page size and at most
 ``max_length``, that every group accepts (a group accepts ``L`` when its rule returns ``L``).
@@ -24,7 +24,7 @@ from verikv.spec.hit_rules import group_rule
 PAGES = 3
 Layout = tuple[str, int, int]  # kind, page size, window/chunk
 CATALOGUE: tuple[Layout, ...] = (("full", 2, 0), ("full", 4, 0), ("sliding", 2, 3), ("sliding", 2, 2),
-                                 ("chunked", 2, 4), ("mamba", 2, 0))
+                                 ("chunked", 2, 4), ("mamba", 2, 0), ("mamba_align", 2, 0))
 TRIPLE_KINDS: tuple[Layout, ...] = (("full", 2, 0), ("sliding", 2, 3), ("chunked", 2, 4))
 
 

@@ -116,12 +116,15 @@ SLIDING_SMALL = spec.GroupLayout("sliding", PAGE, 2)
 """Window 2 <= page: a hit needs only the last page (eSurge's Q1 lives here)."""
 CHUNKED = spec.GroupLayout("chunked", PAGE, 4)
 MAMBA = spec.GroupLayout("mamba", MAX_MODEL_LEN)
+MAMBA_ALIGN = spec.GroupLayout("mamba_align", PAGE)
+"""Mamba in align mode: a state page per step, cached at page-aligned computed counts."""
 
 CASES: tuple[Case, ...] = (
     Case("full", (FULL,), 6, 4),
     Case("sliding", (SLIDING,), 6, 4),
     Case("chunked", (CHUNKED,), 6, 4),
     Case("mamba", (MAMBA,), 4, 4),
+    Case("full+mamba(align)", (FULL, MAMBA_ALIGN), 8, 5),
     Case("full+sliding", (FULL, SLIDING), 8, 4),
     Case("sliding-first(window<=page)+full", (SLIDING_SMALL, FULL), 7, 4),
     Case("full+sliding+chunked", (FULL, SLIDING, CHUNKED), 8, 5),

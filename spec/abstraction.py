@@ -20,7 +20,8 @@ Manager protocol (what `abstract_manager` reads; `verikv.CacheManager` implement
 - ``max_model_len: int``, ``enable_caching: bool``, ``use_eagle: bool``,
   ``data_parallel_size: int`` — construction values (caching is off with zero groups);
 - ``group_layouts() -> Sequence[tuple[str, int, int]]`` — per cache group ``(kind,
-  page_size, span)`` with kind ``"full"``, ``"sliding"``, ``"chunked"`` or ``"mamba"`` and span
+  page_size, span)`` with kind ``"full"``, ``"sliding"``, ``"chunked"``, ``"mamba"`` or
+  ``"mamba_align"`` (a Mamba group whose states are cached at page-aligned positions) and span
   the window / chunk size (0 otherwise), as `verikv.spec.manager.GroupLayout`;
 - ``request_ids() -> Iterable[str]`` — the requests that hold an entry (pages in every group);
 - ``get_page_ids(request_id) -> Sequence[Sequence[int]]`` — per group, the request's page ids

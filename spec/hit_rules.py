@@ -17,8 +17,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Literal, NamedTuple
 
-Kind = Literal["full", "sliding", "chunked", "mamba"]
-KINDS: tuple[str, ...] = ("full", "sliding", "chunked", "mamba")
+Kind = Literal["full", "sliding", "chunked", "mamba", "mamba_align"]
+KINDS: tuple[str, ...] = ("full", "sliding", "chunked", "mamba", "mamba_align")
+"""``"mamba"``: a recurrent state that is never prefix-cached (vLLM's ``mamba_cache_mode="none"``);
+``"mamba_align"``: states kept at page-aligned positions and hit there (``"align"``)."""
 
 
 class Span(NamedTuple):
@@ -76,8 +78,25 @@ def mamba_rule(hit: Sequence[bool], page_size: int, max_length: int) -> Span:
     return Span(0, 0)
 
 
+# --- Mamba, align mode --------------------------------------------------------------------------
+
+def mamba_align_rule(hit: Sequence[bool], page_size: int, max_length: int) -> Span:
+    """Mamba in align mode: the right-most cached state, nulls before it.
+
+    Page ``j`` of a Mamba group holds the recurrent state after exactly ``(j + 1) * page_size``
+    tokens, so one page restores the whole prefix: the hit is the last page ``j`` within
+    ``max_length`` that is cached, preceded by ``j`` null placeholders. No cached page: no hit.
+    """
+    for j in range(max_length // page_size - 1, -1, -1):
+        if _hits(hit, j):
+            return Span(j, j + 1)
+    return Span(0, 0)
+
+
 def group_rule(kind: Kind, span: int, hit: Sequence[bool], page_size: int, max_length: int) -> Span:
     """Dispatch on the attention type; ``span`` is the window or the chunk size (else unused)."""
+    if kind == "mamba_align":
+        return mamba_align_rule(hit, page_size, max_length)
     if kind == "full":
         return full_rule(hit, page_size, max_length)
     if kind == "sliding":

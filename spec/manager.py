@@ -19,8 +19,22 @@ the request's tokens when the page is cached and erased when the page is evicted
 makes INV-HIT-SAFE checkable against whatever a lookup returns.
 
 Base page size: keys are computed at the smallest page size among the caching groups (every
-group but Mamba); a group whose page size is ``k`` times that uses, for its page ``j``, the key
-with index ``(j + 1) * k - 1``. Mamba groups never cache and never hit.
+group but a ``"mamba"`` one); a group whose page size is ``k`` times that uses, for its page
+``j``, the key with index ``(j + 1) * k - 1``. A ``"mamba"`` group (vLLM's
+``mamba_cache_mode="none"``) holds one page with the request's running state; it never caches
+and never hits.
+
+Mamba in align mode (kind ``"mamba_align"``, vLLM's ``mamba_cache_mode="align"``). The group's
+list has one entry per page of tokens, like attention, but only state pages are real: page
+``j`` stands for the recurrent state after exactly ``(j + 1) * page_size`` tokens. The engine
+contract: after the step of an allocation that ends at ``T = computed + num_new_tokens`` tokens,
+the page at index ``cdiv(T, page_size) - 1`` (the only page that allocation adds, after null
+placeholders) holds the state after ``T`` tokens, copied from the request's previous state page
+and advanced. So a state page is cached only when it holds the state of an aligned prefix, and
+only once that state is computed: `cache_pages` keys the page of the request's computed count
+``c`` when ``c`` is a multiple of the page size (the state of the step that ended there). A hit
+(`verikv.spec.hit_rules.mamba_align_rule`) is the right-most cached state, nulls before it;
+`skipped_before` frees every page before the one holding the state the next step starts from.
 """
 
 from __future__ import annotations
@@ -64,7 +78,7 @@ class ManagerConfig:
 
     @property
     def caching_groups(self) -> tuple[int, ...]:
-        """Ids of the groups that cache pages (all but Mamba); none when caching is off."""
+        """Ids of the groups that cache pages (all but ``"mamba"``); none when caching is off."""
         if not self.enable_caching:
             return ()
         return tuple(g for g, layout in enumerate(self.groups) if layout.kind != "mamba")
@@ -167,7 +181,8 @@ def init(config: ManagerConfig) -> ManagerState:
     """A fresh manager: a fresh pool, no requests. Zero groups force caching off.
 
     pre: valid group layouts; EAGLE is not combined with chunked-local attention; caching page
-    sizes are multiples of the smallest one; a Mamba page holds ``max_model_len`` tokens.
+    sizes are multiples of the smallest one; a ``"mamba"`` page holds ``max_model_len`` tokens
+    (a ``"mamba_align"`` group caches: its page size follows the caching rule).
     """
     if not _is_int(config.max_model_len) or config.max_model_len < 1:
         raise _fail("init", f"max_model_len must be an int >= 1, got {config.max_model_len!r}")
@@ -251,17 +266,21 @@ def shard_bounds(s: ManagerState, shard: int | None) -> Bounds | None:
 # --- lookup ---------------------------------------------------------------------------------
 
 def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
-           data_parallel_size: int | None = None) -> Hit:
+           data_parallel_size: int | None = None, max_cache_hit_length: int | None = None) -> Hit:
     """The longest prefix-cache hit for ``req`` (pure: no reference is taken).
 
     No hit when caching is off or the request wants prompt logprobs. Otherwise each group's
     pages are looked up by key in the request's shard (its entry's, else the call's) and the
-    groups' rules are combined by `common_hit_length` with ``max_length = num_tokens - 1``;
+    groups' rules are combined by `common_hit_length` with ``max_length = num_tokens - 1``,
+    lowered to ``max_cache_hit_length`` when given (vLLM's cap, e.g. a KV connector's);
     each group returns its own rule's pages at that length.
-    pre: the request has at least one token and is not finished; valid DP arguments.
+    pre: the request has at least one token and is not finished; valid DP arguments;
+    ``max_cache_hit_length`` is None or an int >= 0.
     """
     if req.num_tokens < 1 or req.finished:
         raise _fail("lookup", "a request needs at least one token and must not be finished")
+    if max_cache_hit_length is not None and (not _is_int(max_cache_hit_length) or max_cache_hit_length < 0):
+        raise _fail("lookup", f"max_cache_hit_length must be None or an int >= 0, got {max_cache_hit_length!r}")
     shard = call_shard(s, "lookup", dp_shard_hint, data_parallel_size)
     cfg = s.config
     empty = Hit(tuple(() for _ in cfg.groups), 0)
@@ -280,8 +299,8 @@ def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
         return group_rule(layout.kind, layout.span, hit, layout.page_size, max_length)
 
     rules = [lambda n, g=g: span(g, n).end * cfg.groups[g].page_size for g in range(len(cfg.groups))]
-    length = common_hit_length(rules, [layout.page_size for layout in cfg.groups],
-                               req.num_tokens - 1, cfg.use_eagle)
+    cap = req.num_tokens - 1 if max_cache_hit_length is None else min(req.num_tokens - 1, max_cache_hit_length)
+    length = common_hit_length(rules, [layout.page_size for layout in cfg.groups], cap, cfg.use_eagle)
     pages = []
     for g in range(len(cfg.groups)):
         first, end = span(g, length)
@@ -300,7 +319,39 @@ def skipped_before(layout: GroupLayout, num_computed_tokens: int) -> int:
         return max(0, (n - layout.span + 1) // layout.page_size)
     if layout.kind == "chunked":
         return (n // layout.span) * layout.span // layout.page_size
+    if layout.kind == "mamba_align":
+        return mamba_state_index(layout, n)
     return 0
+
+
+# --- Mamba, align mode ----------------------------------------------------------------------
+
+def mamba_state_index(layout: GroupLayout, num_tokens: int) -> int:
+    """Index of the page that holds the state after ``num_tokens`` tokens (0 for none)."""
+    return max(0, -(-num_tokens // layout.page_size) - 1)
+
+
+def mamba_growth(layout: GroupLayout, pages: tuple[int, ...], state_end: int) -> tuple[int, int]:
+    """``(placeholders, new pages)`` a Mamba align list grows by to hold the state after
+    ``state_end`` tokens: null placeholders up to the state's page, then one new page for it,
+    when the state moves past the list's last page; else nothing (the state stays in place)."""
+    target = -(-state_end // layout.page_size)
+    return (target - len(pages) - 1, 1) if target > len(pages) else (0, 0)
+
+
+def mamba_cacheable_page(layout: GroupLayout, req: RequestView, num_tokens: int) -> int | None:
+    """The index of the one Mamba page `cache_pages` may key: the page holding the state after
+    the request's computed tokens ``c``, when ``c`` is page-aligned and within ``num_tokens``
+    (that state is complete: the step that ended at ``c`` is over). None otherwise."""
+    c = req.num_computed_tokens
+    if c < layout.page_size or c % layout.page_size or c > num_tokens:
+        return None
+    return c // layout.page_size - 1
+
+
+def mamba_hit_shape_ok(pages: tuple[int, ...]) -> bool:
+    """A Mamba align hit is empty or null placeholders then exactly one state page (its last)."""
+    return not pages or (pages[-1] != NULL_PAGE and all(q == NULL_PAGE for q in pages[:-1]))
 
 
 def remove_skipped(s: ManagerState, rid: RequestId, num_computed_tokens: int) -> ManagerState:
@@ -332,9 +383,10 @@ def cache_pages(s: ManagerState, req: RequestView, num_tokens: int) -> ManagerSt
 
     Per caching group: pages ``[num_cached, num_tokens // page_size)`` get their key from the
     request's key list, except null placeholders (never hashed) and pages that already have a
-    key (never re-keyed); ``num_cached`` never decreases (a lower count is a no-op). The ghost
-    records each newly keyed page's content from the request's tokens. No-op when caching is
-    off.
+    key (never re-keyed); ``num_cached`` never decreases (a lower count is a no-op). A Mamba
+    align group keys at most its `mamba_cacheable_page` and counts pages up to the computed
+    tokens. The ghost records each newly keyed page's content from the request's tokens. No-op
+    when caching is off.
     pre: the request has an entry; ``0 <= num_tokens <= req.num_tokens``; every group holds
     the pages to cache.
     """
@@ -353,6 +405,14 @@ def cache_pages(s: ManagerState, req: RequestView, num_tokens: int) -> ManagerSt
     for g in cfg.caching_groups:
         k = cfg.groups[g].page_size // cfg.base_page_size
         full = num_tokens // cfg.groups[g].page_size
+        if cfg.groups[g].kind == "mamba_align":
+            j = mamba_cacheable_page(cfg.groups[g], req, num_tokens)
+            if j is not None and j >= num_cached[g] and e.pages[g][j] != NULL_PAGE \
+                    and p.key_of[e.pages[g][j]] is None:
+                p = pool.cache(p, e.pages[g][j], (keys[(j + 1) * k - 1], g))
+                content[e.pages[g][j]] = page_key(s, req, g, j)
+            num_cached[g] = max(num_cached[g], min(full, req.num_computed_tokens // cfg.groups[g].page_size))
+            continue
         for j in range(num_cached[g], full):
             page = e.pages[g][j]
             if page == NULL_PAGE or p.key_of[page] is not None:
@@ -379,11 +439,14 @@ def _check_hits(s: ManagerState, req: RequestView, hits: tuple[tuple[int, ...], 
     for g, (layout, pages) in enumerate(zip(cfg.groups, hits)):
         if num_new_computed_tokens % layout.page_size or len(pages) != num_new_computed_tokens // layout.page_size:
             raise _fail("allocate_slots", f"group {g}: hits do not cover {num_new_computed_tokens} tokens")
-        for j, page in enumerate(pages):
+        for page in pages:
             if not _is_int(page) or not 0 <= page < cfg.num_pages:
                 raise _fail("allocate_slots", f"group {g}: hit {page!r} is not a page of this pool")
             if page == NULL_PAGE and layout.kind == "full":
                 raise _fail("allocate_slots", f"group {g}: a full-attention hit has no null page")
+        if layout.kind == "mamba_align" and not mamba_hit_shape_ok(pages):
+            raise _fail("allocate_slots", f"group {g}: a Mamba hit is null placeholders then one state page")
+        for j, page in enumerate(pages):
             if page != NULL_PAGE and s.pool.key_of[page] != page_key(s, req, g, j):
                 raise _fail("allocate_slots", f"group {g}: page {page} is not cached for position {j}")
 
@@ -391,32 +454,40 @@ def _check_hits(s: ManagerState, req: RequestView, hits: tuple[tuple[int, ...], 
 def allocate_slots(s: ManagerState, req: RequestView, num_new_tokens: int, num_new_computed_tokens: int = 0,
                    new_computed_pages: Sequence[Sequence[int]] | None = None, num_lookahead_tokens: int = 0,
                    delay_cache_pages: bool = False, dp_shard_hint: int | None = None,
-                   data_parallel_size: int | None = None
+                   data_parallel_size: int | None = None, num_external_computed_tokens: int = 0
                    ) -> tuple[ManagerState, tuple[tuple[int, ...], ...] | None]:
     """Give the request pages for its new tokens, all or nothing (INV-ATOMIC).
 
-    Plan: free the out-of-window pages, take the hits, and count per group
+    ``computed = num_computed_tokens + num_new_computed_tokens`` (the local hits) and the step
+    ends at ``end = computed + num_external_computed_tokens + num_new_tokens``: external
+    tokens (loaded by a KV connector) follow the local hits and get pages like new tokens,
+    but no compute. Plan: free the out-of-window pages, take the hits, and count per group
     ``max(0, cdiv(slots, page_size) - held - hits)`` new pages with
-    ``slots = min(computed + num_new_tokens + num_lookahead_tokens, max_model_len)``. If the
+    ``slots = min(end + num_lookahead_tokens, max_model_len)`` (a Mamba align group:
+    `mamba_growth` to ``end``, lookahead slots hold no state). If the
     sum does not fit in the request's shard of the planned pool, return ``(s, None)``: the
     same state. Otherwise apply in eSurge's order (skip-free, touch hits, save hits, allocate
-    per group in group order, then cache full pages up to ``min(computed + num_new_tokens,
-    num_tokens)`` unless caching is off or ``delay_cache_pages``) and return the new pages.
+    per group in group order, then cache full pages up to ``min(end, num_tokens)`` unless
+    caching is off or ``delay_cache_pages``) and return the new pages.
     With no cache group the call succeeds with no pages and the request gets no entry.
-    pre: not finished; ``num_new_tokens >= 1``; counts ``>= 0``; ``computed + num_new_tokens
-    <= max_model_len``; hits as a lookup returns them, for a request holding no pages.
+    pre: not finished; ``num_new_tokens >= 1``, or ``>= 0`` with external tokens; counts
+    ``>= 0``; ``end <= max_model_len``; hits as a lookup returns them, for a request holding no
+    pages; no external tokens with a Mamba align group (vLLM does not support them either).
     """
     cfg = s.config
-    counts = (num_new_tokens, num_new_computed_tokens, num_lookahead_tokens)
+    counts = (num_new_tokens, num_new_computed_tokens, num_lookahead_tokens, num_external_computed_tokens)
     if req.finished:
         raise _fail("allocate_slots", f"request {req.request_id!r} is finished")
-    if not all(_is_int(n) for n in counts) or num_new_tokens < 1 or min(counts) < 0:
+    if not all(_is_int(n) for n in counts) or min(counts) < 0 or num_new_tokens + num_external_computed_tokens < 1:
         raise _fail("allocate_slots", f"bad token counts {counts!r}")
     if not isinstance(delay_cache_pages, bool):
         raise _fail("allocate_slots", f"delay_cache_pages must be a bool, got {delay_cache_pages!r}")
+    if num_external_computed_tokens and any(layout.kind == "mamba_align" for layout in cfg.groups):
+        raise _fail("allocate_slots", "external computed tokens are not supported with a Mamba align group")
     computed = req.num_computed_tokens + num_new_computed_tokens
-    if computed + num_new_tokens > cfg.max_model_len:
-        raise _fail("allocate_slots", f"{computed + num_new_tokens} tokens exceed max_model_len")
+    end = computed + num_external_computed_tokens + num_new_tokens
+    if end > cfg.max_model_len:
+        raise _fail("allocate_slots", f"{end} tokens exceed max_model_len")
     hits = tuple(() for _ in cfg.groups) if new_computed_pages is None else tuple(map(tuple, new_computed_pages))
     _check_hits(s, req, hits, num_new_computed_tokens)
     requested = call_shard(s, "allocate_slots", dp_shard_hint, data_parallel_size)
@@ -426,39 +497,71 @@ def allocate_slots(s: ManagerState, req: RequestView, num_new_tokens: int, num_n
     planned = remove_skipped(s, req.request_id, req.num_computed_tokens)
     old = planned.entry(req.request_id)
     entry = old or Entry(hits, tuple(map(len, hits)), requested)
+    _check_mamba_state_moves_forward(planned, entry, end)
     bounds = shard_bounds(s, entry.shard)
     p = pool.touch(planned.pool, tuple(q for group in hits for q in group))
-    slots = min(computed + num_new_tokens + num_lookahead_tokens, cfg.max_model_len)
-    needs = [max(0, -(-slots // layout.page_size) - len(pages)) for layout, pages in zip(cfg.groups, entry.pages)]
-    if not pool.pre_allocate(p, sum(needs), bounds):
+    slots = min(end + num_lookahead_tokens, cfg.max_model_len)
+    growth = [mamba_growth(layout, pages, end) if layout.kind == "mamba_align"
+              else (0, max(0, -(-slots // layout.page_size) - len(pages)))
+              for layout, pages in zip(cfg.groups, entry.pages)]
+    if not pool.pre_allocate(p, sum(need for _, need in growth), bounds):
         return s, None
     new_pages, lists, content = [], [], list(planned.content)
     done = list(planned.computed) or [None] * cfg.num_pages  # (a state built without the ghost)
-    for need, pages in zip(needs, entry.pages):
+    for (placeholders, need), pages in zip(growth, entry.pages):
         p, got = pool.allocate(p, need, bounds)
         for q in got:
             content[q] = done[q] = None
         new_pages.append(got)
-        lists.append(pages + got)
-    _mark_computed(s, req, lists, min(computed + num_new_tokens, req.num_tokens), done)
+        lists.append(pages + (NULL_PAGE,) * placeholders + got)
+    _mark_computed(s, req, lists, min(end, req.num_tokens), done)
+    _mark_mamba_states(s, req, lists, end, done)
     t = replace(planned, pool=p, content=tuple(content), computed=tuple(done),
                 progress=_with_progress(planned, req.request_id, computed),
                 entries=_with_entry(planned, req.request_id, replace(entry, pages=tuple(lists))))
     if cfg.enable_caching and not delay_cache_pages:
-        t = cache_pages(t, req, min(computed + num_new_tokens, req.num_tokens))
+        t = cache_pages(t, req, min(end, req.num_tokens))
     return t, tuple(new_pages)
 
 
 def _mark_computed(s: ManagerState, req: RequestView, lists: Sequence[tuple[int, ...]], num_tokens: int,
                    done: list[PoolKey | None]) -> None:
     """Ghost: every real page whose tokens lie within the first ``num_tokens`` is computed for
-    the request's content up to its end (Mamba pages hold a state, not tokens: never marked)."""
+    the request's content up to its end (Mamba pages hold a state, not tokens: see
+    `_mark_mamba_states`)."""
     for g, (layout, pages) in enumerate(zip(s.config.groups, lists)):
-        if layout.kind == "mamba":
+        if layout.kind in ("mamba", "mamba_align"):
             continue
         for j in range(min(num_tokens // layout.page_size, len(pages))):
             if pages[j] != NULL_PAGE:
                 done[pages[j]] = page_key(s, req, g, j)
+
+
+def _check_mamba_state_moves_forward(s: ManagerState, entry: Entry, state_end: int) -> None:
+    """The state after ``state_end`` tokens goes to a new page, or stays in the list's last page
+    when that page is a held, uncached state (a cached state is never overwritten). A state
+    that would move back (a computed count below the last allocation's) is an error."""
+    for g, (layout, pages) in enumerate(zip(s.config.groups, entry.pages)):
+        if layout.kind != "mamba_align":
+            continue
+        target = -(-state_end // layout.page_size)
+        in_place = target == len(pages) and pages[-1] != NULL_PAGE and s.pool.key_of[pages[-1]] is None
+        if target < len(pages) or (target == len(pages) and not in_place):
+            raise _fail("allocate_slots", f"group {g}: the Mamba state after {state_end} tokens would overwrite "
+                                          f"an earlier or cached state (its list holds {len(pages)} pages)")
+
+
+def _mark_mamba_states(s: ManagerState, req: RequestView, lists: Sequence[tuple[int, ...]], state_end: int,
+                       done: list[PoolKey | None]) -> None:
+    """Ghost: the state page of each Mamba align group will hold the state after ``state_end``
+    tokens (the engine contract); that is the state of the page's own prefix only when
+    ``state_end`` ends the page and lies within the request's tokens, else no prefix's."""
+    for g, (layout, pages) in enumerate(zip(s.config.groups, lists)):
+        if layout.kind != "mamba_align" or not pages:
+            continue
+        j = mamba_state_index(layout, state_end)
+        aligned = state_end % layout.page_size == 0 and state_end <= req.num_tokens
+        done[pages[j]] = page_key(s, req, g, j) if aligned else None
 
 
 def _with_progress(s: ManagerState, rid: RequestId, num_tokens: int | None) -> frozenset[tuple[RequestId, int]]:
@@ -582,7 +685,8 @@ def inv_keyed_computed(s: ManagerState) -> bool:
 def inv_window_live(s: ManagerState, progress: Mapping[RequestId, int] | None = None) -> bool:
     """INV-WINDOW-LIVE: every page of a sliding-window or chunked-local group that the first
     token of a request's last allocation attends (index >= `skipped_before` that position) is
-    held, not a null placeholder. ``progress`` gives those positions (default: the ghost of
+    held, not a null placeholder; in a Mamba align group, the page holding the state that
+    allocation starts from (`mamba_state_index`) is held. ``progress`` gives those positions (default: the ghost of
     ``s``; a checker of an implementation passes the positions it drove the calls with)."""
     counts = dict(s.progress) if progress is None else progress
     for rid, e in s.entries:
@@ -591,6 +695,9 @@ def inv_window_live(s: ManagerState, progress: Mapping[RequestId, int] | None = 
             continue
         for layout, pages in zip(s.config.groups, e.pages):
             if layout.kind in ("sliding", "chunked") and NULL_PAGE in pages[skipped_before(layout, n):]:
+                return False
+            at = mamba_state_index(layout, n)
+            if layout.kind == "mamba_align" and n > 0 and pages[at:at + 1] == (NULL_PAGE,):
                 return False
     return True
 
@@ -609,7 +716,9 @@ def inv_hit_shape(s: ManagerState, req: RequestView, hit: Hit) -> bool:
 
     Every group's list covers exactly ``hit.num_tokens`` tokens; full-attention lists have no
     null placeholder (a miss at j means misses after j); sliding and chunked lists have their
-    placeholders first; no hit when caching is off or prompt logprobs are requested.
+    placeholders first; a Mamba align list is placeholders then one state page, the state of
+    the whole hit (`mamba_hit_shape_ok`); no hit when caching is off or prompt logprobs are
+    requested.
     """
     cfg = s.config
     if len(hit.pages) != len(cfg.groups) or not 0 <= hit.num_tokens <= req.num_tokens - 1:
@@ -621,6 +730,8 @@ def inv_hit_shape(s: ManagerState, req: RequestView, hit: Hit) -> bool:
         if len(pages) * layout.page_size != hit.num_tokens or len(set(real)) != len(real):
             return False
         if pages[len(pages) - len(real):] != tuple(real) or (layout.kind == "full" and len(real) != len(pages)):
+            return False
+        if layout.kind == "mamba_align" and not mamba_hit_shape_ok(pages):
             return False
     return True
 

@@ -228,7 +228,8 @@ def test_doc_adapter_is_under_50_lines_as_the_docs_say() -> None:
 def test_doc_adapter_passes_black_box_against_verikv() -> None:
     adapter = doc_adapter()
     assert isinstance(adapter(LAYOUTS["full"].config), PageManagerAdapter)
-    config = ConformanceConfig(mode="black-box", skip_layouts=("dp2",), max_examples=12, profile="ci")
+    config = ConformanceConfig(mode="black-box", skip_layouts=("dp2", "full+mamba(align)"), max_examples=12,
+                               profile="ci")
     for layout in config.resolved_layouts():
         check_conformance(adapter, layout, config)
 

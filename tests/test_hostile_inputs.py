@@ -168,6 +168,7 @@ def _manager_targets() -> list[Case]:
         free_order=P("esurge", "object"),
         enable_kv_events=P(False, "bool", reject={"np_bool"}),
         data_parallel_size=P(None, "opt_count1"),  # not dividing num_pages: DP off (eSurge's rule)
+        mamba_cache_mode=P("none", "object"),
     )
     cases += substitution_cases("CacheManager", empty_world, lambda w, **k: CacheManager(**k), ctor)
     for world_name, build in (("", manager_world), ("hybrid.", hybrid_world)):
@@ -176,7 +177,7 @@ def _manager_targets() -> list[Case]:
         pre = f"CacheManager.{world_name}"
         cases += substitution_cases(pre + "get_computed_pages", build,
                                     lambda w, **k: w["m"].get_computed_pages(**resolve(w, k)),
-                                    dict(request=P(W("c"), "object"), **dp))
+                                    dict(request=P(W("c"), "object"), max_cache_hit_length=P(None, "opt_count0"), **dp))
         cases += substitution_cases(pre + "allocate_slots", build,
                                     lambda w, **k: w["m"].allocate_slots(**resolve(w, k)),
                                     dict(request=P(W("c"), "object"),
@@ -184,7 +185,8 @@ def _manager_targets() -> list[Case]:
                                          num_new_computed_tokens=P(8, COUNT0, reject=BIGS | {"zero"}),
                                          new_computed_pages=P(W("hits"), "object"),
                                          num_lookahead_tokens=P(0, COUNT0, either={"np_int"}),
-                                         delay_cache_pages=P(False, "bool", reject={"np_bool"}), **dp))
+                                         delay_cache_pages=P(False, "bool", reject={"np_bool"}),
+                                         num_external_computed_tokens=P(0, COUNT0, reject=BIGS), **dp))
         cases += substitution_cases(pre + "allocate_slots.decode", build,
                                     lambda w, **k: w["m"].allocate_slots(**resolve(w, k)),
                                     dict(request=P(W("a"), "object"), num_new_tokens=P(1, COUNT1, reject=BIGS)))
@@ -197,7 +199,7 @@ def _manager_targets() -> list[Case]:
                                         dict(request=P(W("a"), "object")))
         cases += substitution_cases(pre + "get_num_common_prefix_pages", build,
                                     lambda w, **k: w["m"].get_num_common_prefix_pages(**resolve(w, k)),
-                                    dict(request=P(W("a"), "object"), num_running_requests=P(1, COUNT1)))
+                                    dict(request=P(W("a"), "object"), num_running_requests=P(1, "opt_count1")))
         for method in ("get_page_ids", "num_cached_pages", "request_shard"):
             cases += substitution_cases(pre + method, build,
                                         lambda w, method=method, **k: getattr(w["m"], method)(**k),
@@ -743,7 +745,7 @@ def _no_argument_cases() -> list[Case]:
              for name in ("create_empty_page_list", "group_layouts", "hashed_request_ids", "make_prefix_cache_stats",
                           "request_ids", "reset_prefix_cache", "take_events")]
     cases += [c(f"CachePages.{name}", manager_world, lambda w, name=name: getattr(w["hits"], name)())
-              for name in ("get_page_ids", "get_unhashed_page_ids", "new_empty")]
+              for name in ("get_page_ids", "get_unhashed_page_ids", "get_unhashed_page_ids_all_groups", "new_empty")]
     cases += [c(f"PagePool.{name}", pool_world, lambda w, name=name: getattr(w["pool"], name)())
               for name in ("cached_items", "free_list_ids", "get_usage", "make_prefix_cache_stats",
                            "reset_prefix_cache", "take_events")]

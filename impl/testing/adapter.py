@@ -140,6 +140,8 @@ def build_cache_manager(config: ManagerConfig, **options: Any) -> Any:
             return ChunkedLocalAttentionSpec(**geometry, attention_chunk_size=g.span)
         return MambaSpec(page_size=g.page_size, shapes=((4,),), dtype="float32")
 
+    if any(g.kind == "mamba_align" for g in config.groups):
+        options.setdefault("mamba_cache_mode", "align")
     return CacheManager(config.num_pages, [CacheGroupSpec(kv_spec(g)) for g in config.groups],
                         config.max_model_len, enable_caching=config.enable_caching,
                         use_eagle=config.use_eagle, free_order=config.free_order,

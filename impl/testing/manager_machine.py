@@ -146,6 +146,7 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     _layout("full+sliding(window>page)", FULL, spec.GroupLayout("sliding", 4, 9)),
     _layout("full+chunked", FULL, spec.GroupLayout("chunked", 4, 8)),
     _layout("full+mamba", FULL, spec.GroupLayout("mamba", 20), num_pages=10),
+    _layout("full+mamba(align)", FULL, spec.GroupLayout("mamba_align", 4), num_pages=12),
     _layout("no-caching", FULL, spec.GroupLayout("sliding", 4, 5), enable_caching=False),
     _layout("dp2", FULL, num_pages=12, data_parallel_size=2),
     _layout("full+sliding(eagle)", FULL, spec.GroupLayout("sliding", 4, 6), use_eagle=True),
@@ -315,10 +316,26 @@ class ManagerMachine(RuleBasedStateMachine):
         """Ghost update: pages of ``rid`` whose tokens are all computed hold its content."""
         view, tables = self.view(rid), self.table(rid)
         for g, pages in enumerate(tables[:len(self.config.groups)]):
+            if self.config.groups[g].kind == "mamba_align":
+                self.record_mamba_state(view, g, pages)
+                continue
             size = self.config.groups[g].page_size
             for j, page in enumerate(pages[:view.num_computed_tokens // size]):
                 if page != NULL_PAGE:
                     self.computed[page] = spec.page_key(self.spec, view, g, j)
+
+    def record_mamba_state(self, view: spec.RequestView, g: int, pages: tuple[int, ...]) -> None:
+        """Ghost update, Mamba align (the engine contract of `verikv.spec.manager`): the step
+        that ended at ``c`` computed tokens wrote the state after ``c`` into page ``cdiv(c,
+        page_size) - 1``: the state of that page's prefix when ``c`` ends the page, else of none."""
+        c, size = view.num_computed_tokens, self.config.groups[g].page_size
+        j = -(-c // size) - 1
+        if c == 0 or j >= len(pages) or pages[j] == NULL_PAGE:
+            return
+        if c % size == 0:
+            self.computed[pages[j]] = spec.page_key(self.spec, view, g, j)
+        else:
+            self.computed.pop(pages[j], None)
 
     def learn_keys(self, impl_pool: Any) -> None:
         """Extend the digest <-> content renaming from pages keyed on both sides."""
