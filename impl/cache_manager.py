@@ -359,7 +359,6 @@ class CacheManager:
         rec, keys = self._store_keys(req, new) if self._caching_key_size else (None, [])
         num_tokens = len(req._tokens)
         hits, length = self.coordinator.find_longest_cache_hit(keys, num_tokens - 1, shard, dp)
-        self.coordinator.share_keys(keys, hits)
         self.prefix_cache_stats.record(num_tokens, length)
         result = CachePages._of(hits, self.page_pool)
         if rec is not None:  # (no record: no group caches, so there is never a hit to check)
