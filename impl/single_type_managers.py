@@ -130,7 +130,7 @@ class SingleTypeCacheManager:
 
     def group_key(self, key: PageKey) -> PageHashWithGroupId:
         """The pool key of a page of this group holding the content ``key``."""
-        return PageHashWithGroupId(key, self.kv_cache_group_id)
+        return tuple.__new__(PageHashWithGroupId, (key, self.kv_cache_group_id))  # (no NamedTuple __new__ frame)
 
     def group_keys(self, keys: Sequence[PageKey]) -> list[PageHashWithGroupId]:
         """`group_key` of each of ``keys``, in order (C-level: no per-key Python frame)."""
@@ -276,6 +276,10 @@ class SingleTypeCacheManager:
                 f"keys; the request has {len(pages)} pages and {len(keys)} keys")
         if countOf(map(type, keys[num_cached * stride:num_full * stride]), PageKey) != (num_full - num_cached) * stride:
             _key_list(keys[num_cached * stride:num_full * stride])  # only the keys read here: raises
+        if num_full - num_cached == 1:  # a decode step filled one page: one call, no lists
+            if pages[num_cached] != NULL_PAGE:
+                self.page_pool.cache_page_id(pages[num_cached], self.group_key(keys[num_full * stride - 1]))
+            return num_full
         ids = pages[num_cached:num_full]
         group_keys = self.group_keys(keys[(num_cached + 1) * stride - 1:num_full * stride:stride])
         if NULL_PAGE in ids:  # window placeholders are never hashed
