@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from verikv.page_pool import PagePool
 
 NULL_PAGE = 0
+#: runs of at least this many new full pages are registered with one `PagePool.cache_page_ids`
+_BATCH_FROM = 32
 
 
 def cdiv(a: int, b: int) -> int:
@@ -276,17 +278,30 @@ class SingleTypeCacheManager:
                 f"keys; the request has {len(pages)} pages and {len(keys)} keys")
         if countOf(map(type, keys[num_cached * stride:num_full * stride]), PageKey) != (num_full - num_cached) * stride:
             _key_list(keys[num_cached * stride:num_full * stride])  # only the keys read here: raises
-        if num_full - num_cached == 1:  # a decode step filled one page: one call, no lists
-            if pages[num_cached] != NULL_PAGE:
-                self.page_pool.cache_page_id(pages[num_cached], self.group_key(keys[num_full * stride - 1]))
-            return num_full
-        ids = pages[num_cached:num_full]
-        group_keys = self.group_keys(keys[(num_cached + 1) * stride - 1:num_full * stride:stride])
+        self._register(pages, keys, num_cached, num_full)
+        return num_full
+
+    def _register(self, pages: list[int], keys: Sequence[PageKey], first: int, stop: int) -> None:
+        """Register ``pages[first:stop]`` (null placeholders skipped) under their group keys.
+
+        A long run goes to the pool as one batch (all or nothing); a short one, such as the one
+        page a decode step fills, as per-page calls: the batch's fixed cost (~2 µs) is more than
+        it saves per page (~80 ns) below `_BATCH_FROM` pages (measured, benchmarks/RESULTS.md).
+        """
+        stride = self._stride
+        if stop - first < _BATCH_FROM:
+            cache, gid = self.page_pool.cache_page_id, self.kv_cache_group_id
+            new_key = tuple.__new__  # PageHashWithGroupId(...) without the NamedTuple's Python __new__
+            for j in range(first, stop):
+                if pages[j] != NULL_PAGE:
+                    cache(pages[j], new_key(PageHashWithGroupId, (keys[(j + 1) * stride - 1], gid)))
+            return
+        ids = pages[first:stop]
+        group_keys = self.group_keys(keys[(first + 1) * stride - 1:stop * stride:stride])
         if NULL_PAGE in ids:  # window placeholders are never hashed
             group_keys = list(compress(group_keys, ids))  # (a real page id is truthy)
             ids = [page for page in ids if page != NULL_PAGE]
-        self.page_pool.cache_page_ids(ids, group_keys)  # one batch: all registered or none
-        return num_full
+        self.page_pool.cache_page_ids(ids, group_keys)
 
     def keys_needed(self, num_tokens: int) -> int:
         """How many request keys `cache_pages` reads to cache up to ``num_tokens`` tokens."""
