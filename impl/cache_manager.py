@@ -421,7 +421,6 @@ class CacheManager:
         num_tokens = len(req._tokens)
         cap = num_tokens - 1 if max_cache_hit_length is None else min(num_tokens - 1, max_cache_hit_length)
         hits, length = self.coordinator.find_longest_cache_hit(keys, cap, shard, dp)
-        self.coordinator.share_keys(keys, hits)
         self.prefix_cache_stats.record(num_tokens, length)
         result = CachePages._of(hits, self.page_pool)
         if rec is not None:  # (no record: no group caches, so there is never a hit to check)

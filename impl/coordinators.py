@@ -238,13 +238,6 @@ class CacheCoordinator:
             if length == start:
                 return length
 
-    def share_keys(self, keys: list[PageKey], hits: PageIds) -> None:
-        """Replace each hit key in the request's list ``keys`` by the equal key object the pool
-        stores, so later lookups and hit checks compare keys by identity (values unchanged)."""
-        for m, group_hits in zip(self.single_type_managers, hits):
-            if group_hits:
-                m.share_keys(group_hits, keys)
-
     # ---- planning and allocation -------------------------------------------------------------
 
     def get_num_pages_to_allocate(self, request_id: str, num_tokens: int, new_computed_pages: PageIds) -> int:

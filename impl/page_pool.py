@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 from array import array
 from collections import Counter
-from collections.abc import Hashable, Iterable, MutableMapping, MutableSequence, Sequence
+from collections.abc import Hashable, Iterable, Mapping, MutableMapping, MutableSequence, Sequence
 from functools import partial
-from itertools import takewhile
-from operator import countOf, is_not
+from itertools import chain, takewhile
+from operator import countOf, is_not, ne
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,8 @@ NULL_PAGE_ID = 0
 _log = logging.getLogger(__name__)
 _log.addHandler(logging.NullHandler())  # a library logs only where the application asks it to
 _is_entry = partial(is_not, None)  # a cached-map get that hit (C-level predicate for takewhile)
+#: appended to a run's lookups: seen at its end, the run ended with the keys, not at a miss
+_RUN_END: tuple[object] = (object(),)
 
 
 class PagePool(ESurgePoolMethods):
@@ -288,6 +290,62 @@ class PagePool(ESurgePoolMethods):
         if self._events is not None:
             self._events.stored(page_id, key)
 
+    def cache_page_ids(self, page_ids: Sequence[int], keys: Sequence[Hashable]) -> None:
+        """`cache_page_id` for each ``(page_ids[i], keys[i])`` in order, as one step: on an error
+        (the one the first failing call would raise) nothing is registered.
+
+        The common case (caching on, no events, every id a distinct keyless page, every key new
+        and distinct) is checked and applied at C speed: one `dict.update`, ``key_version``
+        bumped once. Any other batch is checked pair by pair, then registered page by page.
+
+        raises: NullPageError, ForeignPageError, PageStateError, InvalidArgumentError
+        """
+        ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
+        keys = keys if type(keys) is list else page_list(keys, "keys")
+        if len(ids) != len(keys):
+            raise InvalidArgumentError(f"{len(ids)} page ids but {len(keys)} keys")
+        if not ids:
+            return  # nothing registered: the cached map (and key_version) stay as they are
+        new = self._new_entries(ids, keys)
+        if new is None:  # the general case: exactly the calls it stands for
+            self._check_cache_pairs(ids, keys)
+            for pid, key in zip(ids, keys):
+                self.cache_page_id(pid, key)
+            return
+        self._cached.update(new)
+        table = self._key
+        for pid, key in zip(ids, keys):
+            table[pid] = key
+        self.key_version += 1
+
+    def _new_entries(self, ids: list[int], keys: list[Hashable]) -> dict[Hashable, int] | None:
+        """``{key: id}`` when the batch is the common case of `cache_page_ids`, else None. Pure."""
+        n = len(ids)
+        if (self._events is not None or not self.enable_caching or not self._all_in_range(ids)
+                or NULL_PAGE_ID in ids or countOf(map(self._key.__getitem__, ids), None) != n or len(set(ids)) != n):
+            return None
+        try:
+            new = dict(zip(keys, ids))
+        except TypeError:  # an unhashable key: the pair-by-pair check reports it
+            return None
+        if len(new) != n or None in new or not self._cached.keys().isdisjoint(new) or any(map(ne, keys, keys)):
+            return None  # equal keys (in the batch or cached already), a None key, or one not equal to itself
+        return new
+
+    def _check_cache_pairs(self, ids: list[int], keys: list[Hashable]) -> None:
+        """Raise the error the first failing `cache_page_id` of the batch would raise. Read-only."""
+        seen: dict[int, Hashable] = {}  # pages the earlier calls would have registered
+        for pid, key in zip(ids, keys):
+            if key is None:
+                raise InvalidArgumentError("a cache key cannot be None")
+            check_key(key)
+            self.check_cacheable([pid])
+            if pid in seen:
+                raise PageStateError(f"page {pid} already has a key ({describe(seen[pid])})")
+            if key != key:
+                raise InvalidArgumentError(f"cache key {describe(key)} is not equal to itself")
+            seen[pid] = key
+
     def lookup_id(self, key: Hashable, *, dp_shard_hint: int | None = None,
                   data_parallel_size: int | None = None) -> int | None:
         """The oldest page holding ``key`` (inside the hinted shard, if any), or ``None``.
@@ -298,23 +356,29 @@ class PagePool(ESurgePoolMethods):
         self.prefix_cache_stats.record(1, 0 if found is None else 1)
         return found
 
-    def lookup_run_ids(self, keys: Sequence[Hashable], *, dp_shard_hint: int | None = None,
+    def lookup_run_ids(self, keys: Iterable[Hashable], *, dp_shard_hint: int | None = None,
                        data_parallel_size: int | None = None) -> list[int]:
         """`lookup_id` over ``keys`` in order, stopping at the first miss: the pages of the
         longest run of leading hits (one call per prefix lookup instead of one per page).
+        ``keys`` may be any iterable (a lazy one is consumed up to the miss, never copied).
         Statistics count one query per key looked up, as per-key `lookup_id` calls would.
         """
         bounds = (None if data_parallel_size is None and dp_shard_hint is None
                   else self._shard_bounds(dp_shard_hint, data_parallel_size))
-        keys = keys if type(keys) is list else page_list(keys, "keys")
-        try:  # C speed, up to the first miss
-            found: list[Any] = list(takewhile(_is_entry, map(self._cached.get, keys)))
+        if type(keys) is not list and (isinstance(keys, (str, bytes, Mapping)) or not isinstance(keys, Iterable)):
+            page_list(keys, "keys")  # raises the precise error
+        try:  # C speed, up to the first miss; _RUN_END marks a run that ended with the keys
+            found: list[Any] = list(takewhile(_is_entry, chain(map(self._cached.get, keys), _RUN_END)))
         except TypeError:
             raise InvalidArgumentError(f"unhashable cache key among {describe(keys)}") from None
-        queries = len(found) + (len(found) < len(keys))  # the miss that ended the run counts
+        if found and found[-1] is _RUN_END[0]:
+            found.pop()
+            queries = len(found)
+        else:
+            queries = len(found) + 1  # the miss that ended the run counts
         if bounds is not None or dict in map(type, found):  # a shard, or equal pages: resolve each
             for i, entry in enumerate(found):
-                pid = entry if bounds is None and type(entry) is int else self._lookup(keys[i], bounds)
+                pid = self._resolve(entry, bounds)
                 if pid is None:
                     del found[i:]
                     queries = i + 1
@@ -509,8 +573,10 @@ class PagePool(ESurgePoolMethods):
             entry = self._cached.get(key)
         except TypeError:
             raise InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
-        if entry is None:
-            return None
+        return None if entry is None else self._resolve(entry, bounds)
+
+    def _resolve(self, entry: int | dict[int, None], bounds: tuple[int, int] | None) -> int | None:
+        """The page a lookup returns from a cached-map entry: the oldest (inside ``bounds``)."""
         if isinstance(entry, int):
             return entry if bounds is None or bounds[0] <= entry < bounds[1] else None
         if bounds is None:

@@ -24,9 +24,9 @@ request's (the coordinator and `CacheManager` check both).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import compress, repeat
 from operator import countOf
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from verikv.cache_specs import (
     CacheSpec,
@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from verikv.page_pool import PagePool
 
 NULL_PAGE = 0
+#: runs of at least this many new full pages are registered with one `PagePool.cache_page_ids`
+_BATCH_FROM = 32
 
 
 def cdiv(a: int, b: int) -> int:
@@ -130,7 +132,11 @@ class SingleTypeCacheManager:
 
     def group_key(self, key: PageKey) -> PageHashWithGroupId:
         """The pool key of a page of this group holding the content ``key``."""
-        return PageHashWithGroupId(key, self.kv_cache_group_id)
+        return tuple.__new__(PageHashWithGroupId, (key, self.kv_cache_group_id))  # (no NamedTuple __new__ frame)
+
+    def group_keys(self, keys: Sequence[PageKey]) -> list[PageHashWithGroupId]:
+        """`group_key` of each of ``keys``, in order (C-level: no per-key Python frame)."""
+        return list(map(tuple.__new__, repeat(PageHashWithGroupId), zip(keys, repeat(self.kv_cache_group_id))))
 
     def key_index(self, page_index: int) -> int:
         """Index in the request's key list of the key of this group's page ``page_index``."""
@@ -190,25 +196,6 @@ class SingleTypeCacheManager:
             if page != NULL_PAGE and (k >= num_keys or stored[j] != self.group_key(keys[k])):
                 return j
         return None
-
-    def share_keys(self, hits: Sequence[int], keys: list[PageKey]) -> None:
-        """Replace each request key of a hit page by the equal key object the pool stores for
-        that page, so later lookups and hit checks compare keys by identity. Only an equal key
-        is replaced: the list's values never change."""
-        stored = cast("list[PageHashWithGroupId | None]", self.page_pool.keys_of_ids(hits))  # (group_key's)
-        stride, num_keys, m = self._stride, len(keys), len(hits)
-        if stride == 1 and 0 < m <= num_keys and NULL_PAGE not in hits:  # key j <-> page j
-            last = stored[-1]
-            if last is not None and last[0] is keys[m - 1]:
-                return  # shared by an earlier lookup (a retry): nothing to gain
-            held = [key and key[0] for key in stored]  # (key[0]: the page key, read fastest by index)
-            if held == keys[:m]:
-                keys[:m] = held  # type: ignore[assignment]  # (equal to keys[:m]: no None in it)
-                return
-        for j, key in enumerate(stored):
-            k = (j + 1) * stride - 1
-            if key is not None and k < num_keys and key.page_hash is not keys[k] and key.page_hash == keys[k]:
-                keys[k] = key.page_hash
 
     def skipped_range(self, pages: Sequence[int], num_computed_tokens: int) -> tuple[int, int]:
         """Index range ``[start, stop)`` of ``pages`` (a request's list) the request no longer
@@ -291,14 +278,30 @@ class SingleTypeCacheManager:
                 f"keys; the request has {len(pages)} pages and {len(keys)} keys")
         if countOf(map(type, keys[num_cached * stride:num_full * stride]), PageKey) != (num_full - num_cached) * stride:
             _key_list(keys[num_cached * stride:num_full * stride])  # only the keys read here: raises
-        cache = self.page_pool.cache_page_id
-        gid = self.kv_cache_group_id
-        new_key = tuple.__new__  # PageHashWithGroupId(...) without the NamedTuple's Python __new__
-        for j in range(num_cached, num_full):
-            page = pages[j]
-            if page != NULL_PAGE:
-                cache(page, new_key(PageHashWithGroupId, (keys[(j + 1) * stride - 1], gid)))
+        self._register(pages, keys, num_cached, num_full)
         return num_full
+
+    def _register(self, pages: list[int], keys: Sequence[PageKey], first: int, stop: int) -> None:
+        """Register ``pages[first:stop]`` (null placeholders skipped) under their group keys.
+
+        A long run goes to the pool as one batch (all or nothing); a short one, such as the one
+        page a decode step fills, as per-page calls: the batch's fixed cost (~2 µs) is more than
+        it saves per page (~80 ns) below `_BATCH_FROM` pages (measured, benchmarks/RESULTS.md).
+        """
+        stride = self._stride
+        if stop - first < _BATCH_FROM:
+            cache, gid = self.page_pool.cache_page_id, self.kv_cache_group_id
+            new_key = tuple.__new__  # PageHashWithGroupId(...) without the NamedTuple's Python __new__
+            for j in range(first, stop):
+                if pages[j] != NULL_PAGE:
+                    cache(pages[j], new_key(PageHashWithGroupId, (keys[(j + 1) * stride - 1], gid)))
+            return
+        ids = pages[first:stop]
+        group_keys = self.group_keys(keys[(first + 1) * stride - 1:stop * stride:stride])
+        if NULL_PAGE in ids:  # window placeholders are never hashed
+            group_keys = list(compress(group_keys, ids))  # (a real page id is truthy)
+            ids = [page for page in ids if page != NULL_PAGE]
+        self.page_pool.cache_page_ids(ids, group_keys)
 
     def keys_needed(self, num_tokens: int) -> int:
         """How many request keys `cache_pages` reads to cache up to ``num_tokens`` tokens."""
@@ -335,8 +338,8 @@ class FullAttentionManager(SingleTypeCacheManager):
         n = self._max_hit_pages(keys, max_length, group_ids)
         stride = self._stride
         if len(group_ids) == 1:  # one call: the pool looks the keys up to the first miss
-            return (self.page_pool.lookup_run_ids(list(zip(keys[stride - 1:n * stride:stride], repeat(group_ids[0]))),
-                                                  dp_shard_hint=shard, data_parallel_size=dp),)
+            return (self.page_pool.lookup_run_ids(zip(keys[stride - 1:n * stride:stride], repeat(group_ids[0])),
+                                                  dp_shard_hint=shard, data_parallel_size=dp),)  # (lazy pairs)
         result: tuple[list[int], ...] = tuple([] for _ in group_ids)
         for j in range(n):
             found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)

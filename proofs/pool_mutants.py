@@ -10,7 +10,7 @@ that survives (empty list) means the checks are too weak.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from verikv.errors import NullPageError, OutOfPagesError
 from verikv.page_pool import PagePool
@@ -144,9 +144,8 @@ class FreeOrderPolicyIgnored(PagePool):
 class LookupReturnsNewest(PagePool):
     """A lookup returns the most recently cached page of a key instead of the oldest."""
 
-    def _lookup(self, key: Hashable, bounds: tuple[int, int] | None) -> int | None:
-        entry = self._cached.get(key)
-        ids = [] if entry is None else [entry] if isinstance(entry, int) else list(entry)
+    def _resolve(self, entry: int | dict[int, None], bounds: tuple[int, int] | None) -> int | None:
+        ids = [entry] if isinstance(entry, int) else list(entry)
         inside = [pid for pid in ids if bounds is None or bounds[0] <= pid < bounds[1]]
         return inside[-1] if inside else None
 

@@ -263,6 +263,9 @@ def _pool_targets() -> list[Case]:
         cases += substitution_cases(pre + "cache_page_id", build, method("cache_page_id"),
                                     dict(page_id=P(3, "bounded", reject={"zero"}),
                                          key=P("k3", "key", reject={"None"})))
+        cases += substitution_cases(pre + "cache_page_ids", build, method("cache_page_ids"),
+                                    dict(page_ids=P([3], "ids", reject={"empty_list"}),
+                                         keys=P(["k3"], "ids", reject={"empty_list"})))
         cases += substitution_cases(pre + "lookup_id", build, method("lookup_id"),
                                     dict(key=P("k2", "key", accept={"None"}), **dp))
         cases += substitution_cases(pre + "lookup_run_ids", build, method("lookup_run_ids"),

@@ -343,6 +343,85 @@ def test_lookup_run_ids_is_lookup_id_up_to_the_first_miss() -> None:
         pool.lookup_run_ids([[1]])  # unhashable
 
 
+def test_lookup_run_ids_consumes_a_lazy_run_up_to_its_miss_and_counts_it() -> None:
+    pool = PagePool(8)
+    ids = pool.get_new_page_ids(2)
+    pool.cache_page_id(ids[0], key(0))
+    pool.cache_page_id(ids[1], key(1))
+    pool.make_prefix_cache_stats()
+    consumed: list[object] = []
+    run = (consumed.append(k) or k for k in [key(0), key(1), key(2), key(3)])
+    assert pool.lookup_run_ids(run) == ids
+    assert consumed == [key(0), key(1), key(2)]  # stopped at the miss: key(3) never read
+    stats = pool.make_prefix_cache_stats()
+    assert (stats.queries, stats.hits) == (3, 2)
+    assert pool.lookup_run_ids(iter([key(0), key(1)])) == ids  # ended with the keys: no miss counted
+    stats = pool.make_prefix_cache_stats()
+    assert (stats.queries, stats.hits) == (2, 2)
+
+
+def _cache_one_by_one(pool: PagePool, ids: list[int], keys: list[object]) -> None:
+    for pid, k in zip(ids, keys):
+        pool.cache_page_id(pid, k)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("events", [False, True])
+@pytest.mark.parametrize("case", ["distinct", "equal in batch", "equal cached", "empty"])
+def test_cache_page_ids_equals_the_calls_it_stands_for(case: str, events: bool) -> None:
+    batch, single = (PagePool(10, enable_kv_events=events) for _ in range(2))
+    for pool in (batch, single):
+        pool.get_new_page_ids(8)
+        if case == "equal cached":
+            pool.cache_page_id(8, key(3))
+    ids, keys = {"distinct": ([1, 2, 3], [key(0), key(1), key(2)]),
+                 "equal in batch": ([1, 2, 3], [key(0), key(1), key(0)]),
+                 "equal cached": ([2, 1], [key(3), key(0)]),
+                 "empty": ([], [])}[case]
+    version = batch.key_version
+    batch.cache_page_ids(ids, keys)
+    _cache_one_by_one(single, ids, keys)
+    assert abstract_pool(batch) == abstract_pool(single)
+    assert batch.cached_items() == single.cached_items()
+    assert [type(e) for e in batch.take_events()] == [type(e) for e in single.take_events()]
+    assert (batch.key_version > version) == bool(ids)
+
+
+@pytest.mark.parametrize(("ids", "keys", "error"), [
+    ([1, 2], [key(0)], InvalidArgumentError),  # lengths differ
+    ([1, 0], [key(0), key(1)], NullPageError),
+    ([1, 9], [key(0), key(1)], ForeignPageError),
+    ([1, 4], [key(0), key(1)], PageStateError),  # page 4 has a key already
+    ([1, 1], [key(0), key(1)], PageStateError),  # a page twice
+    ([1, 2], [key(0), None], InvalidArgumentError),
+    ([1, 2], [key(0), [1]], InvalidArgumentError),  # unhashable
+    ([1, 2], [key(0), float("nan")], InvalidArgumentError),  # not equal to itself
+    ([1, 2.0], [key(0), key(1)], InvalidArgumentError),
+    ("ab", [key(0), key(1)], InvalidArgumentError),
+    ([1, 2], None, InvalidArgumentError),
+])
+def test_a_failing_cache_page_ids_registers_nothing(ids: Any, keys: Any, error: type[Exception]) -> None:
+    pool = PagePool(9)
+    pool.get_new_page_ids(5)
+    pool.cache_page_id(4, key(3))
+    before = _full_state(pool)
+    with pytest.raises(error):
+        pool.cache_page_ids(ids, keys)
+    assert _full_state(pool) == before
+
+
+def test_cache_page_ids_raises_what_the_first_failing_call_would() -> None:
+    pool = PagePool(9)
+    pool.get_new_page_ids(5)
+    with pytest.raises(ForeignPageError):  # pair 0 fails first, though pair 1 has a None key
+        pool.cache_page_ids([9, 1], [key(0), None])
+    with pytest.raises(InvalidArgumentError):
+        pool.cache_page_ids([1, 9], [None, key(0)])
+    disabled = PagePool(4, enable_caching=False)
+    disabled.get_new_page_ids(2)
+    with pytest.raises(InvalidArgumentError):
+        disabled.cache_page_ids([1, 2], [key(0), key(1)])
+
+
 def test_count_free_ids_and_shard_free_counts() -> None:
     pool = PagePool(8)
     held = pool.get_new_page_ids(3)

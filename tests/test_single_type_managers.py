@@ -17,6 +17,7 @@ from verikv import (
     InvalidArgumentError,
     MambaSpec,
     PagePool,
+    PageStateError,
     Request,
     SlidingWindowSpec,
 )
@@ -171,6 +172,27 @@ def test_cache_pages_is_monotone_and_keys_fresh_pages_only():
     assert m.cache_pages(pages, 2, keys, 12) == 3
     assert pool.key_of(new[2]) == PageHashWithGroupId(keys[2], 0)
     assert m.keys_needed(12) == 3
+
+
+def test_cache_pages_registers_a_long_run_as_one_step_with_the_group_keys():
+    keys = keys_of(list(range(33 * 4 + 1)))  # 33 full pages: a run long enough for one batch
+    for taken in (None, 20):
+        pool = PagePool(40)
+        m = FullAttentionManager(full(), pool, 2)
+        pages: list[int] = []
+        new = m.allocate_new_pages(pages, 33 * 4 + 1)
+        if taken is None:
+            assert m.cache_pages(pages, 0, keys, 33 * 4) == 33
+            assert [pool.key_of(p) for p in new[:33]] == m.group_keys(keys[:33]) == [m.group_key(k) for k in keys[:33]]
+            assert all(type(pool.key_of(p)) is PageHashWithGroupId for p in new[:33])
+            continue
+        pool.cache_page_id(new[taken], PageHashWithGroupId(b"taken", 2))  # this page cannot take a key
+        before = pool.cached_items()
+        with pytest.raises(PageStateError):
+            m.cache_pages(pages, 0, keys, 33 * 4)
+        assert pool.cached_items() == before  # pages 0-19 were not registered either
+        assert m.cache_pages(pages, 0, keys, 8) == 2  # a short run: per-page calls
+        assert [pool.key_of(p) for p in new[:2]] == [PageHashWithGroupId(k, 2) for k in keys[:2]]
 
 
 def test_sliding_window_drops_pages_and_skips_placeholders_when_caching():
