@@ -349,10 +349,11 @@ def _admit_with_failing_keys(node: Any, rid: str) -> None:
     manager.hasher = _FailingHasher(real)
     try:
         result = manager.allocate_slots(request, num_new)
-    except KeyComputationFailed:
+    except KeyComputationFailed as exc:
         if node.snapshot() != before:
             node.fail("INV-ATOMIC", f"{rid}: allocate_slots raised on a failing key computation and kept "
                                     "its changes")
+        node.spec, _ = spec.fail_key_computation(node.spec, view, "allocate_slots", str(exc))
         return
     finally:
         manager.hasher = real
