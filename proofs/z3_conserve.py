@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 import z3
 
-from verikv.proofs import spec_mutants
-from verikv.proofs import z3_pool as zp
+from verikv.proofs import spec_mutants, z3_pool as zp
 from verikv.proofs.registry import Check, Mutant, Outcome
 from verikv.proofs.z3_common import NONE, Conjuncts, Mode, Obligation, Theorem, solve
 
@@ -173,7 +172,7 @@ def theorems(transitions: dict[str, zp.StepFn] | None = None, null_counted: bool
     """Every pool transition x {INV-CONSERVE, INV-USAGE}, unbounded."""
     table = {**zp.TRANSITIONS, **(transitions or {})}
     return [Theorem(name, inv, False,
-                    lambda mode, name=name, inv=inv, fn=fn: obligation(name, inv, fn, null_counted),
+                    lambda mode, name=name, inv=inv, fn=fn: obligation(name, inv, fn, null_counted),  # type: ignore[misc]
                     scope="per element" if name in ELEMENT_TRANSITIONS else "")
             for name, fn in table.items() for inv in ("INV-CONSERVE", "INV-USAGE")]
 

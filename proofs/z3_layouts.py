@@ -281,38 +281,38 @@ def _fixed_point(faults: Faults) -> Encoded:
     every page size). Fault ``fixed-point-one-pass``: the loop stops after one pass whatever
     it did.
     """
-    F = z3.Function("F", z3.IntSort(), z3.IntSort(), z3.IntSort())
+    rule = z3.Function("F", z3.IntSort(), z3.IntSort(), z3.IntSort())
     seq = z3.Array("seq", z3.IntSort(), z3.IntSort())
-    K, i, common, g, unit, mx = _ints("K i common g unit max")
+    groups, i, common, g, unit, mx = _ints("K i common g unit max")
     j, k = _ints("j k")
-    pass_defs = z3.And(K >= 1, seq[0] >= 0,
-                       z3.ForAll([k], z3.Implies(z3.And(0 <= k, k < K), seq[k + 1] == F(k, seq[k])),
+    pass_defs = z3.And(groups >= 1, seq[0] >= 0,
+                       z3.ForAll([k], z3.Implies(z3.And(0 <= k, k < groups), seq[k + 1] == rule(k, seq[k])),
                                  patterns=[seq[k + 1]]))
 
     def descends_to(at: z3.ArithRef) -> z3.BoolRef:
         return z3.ForAll([k], z3.Implies(z3.And(0 <= k, k <= at), seq[at] <= seq[k]), patterns=[seq[k]])
-    every_prefix_descends = z3.ForAll([j, k], z3.Implies(z3.And(0 <= k, k <= j, j <= K), seq[j] <= seq[k]),
+    every_prefix_descends = z3.ForAll([j, k], z3.Implies(z3.And(0 <= k, k <= j, j <= groups), seq[j] <= seq[k]),
                                       patterns=[z3.MultiPattern(seq[j], seq[k])])
-    exits = z3.BoolVal(True) if "fixed-point-one-pass" in faults else seq[K] == seq[0]
-    step = z3.And(0 <= i, i < K)
+    exits = z3.BoolVal(True) if "fixed-point-one-pass" in faults else seq[groups] == seq[0]
+    step = z3.And(0 <= i, i < groups)
     goals = [
         ("step-keeps-common-hits", z3.Implies(
-            z3.And(step, 0 <= common, common <= seq[i], F(i, common) == common,
-                   F(i, common) <= F(i, seq[i])),  # monotone at (common, seq[i])
+            z3.And(step, 0 <= common, common <= seq[i], rule(i, common) == common,
+                   rule(i, common) <= rule(i, seq[i])),  # monotone at (common, seq[i])
             common <= seq[i + 1])),
         ("pass-descends", z3.Implies(
-            z3.And(step, descends_to(i), F(i, seq[i]) <= seq[i]),  # deflationary at seq[i]
+            z3.And(step, descends_to(i), rule(i, seq[i]) <= seq[i]),  # deflationary at seq[i]
             descends_to(i + 1))),
-        ("exit-is-common-hit", z3.Implies(z3.And(0 <= g, g < K, every_prefix_descends, exits),
-                                          F(g, seq[K]) == seq[K])),
+        ("exit-is-common-hit", z3.Implies(z3.And(0 <= g, g < groups, every_prefix_descends, exits),
+                                          rule(g, seq[groups]) == seq[groups])),
         ("start-keeps-common-hits", z3.Implies(z3.And(unit >= 1, 0 <= common, common <= mx, common % unit == 0),
                                                common <= mx / unit * unit)),
     ]
     branches = {
-        "a-pass-shortens-twice": z3.And(K >= 2, seq[1] < seq[0], seq[2] < seq[1]),
-        "a-stable-pass": z3.And(K >= 2, seq[K] == seq[0], seq[0] > 0),
+        "a-pass-shortens-twice": z3.And(groups >= 2, seq[1] < seq[0], seq[2] < seq[1]),
+        "a-stable-pass": z3.And(groups >= 2, seq[groups] == seq[0], seq[0] > 0),
     }
-    return Encoded(pass_defs, goals, branches, (K, i, g, common, seq[0], seq[1], seq[K]))
+    return Encoded(pass_defs, goals, branches, (groups, i, g, common, seq[0], seq[1], seq[groups]))
 
 
 # --- EAGLE: one page dropped, once ----------------------------------------------------------
@@ -428,7 +428,8 @@ THEOREMS: tuple[LayoutTheorem, ...] = (
     LayoutTheorem("lookup.rule[chunked]", "LONGEST-COMMON-HIT",
                   "every page size, chunk, length and cached-page pattern",
                   lambda f: _rule("chunked", f),
-                  {"chunked-rule-chunk-one-token-early": "the chunked rule takes the chunk of the token before the length"}),
+                  {"chunked-rule-chunk-one-token-early":
+                       "the chunked rule takes the chunk of the token before the length"}),
     LayoutTheorem("lookup.fixed_point", "LONGEST-COMMON-HIT",
                   "any number K >= 1 of groups with deflationary monotone rules, every length",
                   _fixed_point,

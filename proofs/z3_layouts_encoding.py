@@ -16,8 +16,7 @@ import z3
 
 from verikv.proofs import z3_layouts as zl
 from verikv.proofs.registry import Check, Outcome
-from verikv.spec import hit_rules
-from verikv.spec import manager as spec
+from verikv.spec import hit_rules, manager as spec
 
 PAGE_SIZES = (1, 2, 3)
 SPANS = (1, 2, 3, 4, 5)
@@ -78,11 +77,11 @@ def _miss_table(pattern: tuple[bool, ...], need: int, limit: int) -> z3.BoolRef:
     return z3.ForAll([x], miss(x) == table)
 
 
-def _rule_value(rule: zl.RuleEnc, pattern: tuple[bool, ...], hint: z3.BoolRef = z3.BoolVal(True)) -> int:
+def _rule_value(rule: zl.RuleEnc, pattern: tuple[bool, ...], hint: z3.BoolRef | None = None) -> int:
     """The hit length the relation denotes for this pattern: -1 if it has none, -2 if several."""
     solver = z3.Solver()
     solver.add(zl.HIT == _hit_array(pattern), rule.defs)
-    if solver.check(hint) != z3.sat:
+    if solver.check(*([] if hint is None else [hint])) != z3.sat:
         return -1
     value = solver.model().eval(rule.tokens, model_completion=True)
     return value.as_long() if solver.check(rule.tokens != value) == z3.unsat else -2  # type: ignore[no-any-return]
@@ -102,7 +101,7 @@ def _rule_cases() -> Iterator[tuple[str, int, int]]:
                                                              (1, 2), spans, range(0, 8)):
             end = hit_rules.group_rule(kind, span, pattern, page, length).end  # type: ignore[arg-type]
             need = max(1, -(-(span - 1) // page))
-            hint = _miss_table(pattern, need, length // page) if kind == "sliding" else z3.BoolVal(True)
+            hint = _miss_table(pattern, need, length // page) if kind == "sliding" else None
             yield (f"{kind}_rule(hits={pattern}, page={page}, span={span}, length={length})",
                    _rule_value(encode(length, page, span), pattern, hint), end * page)
 

@@ -429,8 +429,9 @@ def is_witness(s: PoolSym, held_refs: int = 1) -> z3.BoolRef:
         for i, v in cells.items():
             arr = z3.Store(arr, i, v)
         return arr
-    return z3.And(s.n == 4, s.ref == table(0, {1: held_refs}), s.key == table(NONE, {2: 0}), s.seq == table(0, {0: 2, 1: 3}),
-                  s.pos == table(NONE, {2: 0, 3: 1}), s.flen == 2, s.stamp == table(0, {}), s.clock == 1,
+    return z3.And(s.n == 4, s.ref == table(0, {1: held_refs}), s.key == table(NONE, {2: 0}),
+                  s.seq == table(0, {0: 2, 1: 3}), s.pos == table(NONE, {2: 0, 3: 1}), s.flen == 2,
+                  s.stamp == table(0, {}), s.clock == 1,
                   s.inc == z3.Store(EMPTY_CACHE, 0, z3.Store(EMPTY_CACHE[0], 2, True)))
 
 
