@@ -120,7 +120,7 @@ class Obligation:
     witness_hint: z3.BoolRef = TRUE
 
 
-def _check(*formulas: z3.BoolRef) -> tuple[z3.CheckSatResult, z3.Solver]:
+def solve(*formulas: z3.BoolRef) -> tuple[z3.CheckSatResult, z3.Solver]:
     """One query on a fresh solver (non-incremental solving preprocesses λ-terms far better)."""
     solver = z3.Solver()
     solver.set("rlimit", QUERY_RLIMIT)
@@ -131,16 +131,16 @@ def _check(*formulas: z3.BoolRef) -> tuple[z3.CheckSatResult, z3.Solver]:
 
 def discharge(ob: Obligation) -> Outcome:
     """Vacuity check, then one query per goal conjunct; the first failure is the outcome."""
-    premise, solver = _check(ob.hypotheses, ob.witness_hint)
+    premise, solver = solve(ob.hypotheses, ob.witness_hint)
     if premise != z3.sat:
-        premise, solver = _check(ob.hypotheses)
+        premise, solver = solve(ob.hypotheses)
     if premise == z3.unsat:
         return Outcome("vacuous", "the hypotheses are unsatisfiable: the theorem would hold vacuously",
                        vacuity_checked=True)
     if premise != z3.sat:
         return Outcome("unknown", f"vacuity check: {solver.reason_unknown()}", vacuity_checked=True)
     for name, goal in ob.goals:
-        verdict, solver = _check(ob.hypotheses, z3.Not(goal))
+        verdict, solver = solve(ob.hypotheses, z3.Not(goal))
         if verdict == z3.sat:
             return Outcome("failed", f"violated conjunct: {name}\n{ob.explain(solver.model())}",
                            vacuity_checked=True)

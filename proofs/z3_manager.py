@@ -32,6 +32,8 @@ Registered pairs (anything else is n/a):
   (state form: every keyed page holds its key's content), INV-CONSERVE, INV-FREE-IFF-ZERO.
   remove_skipped is the identity for a full-attention group (nothing leaves the window).
 * ``manager.allocate_slots``: INV-ATOMIC (the failing branch leaves every field unchanged).
+* ``manager.fail_key_computation``: INV-ATOMIC (an allocate_slots call whose keys cannot be
+  computed is rejected with every field unchanged, even when it would have allocated).
 """
 
 from __future__ import annotations
@@ -368,6 +370,20 @@ def allocate_slots(s: ManagerSym, a: ReqArgs, tag: str, atomic: bool = True) -> 
     return MStep(pre, ite(ok, done, s if atomic else touched), (ok,) + new_pages, z3.And(defs))
 
 
+def fail_key_computation(s: ManagerSym, a: ReqArgs, tag: str, keys_first: bool = True) -> MStep:
+    """`spec.manager.fail_key_computation(req, "allocate_slots")`: an otherwise valid
+    allocate_slots call whose keys cannot be computed is rejected, every field unchanged.
+
+    Result: (succeeded = False, whether the call would have handed out a page). ``keys_first=False``
+    (for mutants only) is eSurge's order: the keys are computed by the caching step, after the
+    allocation, so the call raises with its pages (and touched hits) kept.
+    """
+    uncached = allocate_slots(s, replace(a, delay=z3.BoolVal(True)), tag)
+    would_allocate = z3.And(uncached.result[0], uncached.result[1] != NONE)
+    post = s if keys_first else uncached.post
+    return MStep(uncached.pre, post, (z3.BoolVal(False), would_allocate), uncached.defs)
+
+
 def ite(cond: z3.BoolRef, a: ManagerSym, b: ManagerSym) -> ManagerSym:
     """Field-wise ``If(cond, a, b)``."""
     def choose(x: Any, y: Any) -> Any:
@@ -382,7 +398,7 @@ def ite(cond: z3.BoolRef, a: ManagerSym, b: ManagerSym) -> ManagerSym:
 TRANSITIONS: dict[str, StepFn] = {
     "manager.lookup": lookup, "manager.allocate_slots": allocate_slots, "manager.free_request": free_request,
     "manager.remove_skipped": remove_skipped, "manager.cache_pages": cache_pages,
-    "manager.reset_prefix_cache": reset_prefix_cache,
+    "manager.reset_prefix_cache": reset_prefix_cache, "manager.fail_key_computation": fail_key_computation,
 }
 
 
@@ -447,6 +463,7 @@ def goals(transition: str, invariant: str, s: ManagerSym, a: ReqArgs, step: MSte
 PAIRS: dict[str, tuple[str, ...]] = {
     "manager.lookup": ("INV-HIT-SAFE", "INV-HIT-SHAPE"),
     "manager.allocate_slots": ("INV-REF-COUNT", "INV-HIT-SAFE", "INV-ATOMIC") + POOL_GOALS,
+    "manager.fail_key_computation": ("INV-ATOMIC",),
     **{t: ("INV-REF-COUNT", "INV-HIT-SAFE") + POOL_GOALS for t in
        ("manager.free_request", "manager.remove_skipped", "manager.cache_pages", "manager.reset_prefix_cache")},
 }
@@ -528,6 +545,10 @@ CATALOGUE = (
     ManagerMutant("manager-free-request-without-decrement", "manager.free_request", "INV-REF-COUNT",
                   lambda s, a, tag: free_request(s, a, tag, release=False),
                   "free_request forgets the entry without freeing its pages"),
+    ManagerMutant("manager-keys-computed-after-allocation", "manager.fail_key_computation", "INV-ATOMIC",
+                  lambda s, a, tag: fail_key_computation(s, a, tag, keys_first=False),
+                  "keys are computed while caching, after the allocation: a failing key computation "
+                  "raises with the new pages kept"),
 )
 
 

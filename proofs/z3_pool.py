@@ -418,10 +418,10 @@ def obligation(transition: str, invariant: str, step_fn: StepFn, mode: Mode) -> 
                       lambda model: explain(model, transition, s, a, step, mode), witness_hint=is_witness(s))
 
 
-def is_witness(s: PoolSym) -> z3.BoolRef:
+def is_witness(s: PoolSym, held_refs: int = 1) -> z3.BoolRef:
     """``s`` is a small concrete pool in which every pool transition's precondition can hold.
 
-    N = 4; page 1 held (ref 1), pages 2 and 3 free in that order, page 2 keyed by key 0
+    N = 4; page 1 held (ref ``held_refs``), pages 2 and 3 free in that order, page 2 keyed by key 0
     (stamp 0). Used to find a model for the vacuity check without quantifier search.
     """
     def table(default: int, cells: dict[int, int]) -> z3.ArrayRef:
@@ -429,8 +429,9 @@ def is_witness(s: PoolSym) -> z3.BoolRef:
         for i, v in cells.items():
             arr = z3.Store(arr, i, v)
         return arr
-    return z3.And(s.n == 4, s.ref == table(0, {1: 1}), s.key == table(NONE, {2: 0}), s.seq == table(0, {0: 2, 1: 3}),
-                  s.pos == table(NONE, {2: 0, 3: 1}), s.flen == 2, s.stamp == table(0, {}), s.clock == 1,
+    return z3.And(s.n == 4, s.ref == table(0, {1: held_refs}), s.key == table(NONE, {2: 0}),
+                  s.seq == table(0, {0: 2, 1: 3}), s.pos == table(NONE, {2: 0, 3: 1}), s.flen == 2,
+                  s.stamp == table(0, {}), s.clock == 1,
                   s.inc == z3.Store(EMPTY_CACHE, 0, z3.Store(EMPTY_CACHE[0], 2, True)))
 
 

@@ -67,6 +67,9 @@ BRANCHES: dict[str, dict[str, Branch]] = {
         "shared-page-stays-held": lambda s, a, t: z3.Or([z3.And(s.ref[p] == 2, t.post.ref[p] == 1)
                                                          for p in range(1, s.n)]),
     },
+    "manager.fail_key_computation": {
+        "rejects-a-call-that-would-allocate": lambda s, a, t: t.result[1],
+    },
     "manager.reset_prefix_cache": {
         "resets": lambda s, a, t: z3.And(t.result[0], z3.Or([k != NONE for k in s.key])),
         "refuses-while-held": lambda s, a, t: z3.Not(t.result[0]),

@@ -524,6 +524,26 @@ def allocate_slots(s: ManagerState, req: RequestView, num_new_tokens: int, num_n
     return t, tuple(new_pages)
 
 
+KEY_COMPUTATION_TRANSITIONS = ("lookup", "allocate_slots", "cache_pages")
+"""The calls that compute a request's page keys (the only ones a failing key computation
+can interrupt)."""
+
+
+def fail_key_computation(s: ManagerState, req: RequestView, transition: str,
+                         cause: str) -> tuple[ManagerState, PreconditionError]:
+    """A call during which the request's page keys cannot be computed (the hash function
+    raised, or the request carries a value no key can be made from).
+
+    The call is rejected with a typed error (reason ``"key-computation"``) and every field of
+    the state, ghost included, is unchanged (INV-ATOMIC): the manager computes every key a call
+    needs before it changes anything, so a failure can only happen before the first change.
+    pre: ``transition`` is one of `KEY_COMPUTATION_TRANSITIONS`.
+    """
+    if transition not in KEY_COMPUTATION_TRANSITIONS:
+        raise _fail("fail_key_computation", f"{transition!r} computes no key")
+    return s, _fail(transition, f"request {req.request_id!r}: {cause}", "key-computation")
+
+
 def _mark_computed(s: ManagerState, req: RequestView, lists: Sequence[tuple[int, ...]], num_tokens: int,
                    done: list[PoolKey | None]) -> None:
     """Ghost: every real page whose tokens lie within the first ``num_tokens`` is computed for

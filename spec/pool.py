@@ -31,7 +31,8 @@ class PreconditionError(ValueError):
     """A spec transition was called outside its precondition; ``reason`` names the rule.
 
     Reasons: "argument" (malformed arguments), "null-page", "out-of-range", "out-of-pages",
-    "double-free", "already-keyed".
+    "double-free", "already-keyed", "unknown-request", "key-computation" (a manager call whose
+    page keys could not be computed: `verikv.spec.manager.fail_key_computation`).
     """
 
     def __init__(self, transition: str, reason: str, detail: str) -> None:

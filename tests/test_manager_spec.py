@@ -285,3 +285,18 @@ def test_without_cache_groups_allocation_succeeds_with_no_pages_and_no_entry() -
     assert new == () and t == s and t.entry("a") is None
     with pytest.raises(PreconditionError):
         m.cache_pages(t, req("a", (1, 2, 3)), 3)
+
+
+def test_failing_key_computation_is_a_named_transition_that_changes_nothing() -> None:
+    s = m.init(cfg(FULL4))
+    r = req("r", tuple(range(9)))
+    s1, _ = m.allocate_slots(s, r, 9)
+    grown = req("r", tuple(range(13)), 9)
+    after, error = m.fail_key_computation(s1, grown, "allocate_slots", "hash backend down")
+    assert after is s1 and after.keys == s1.keys and after.content == s1.content
+    assert isinstance(error, PreconditionError) and error.reason == "key-computation"
+    assert error.transition == "manager.allocate_slots" and "'r'" in str(error)
+    for transition in m.KEY_COMPUTATION_TRANSITIONS:
+        assert m.fail_key_computation(s1, grown, transition, "x")[0] is s1
+    with pytest.raises(PreconditionError):
+        m.fail_key_computation(s1, grown, "free_request", "x")

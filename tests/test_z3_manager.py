@@ -154,6 +154,13 @@ def alloc_result(step: zm.MStep, res: Any) -> list[tuple[z3.ExprRef, int | bool]
                                                    for i, x in enumerate(step.result[1:])]
 
 
+def would_allocate(s: spec_manager.ManagerState, req: spec_manager.RequestView, num_new: int,
+                   hits: tuple[int, ...]) -> bool:
+    """Whether the (valid) call would have handed out at least one new page."""
+    _, new = spec_manager.allocate_slots(s, req, num_new, zm.PAGE_SIZE * len(hits), (hits,), delay_cache_pages=True)
+    return new is not None and len(new[0]) > 0
+
+
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -174,6 +181,13 @@ def test_encoding_matches_spec(s: spec_manager.ManagerState, data: st.DataObject
            lambda: spec_manager.allocate_slots(s, req, num_new, zm.PAGE_SIZE * len(hits), (hits,),
                                                delay_cache_pages=delay),
            alloc_result, num_new=num_new, hits=hits, delay=delay)
+    # the same call while its keys cannot be computed: rejected, nothing changes
+    would = spec_manager.allocate_slots
+    agrees("manager.fail_key_computation", s, req,
+           lambda: (would(s, req, num_new, zm.PAGE_SIZE * len(hits), (hits,), delay_cache_pages=True),
+                    spec_manager.fail_key_computation(s, req, "allocate_slots", "hash backend down"))[1],
+           lambda step, error: [(step.result[0], False), (step.result[1], would_allocate(s, req, num_new, hits))],
+           num_new=num_new, hits=hits, delay=delay)
     # cache_pages, free_request, remove_skipped, reset_prefix_cache.
     nt = data.draw(st.integers(0, zm.MAX_TOKENS))
     agrees("manager.cache_pages", s, req, lambda: spec_manager.cache_pages(s, req, nt), num_new=nt)

@@ -1,0 +1,281 @@
+"""CrossHair refinement contracts on the manager's transitions, through the abstraction function.
+
+Each driver below has one condition, ``post: __return__``: it builds a real `CacheManager` (public
+API only, via `verikv.testing.adapter.CacheManagerAdapter`) and the spec's `ManagerState` for
+the same small layout, optionally warms the prefix cache with a finished request, then applies
+one transition to both with symbolic arguments and compares (a) the results and (b) the
+abstraction of the manager (`verikv.spec.abstraction.abstract_manager`) with the spec's
+successor. The implementation's keys are digests and the spec's are contents, so states are
+compared up to a key renaming that must be a bijection (`same_up_to_key_renaming`).
+
+Domain (the bound every check states): one full-attention group, page size 2, `max_model_len`
+6, pools of 3..6 pages, prompts of 1..5 tokens over {0, 1}, a warm-up request of 4 tokens or
+none. Symbolic values are mapped into the domain by branching (`_pick`), as in
+`crosshair_targets`, so the search enumerates the domain's cases path by path; "confirmed" is
+reported only when CrossHair says every path was explored. The hash scheme is an ideal
+(injective) one, `IdealHash`: hashlib is opaque to CrossHair; the real schemes are covered by
+the exhaustive refinement checks (``refine:*``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from verikv.proofs.crosshair_common import Budget, run_check
+from verikv.proofs.crosshair_targets import Mismatch
+from verikv.proofs.registry import Check, Outcome
+from verikv.spec import manager as spec
+from verikv.spec.abstraction import abstract_manager
+
+PAGE = 2
+MAX_MODEL_LEN = 6
+DOMAIN = ("1 full group, page size 2, max_model_len 6, N=3..6, prompts 1..5 tokens over {0,1}, "
+          "warm-up request of 4 tokens or none")
+
+
+def _pick(value: int, lo: int, hi: int) -> int:
+    """``value`` mapped into ``[lo, hi]`` by branching (each branch a concrete int)."""
+    for candidate in range(lo, hi):
+        if value <= candidate:
+            return candidate
+    return hi
+
+
+def _bit(value: int) -> int:
+    return 0 if value <= 0 else 1
+
+
+class IdealHash:
+    """A ``hash_scheme`` callable: each distinct hashed message gets the next number (injective,
+    so keys are equal exactly when contents are: the spec's ideal-hash assumption made literal).
+    Numbers start at 1, apart from the chain root."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[Any, int] = {}
+
+    def __call__(self, message: Any) -> int:
+        return self.numbers.setdefault(message, len(self.numbers) + 1)
+
+
+HASH_SCHEME: Callable[[], Callable[[Any], int]] = IdealHash
+"""Makes each manager's hash scheme (a test replaces it with a colliding one to show the
+drivers catch a false hit)."""
+
+
+class _Pair:
+    """The manager (through its adapter) and the spec state, driven side by side."""
+
+    def __init__(self, pages: int) -> None:
+        from verikv.testing.adapter import CacheManagerAdapter, build_cache_manager
+
+        self.config = spec.ManagerConfig((spec.GroupLayout("full", PAGE),), pages, MAX_MODEL_LEN)
+        # hashlib is opaque to CrossHair (it takes concrete bytes only): an ideal hash, and a
+        # fixed seed (the default, os.urandom, would be symbolic)
+        scheme = HASH_SCHEME()
+        self.impl = CacheManagerAdapter(self.config, lambda config: build_cache_manager(
+            config, hash_scheme=scheme, hash_seed=0))
+        self.spec = spec.init(self.config)
+        self.requests: dict[str, Any] = {}
+
+    def request(self, view: spec.RequestView) -> Any:
+        native = self.requests.setdefault(view.request_id, self.impl.new_request(view))
+        native.num_computed_tokens = view.num_computed_tokens
+        return native
+
+    def warm_up(self, tokens: tuple[int, ...]) -> None:
+        """A request computes ``tokens`` (all cached) and finishes: its pages stay hit-able."""
+        view = spec.RequestView("warm", tokens)
+        native = self.request(view)
+        self.impl.allocate(native, len(tokens), 0, None, 0, False)
+        self.spec, _ = spec.allocate_slots(self.spec, view, len(tokens))
+        self.impl.free(native)
+        self.spec = spec.free_request(self.spec, "warm")
+
+    def agrees(self, what: str) -> bool:
+        """The manager's abstraction equals the spec state up to a bijective key renaming."""
+        got = abstract_manager(self.impl.abstraction())
+        if not same_up_to_key_renaming(got, self.spec):
+            raise Mismatch(f"{what}: manager {got} != spec {self.spec}")
+        return True
+
+
+def same_up_to_key_renaming(got: spec.ManagerState, want: spec.ManagerState) -> bool:
+    """``got`` equals ``want`` once each of got's keys is renamed to the key its pages have in
+    ``want``; the renaming must be a bijection (one digest per content and back)."""
+    rename: dict[Hashable, Hashable] = {}
+    for g, w in zip(got.pool.key_of, want.pool.key_of):
+        if (g is None) != (w is None) or (g is not None and rename.setdefault(g, w) != w):
+            return False
+    if len(set(rename.values())) != len(rename):
+        return False
+    return abstract_manager_renamed(got, rename) == want
+
+
+def abstract_manager_renamed(s: spec.ManagerState, rename: dict[Hashable, Hashable]) -> spec.ManagerState:
+    """``s`` with its pool keys renamed (keys not in ``rename`` kept)."""
+    from dataclasses import replace
+
+    pool = replace(s.pool, key_of=tuple(None if k is None else rename.get(k, k) for k in s.pool.key_of),
+                   cached=frozenset((rename.get(k, k), ids) for k, ids in s.pool.cached))
+    return replace(s, pool=pool)
+
+
+def _prompt(length: int, tokens: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(_bit(t) for t in tokens)[:_pick(length, 1, 5)]
+
+
+def _untraced() -> contextlib.AbstractContextManager[Any]:
+    """Run the rest concretely: the inputs are realised by then, and the manager's numpy-backed
+    free list cannot run under CrossHair's tracing (outside CrossHair: nothing to do)."""
+    from crosshair import tracers
+
+    return tracers.NoTracing() if tracers.is_tracing() else contextlib.nullcontext()
+
+
+def _pair(pages: int, warm: bool, w0: int, w1: int) -> _Pair:
+    pair = _Pair(pages)
+    if warm:
+        pair.warm_up((w0, w1, w0, w1))
+    return pair
+
+
+def _scenario(pages: int, warm: bool, w0: int, w1: int, length: int,
+              tokens: tuple[int, ...]) -> tuple[int, bool, int, int, tuple[int, ...]]:
+    """The symbolic inputs realised into the domain (each choice a branch CrossHair explores)."""
+    return _pick(pages, 3, 6), bool(warm), _bit(w0), _bit(w1), _prompt(length, tokens)
+
+
+# --- drivers (CrossHair targets) ------------------------------------------------------------
+
+def manager_lookup(pages: int, warm: bool, w0: int, w1: int, length: int, t0: int, t1: int, t2: int, t3: int,
+                   t4: int) -> bool:
+    """Lookup (`get_computed_pages`) returns the spec's hit, and changes nothing.
+
+    post: __return__
+    """
+    n, hot, a, b, prompt = _scenario(pages, warm, w0, w1, length, (t0, t1, t2, t3, t4))
+    with _untraced():
+        from verikv.testing.adapter import page_ids_of
+
+        pair = _pair(n, hot, a, b)
+        view = spec.RequestView("r", prompt)
+        hit, num_tokens = pair.impl.lookup(pair.request(view))
+        want = spec.lookup(pair.spec, view)
+        if (page_ids_of(hit), num_tokens) != (want.pages, want.num_tokens):
+            raise Mismatch(f"lookup: manager {(page_ids_of(hit), num_tokens)} != spec {want}")
+        return pair.agrees("lookup")
+
+
+def manager_allocate_slots(pages: int, warm: bool, w0: int, w1: int, length: int, t0: int, t1: int, t2: int,
+                           t3: int, t4: int, use_hit: bool, extra: int) -> bool:
+    """allocate_slots (with the lookup's hit or without, for the prompt and possibly one token
+    more) returns the spec's new pages and leaves the spec's successor (all or nothing).
+
+    post: __return__
+    """
+    n, hot, a, b, prompt = _scenario(pages, warm, w0, w1, length, (t0, t1, t2, t3, t4))
+    with_hit, more = bool(use_hit), _pick(extra, 0, 1)
+    with _untraced():
+        pair = _pair(n, hot, a, b)
+        view = spec.RequestView("r", prompt)
+        native = pair.request(view)
+        hit, num_hit = pair.impl.lookup(native) if with_hit else (None, 0)
+        want_hit = spec.lookup(pair.spec, view).pages if with_hit else None
+        num_new = min(view.num_tokens - num_hit + more, MAX_MODEL_LEN - num_hit)
+        got = pair.impl.allocate(native, num_new, num_hit, hit, 0, False)
+        pair.spec, want = spec.allocate_slots(pair.spec, view, num_new, num_hit, want_hit)
+        _same_new_pages(got, want, "allocate_slots")
+        return pair.agrees("allocate_slots")
+
+
+def _same_new_pages(got: Any, want: Any, what: str) -> None:
+    from verikv.testing.adapter import page_ids_of
+
+    ids = None if got is None else page_ids_of(got)
+    if ids != want:
+        raise Mismatch(f"{what}: manager returned {ids}, spec {want}")
+
+
+def _admitted(pages: int, warm: bool, w0: int, w1: int, prompt: tuple[int, ...],
+              delay: bool) -> tuple[_Pair, spec.RequestView, bool]:
+    """A pair where request "r" was admitted with its whole prompt (``delay``: uncached)."""
+    pair = _pair(pages, warm, w0, w1)
+    view = spec.RequestView("r", prompt)
+    got = pair.impl.allocate(pair.request(view), view.num_tokens, 0, None, 0, delay)
+    pair.spec, want = spec.allocate_slots(pair.spec, view, view.num_tokens, delay_cache_pages=delay)
+    _same_new_pages(got, want, "admission")
+    return pair, spec.RequestView("r", view.tokens, view.num_tokens), want is not None
+
+
+def manager_cache_pages(pages: int, warm: bool, w0: int, w1: int, length: int, t0: int, t1: int, t2: int,
+                        t3: int, t4: int, upto: int) -> bool:
+    """cache_pages after a delayed-caching admission keys exactly the spec's pages.
+
+    post: __return__
+    """
+    n, hot, a, b, prompt = _scenario(pages, warm, w0, w1, length, (t0, t1, t2, t3, t4))
+    count = _pick(upto, 0, len(prompt))
+    with _untraced():
+        pair, view, admitted = _admitted(n, hot, a, b, prompt, delay=True)
+        if admitted:
+            pair.impl.cache(pair.request(view), count)
+            pair.spec = spec.cache_pages(pair.spec, view, count)
+        return pair.agrees("cache_pages")
+
+
+def manager_free(pages: int, warm: bool, w0: int, w1: int, length: int, t0: int, t1: int, t2: int, t3: int,
+                 t4: int) -> bool:
+    """free releases the request's pages in the spec's order (reverse, chain tail first).
+
+    post: __return__
+    """
+    n, hot, a, b, prompt = _scenario(pages, warm, w0, w1, length, (t0, t1, t2, t3, t4))
+    with _untraced():
+        pair, view, _ = _admitted(n, hot, a, b, prompt, delay=False)
+        pair.impl.free(pair.request(view))
+        pair.spec = spec.free_request(pair.spec, "r")
+        return pair.agrees("free")
+
+
+def manager_decode_step(pages: int, warm: bool, w0: int, w1: int, length: int, t0: int, t1: int, t2: int,
+                        t3: int, t4: int, token: int) -> bool:
+    """A decode step (one new token, the plain call shape that may take the fast path) after
+    the prompt was admitted: the spec's new pages and successor.
+
+    post: __return__
+    """
+    n, hot, a, b, prompt = _scenario(pages, warm, w0, w1, length, (t0, t1, t2, t3, t4))
+    new_token = _bit(token)
+    with _untraced():
+        pair, view, admitted = _admitted(n, hot, a, b, prompt, delay=False)
+        if admitted and view.num_tokens < MAX_MODEL_LEN:
+            native = pair.request(view)
+            native.append_output_token_ids([new_token])
+            grown = spec.RequestView("r", view.tokens + (new_token,), view.num_tokens)
+            got = pair.impl.manager.allocate_slots(native, 1)
+            pair.spec, want = spec.allocate_slots(pair.spec, grown, 1)
+            _same_new_pages(got, want, "decode step")
+        return pair.agrees("decode step")
+
+
+TRANSITIONS = {
+    "manager_lookup": "manager.lookup",
+    "manager_allocate_slots": "manager.allocate_slots",
+    "manager_cache_pages": "manager.cache_pages",
+    "manager_free": "manager.free_request",
+    "manager_decode_step": "manager.allocate_slots (decode)",
+}
+BUDGET = Budget(per_condition=10, iterations=100, per_path=4)
+
+
+def run(function: str) -> Outcome:
+    return run_check((f"{__name__}.{function}",), BUDGET)
+
+
+def checks() -> list[Check]:
+    """One CrossHair refinement check per manager transition."""
+    return [Check(f"crosshair:{function}", "crosshair", "REFINEMENT", transition, f"{DOMAIN}; {BUDGET.describe()}",
+                  lambda function=function: run(function))  # type: ignore[misc]
+            for function, transition in TRANSITIONS.items()]
