@@ -300,7 +300,10 @@ def test_lone_page_bounds_and_hashable_key() -> None:
 
 # ---- long frees: the vectorized path of PagePool.free_page_ids equals the scalar one -----------
 
-def _pool_after(frees: list[list[object]], bulk: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[object, ...]:
+FreeOutcome = tuple[list[int], list[int], list[tuple[str, str] | None]]
+
+
+def _pool_after(frees: list[list[object]], bulk: bool, monkeypatch: pytest.MonkeyPatch) -> FreeOutcome:
     """Free each list in turn on a pool whose pages 1..199 are held (101..150 twice); the final
     free list, ref counts and the error of each call (type and message)."""
     import verikv.page_pool as page_pool
@@ -309,7 +312,7 @@ def _pool_after(frees: list[list[object]], bulk: bool, monkeypatch: pytest.Monke
     pool = page_pool.PagePool(200)
     held = pool.get_new_page_ids(199)
     pool.touch_ids(held[100:150])
-    errors = []
+    errors: list[tuple[str, str] | None] = []
     for ids in frees:
         try:
             pool.free_page_ids(ids)  # type: ignore[arg-type]

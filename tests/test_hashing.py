@@ -131,7 +131,7 @@ def test_callable_values_of_builtins_chain_exactly() -> None:
     assert ideal.key_hash_value(keys[1]) == ((0, (1, 2), None), (3, 4), None)
     assert ideal.hash_request(request([1, 2, 3, 4]), 2, start=1, parent=keys[0]) == keys[1:]
     with pytest.raises(HashingError):
-        PageHasher(lambda args: object(), seed=0).hash_request(request([1, 2]), 2)
+        PageHasher(lambda args: object(), seed=0).hash_request(request([1, 2]), 2)  # type: ignore[arg-type, return-value]
     with pytest.raises(HashingError):
         PageHasher(lambda args: 1 // 0, seed=0).hash_request(request([1, 2]), 2)
 

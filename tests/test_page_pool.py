@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,11 +19,11 @@ from verikv.errors import (
     PageStateError,
 )
 from verikv.events import AllPagesCleared, PageRemoved, PageStored, wire_hash
-from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId
+from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, PageKey
 from verikv.page_pool import PagePool
 from verikv.spec.abstraction import abstract_pool
 
-K = [PageHash(i, (i,), None) for i in range(4)]
+K: list[Any] = [PageHash(i, (i,), None) for i in range(4)]  # eSurge-shaped keys: events read their tokens
 
 
 def key(i: int, group: int = 0) -> PageHashWithGroupId:
@@ -234,7 +235,7 @@ def test_cache_full_pages_errors_change_nothing() -> None:
     pool = PagePool(8)
     req = SimpleNamespace(all_token_ids=list(range(6)))
     pages = pool.get_new_pages(2)
-    page_hashes: list[PageHash] = []
+    page_hashes: list[PageKey] = []
     before = abstract_pool(pool)
     with pytest.raises(InvalidArgumentError):  # only one full page of tokens
         pool.cache_full_pages(req, pages, page_hashes, 0, 2, 4, 0)
@@ -340,7 +341,7 @@ def test_lookup_run_ids_is_lookup_id_up_to_the_first_miss() -> None:
     assert pool.lookup_run_ids([(p, 1) for p, _ in pairs]) == []
     assert pool.lookup_run_ids(pairs[3:], **dp) == [ids[3]]
     with pytest.raises(InvalidArgumentError):
-        pool.lookup_run_ids([[1]])  # unhashable
+        pool.lookup_run_ids([[1]])  # type: ignore[list-item]  # unhashable
 
 
 def test_lookup_run_ids_consumes_a_lazy_run_up_to_its_miss_and_counts_it() -> None:
@@ -350,7 +351,7 @@ def test_lookup_run_ids_consumes_a_lazy_run_up_to_its_miss_and_counts_it() -> No
     pool.cache_page_id(ids[1], key(1))
     pool.make_prefix_cache_stats()
     consumed: list[object] = []
-    run = (consumed.append(k) or k for k in [key(0), key(1), key(2), key(3)])
+    run = (consumed.append(k) or k for k in [key(0), key(1), key(2), key(3)])  # type: ignore[func-returns-value]
     assert pool.lookup_run_ids(run) == ids
     assert consumed == [key(0), key(1), key(2)]  # stopped at the miss: key(3) never read
     stats = pool.make_prefix_cache_stats()
@@ -360,7 +361,7 @@ def test_lookup_run_ids_consumes_a_lazy_run_up_to_its_miss_and_counts_it() -> No
     assert (stats.queries, stats.hits) == (2, 2)
 
 
-def _cache_one_by_one(pool: PagePool, ids: list[int], keys: list[object]) -> None:
+def _cache_one_by_one(pool: PagePool, ids: list[int], keys: Sequence[object]) -> None:
     for pid, k in zip(ids, keys):
         pool.cache_page_id(pid, k)  # type: ignore[arg-type]
 
