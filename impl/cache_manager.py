@@ -460,23 +460,28 @@ class CacheManager:
                 and num_new_computed_tokens is num_lookahead_tokens is num_external_computed_tokens is _ZERO
                 and delay_cache_pages is False
                 and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
-            # A decode step: every argument in its plain form and this object holds pages, so
-            # the coordinator can decide it in a few comparisons (`decode_step`).
-            coordinator = self.coordinator
-            rec = coordinator.records.get(request._request_id, _NO_RECORD)
-            if rec.request is request and rec.pages is not None and request._status <= _PREEMPTED:
-                num_tokens = request._num_computed_tokens + num_new_tokens
-                if num_tokens < rec.cache_at or len(request._tokens) < rec.cache_at:  # no caching due
-                    new = coordinator.decode_step(rec, num_tokens)
-                    if new is not None:
-                        return CachePages._of((new,), self.page_pool) if new else self._no_new_page
-                else:
-                    result = self._decode_step_and_cache(rec, request, num_tokens)
-                    if result is not None:
-                        return result
+            # A decode step: every argument in its plain form
+            result = self._plain_decode_step(request, num_new_tokens)
+            if result is not None:
+                return result
         return self._allocate_slots(request, num_new_tokens, num_new_computed_tokens, new_computed_pages,
                                     num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size,
                                     num_external_computed_tokens)
+
+    def _plain_decode_step(self, request: Request, num_new_tokens: int) -> CachePages | None:
+        """A decode step (plain arguments) of an object that holds pages, decided by the
+        coordinator in a few comparisons (`CacheCoordinator.decode_step`); None (nothing
+        changed) when it is not that simple and the general path must take it."""
+        rec = self.coordinator.records.get(request._request_id, _NO_RECORD)
+        if rec.request is not request or rec.pages is None or request._status > _PREEMPTED:
+            return None
+        num_tokens = request._num_computed_tokens + num_new_tokens
+        if num_tokens >= rec.cache_at and len(request._tokens) >= rec.cache_at:  # caching due
+            return self._decode_step_and_cache(rec, request, num_tokens)
+        new = self.coordinator.decode_step(rec, num_tokens)
+        if new is None:
+            return None
+        return CachePages._of((new,), self.page_pool) if new else self._no_new_page
 
     def _decode_step_and_cache(self, rec: RequestState, req: Request, num_tokens: int) -> CachePages | None:
         """A decode step that fills a key page: the keys first (nothing changes if hashing
@@ -638,17 +643,21 @@ class CacheManager:
                     group_ids and (min(group_ids) < 0 or max(group_ids) >= n)):
                 page = next(p for p in group_ids if type(p) is not int or not 0 <= p < n)
                 raise ForeignPageError(f"page id {describe(page)} is not a page of this pool (0..{n - 1})")
-            if NULL_PAGE not in group_ids:
-                continue
-            first_real = next((j for j, p in enumerate(group_ids) if p != NULL_PAGE), len(group_ids))
-            if first_real and not self._windowed_groups[gid]:
-                raise InvalidArgumentError(f"group {gid}: null page at hit position 0")
-            if NULL_PAGE in group_ids[first_real:]:
-                j = group_ids.index(NULL_PAGE, first_real)
-                raise InvalidArgumentError(f"group {gid}: null page at hit position {j}")
-            if group_ids and first_real != len(group_ids) - 1 and self._mamba_align \
-                    and self.coordinator.single_type_managers[gid].kind == "mamba_align":
-                raise InvalidArgumentError(f"group {gid}: a Mamba hit is null placeholders then one state page")
+            if NULL_PAGE in group_ids:
+                self._check_hit_placeholders(gid, group_ids)
+
+    def _check_hit_placeholders(self, gid: int, group_ids: Sequence[int]) -> None:
+        """Null placeholders in a group's hit only lead, and only where the group's rule makes
+        them: a windowed group, or a Mamba align group (placeholders, then one state page)."""
+        first_real = next((j for j, p in enumerate(group_ids) if p != NULL_PAGE), len(group_ids))
+        if first_real and not self._windowed_groups[gid]:
+            raise InvalidArgumentError(f"group {gid}: null page at hit position 0")
+        if NULL_PAGE in group_ids[first_real:]:
+            j = group_ids.index(NULL_PAGE, first_real)
+            raise InvalidArgumentError(f"group {gid}: null page at hit position {j}")
+        if first_real != len(group_ids) - 1 and self._mamba_align \
+                and self.coordinator.single_type_managers[gid].kind == "mamba_align":
+            raise InvalidArgumentError(f"group {gid}: a Mamba hit is null placeholders then one state page")
 
     def _check_hit_keys(self, ids: PageIds, keys: Sequence[PageKey]) -> None:
         """Every real hit page holds this request's key at its position (INV-HIT-SAFE)."""

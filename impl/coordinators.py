@@ -124,16 +124,13 @@ class CacheCoordinator:
         mamba_cache_mode: str = "none",
     ) -> None:
         checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_PAGE_ID + 1)  # the pool's bound, checked first
-        if not isinstance(mamba_cache_mode, str) or mamba_cache_mode not in MAMBA_CACHE_MODES:
-            raise InvalidArgumentError(f"mamba_cache_mode must be one of {MAMBA_CACHE_MODES}, got "
-                                       f"{describe(mamba_cache_mode)}")
+        _check_mamba_cache_mode(mamba_cache_mode)
         #: "align": Mamba states are cached at page-aligned positions (only with caching on)
         self.mamba_cache_mode: str = mamba_cache_mode if enable_caching is True else "none"
         # CacheGroupsConfig validates any value and stores a tuple (eSurge callers pass lists)
         groups = CacheGroupsConfig(num_pages, cast("tuple[CacheGroupSpec, ...]", kv_cache_groups)).kv_cache_groups
         self.max_model_len: int = checked_int(max_model_len, "max_model_len", minimum=1, maximum=MAX_MODEL_LEN)
-        if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
-            raise InvalidArgumentError("use_eagle and enable_caching must be bools")
+        _check_flags(use_eagle, enable_caching)
         _check_group_rules(groups, self.max_model_len, use_eagle, enable_caching, self.mamba_cache_mode)
         self.kv_cache_groups: tuple[CacheGroupSpec, ...] = groups
         self.use_eagle: bool = use_eagle
@@ -144,11 +141,7 @@ class CacheCoordinator:
         #: (all but Mamba in "none" mode); None when no group caches (or caching is off: any
         #: page sizes then)
         self.key_page_size: int | None = _key_page_size(groups, self.mamba_cache_mode) if enable_caching else None
-        self.single_type_managers: tuple[SingleTypeCacheManager, ...] = tuple(
-            get_manager_for_kv_cache_spec(g.kv_cache_spec, self.page_pool, gid, self.key_page_size,
-                                          self.mamba_cache_mode)
-            for gid, g in enumerate(groups)
-        )
+        self.single_type_managers: tuple[SingleTypeCacheManager, ...] = self._make_managers(groups)
         #: the Mamba align groups' managers (their state pages follow `MambaAlignManager`'s rules)
         self._mamba_align: tuple[MambaAlignManager, ...] = tuple(
             m for m in self.single_type_managers if isinstance(m, MambaAlignManager))
@@ -158,7 +151,7 @@ class CacheCoordinator:
         managers = self.single_type_managers
         #: the one group's manager when `decode_step` can decide a step alone (a single group
         #: that never drops pages), else None
-        self._solo = managers[0] if len(managers) == 1 and not managers[0].frees_skipped_pages else None
+        self._solo = _solo_manager(managers)
         self._solo_page_size = 0 if self._solo is None else self._solo.page_size
         #: a new record's `RequestState.cache_at`: 0, or with caching off a count never reached
         self.initial_cache_at: int = 0 if enable_caching else self.max_model_len + 1
@@ -166,6 +159,12 @@ class CacheCoordinator:
         self._no_pages: tuple[tuple[int, ...], ...] = tuple(() for _ in managers)
         #: request id -> its record: the only per-request state of the manager
         self.records: dict[str, RequestState] = {}
+
+    def _make_managers(self, groups: tuple[CacheGroupSpec, ...]) -> tuple[SingleTypeCacheManager, ...]:
+        """One manager per group, on this coordinator's pool, at its key page size and Mamba mode."""
+        return tuple(get_manager_for_kv_cache_spec(g.kv_cache_spec, self.page_pool, gid, self.key_page_size,
+                                                   self.mamba_cache_mode)
+                     for gid, g in enumerate(groups))
 
     # ---- records --------------------------------------------------------------------------
 
@@ -366,39 +365,53 @@ class CacheCoordinator:
         """`allocate_slots` with Mamba align groups: the same plan and order, each Mamba group
         freeing the state pages before the one the step starts from and growing by the state
         page for ``state_end`` tokens; a state that would move back raises first."""
-        managers = self.single_type_managers
         rec = self.holding(request_id)
         held: Sequence[Sequence[int]] = self._no_pages if rec is None else rec.pages  # type: ignore[assignment]
         states: Sequence[Sequence[int]] = self._no_pages if rec is None else rec.states
-        for m, pages in zip(managers, held):
-            if isinstance(m, MambaAlignManager):
-                m.check_state_moves_forward(pages, num_computed_tokens, state_end)
-        frees: list[Any] = [
-            m.skipped_states(group_states, num_computed_tokens) if isinstance(m, MambaAlignManager)
-            else m.skipped_range(pages, num_computed_tokens) if m.frees_skipped_pages else (0, 0)
-            for m, pages, group_states in zip(managers, held, states)]
-        ref_count = self.page_pool.ref_count
-        reclaimed = 0
-        for pages, free in zip(held, frees):
-            picked = [pages[j] for j in free] if isinstance(free, list) else pages[free[0]:free[1]]
-            reclaimed += countOf(map(ref_count, picked), 1)
+        frees = self._state_step_frees(held, states, num_computed_tokens, state_end)
+        reclaimed = self._count_reclaimed(held, frees)
         hits = new_computed_pages if new_computed_pages is not None else self._no_pages
         need = sum(m.pages_needed(pages, state_end if isinstance(m, MambaAlignManager) else num_slots, group_hits)
-                   for m, pages, group_hits in zip(managers, held, hits))
+                   for m, pages, group_hits in zip(self.single_type_managers, held, hits))
         if need > reclaimed and need > self._num_free(shard, dp) + reclaimed:
             return None
         if rec is None:
             self._start(request_id, new_computed_pages, shard)
             rec = self.records[request_id]
         else:
-            for m, pages, group_states, free in zip(managers, rec.pages, rec.states, frees):  # type: ignore[arg-type]
-                if isinstance(m, MambaAlignManager):
-                    m.free_states(pages, group_states, free)
-                else:
-                    m.remove_skipped_pages(pages, *free)
+            self._free_step_pages(rec, frees)
         return tuple([m.allocate_state(pages, group_states, state_end, shard, dp) if isinstance(m, MambaAlignManager)
                       else m.allocate_new_pages(pages, num_slots, shard, dp)
-                      for m, pages, group_states in zip(managers, rec.pages, rec.states)])  # type: ignore[arg-type]
+                      for m, pages, group_states in zip(self.single_type_managers, rec.pages, rec.states)])  # type: ignore[arg-type]
+
+    def _state_step_frees(self, held: Sequence[Sequence[int]], states: Sequence[Sequence[int]],
+                          num_computed_tokens: int, state_end: int) -> list[Any]:
+        """Per group, what the step frees (pure): a Mamba align group's state page indices, a
+        windowed group's skipped range, else the empty range. Raises if a state would move back."""
+        managers = self.single_type_managers
+        for m, pages in zip(managers, held):
+            if isinstance(m, MambaAlignManager):
+                m.check_state_moves_forward(pages, num_computed_tokens, state_end)
+        return [m.skipped_states(group_states, num_computed_tokens) if isinstance(m, MambaAlignManager)
+                else m.skipped_range(pages, num_computed_tokens) if m.frees_skipped_pages else (0, 0)
+                for m, pages, group_states in zip(managers, held, states)]
+
+    def _count_reclaimed(self, held: Sequence[Sequence[int]], frees: list[Any]) -> int:
+        """How many of the pages a step frees return to the free list (held by this request only)."""
+        ref_count = self.page_pool.ref_count
+        reclaimed = 0
+        for pages, free in zip(held, frees):
+            picked = [pages[j] for j in free] if isinstance(free, list) else pages[free[0]:free[1]]
+            reclaimed += countOf(map(ref_count, picked), 1)
+        return reclaimed
+
+    def _free_step_pages(self, rec: RequestState, frees: list[Any]) -> None:
+        """Free what `_state_step_frees` planned, group by group."""
+        for m, pages, group_states, free in zip(self.single_type_managers, rec.pages, rec.states, frees):  # type: ignore[arg-type]
+            if isinstance(m, MambaAlignManager):
+                m.free_states(pages, group_states, free)
+            else:
+                m.remove_skipped_pages(pages, *free)
 
     def decode_step(self, rec: RequestState, num_tokens: int) -> list[int] | None:
         """`allocate_slots` for the step of a request ``rec`` that holds pages, when it is
@@ -601,6 +614,21 @@ def _new_pool(num_pages: int, enable_caching: bool, free_order: str, enable_kv_e
     except MemoryError:
         raise InvalidArgumentError(
             f"num_pages {num_pages}: not enough host memory for the pool's bookkeeping") from None
+
+
+def _check_mamba_cache_mode(mode: object) -> None:
+    if not isinstance(mode, str) or mode not in MAMBA_CACHE_MODES:
+        raise InvalidArgumentError(f"mamba_cache_mode must be one of {MAMBA_CACHE_MODES}, got {describe(mode)}")
+
+
+def _check_flags(use_eagle: object, enable_caching: object) -> None:
+    if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
+        raise InvalidArgumentError("use_eagle and enable_caching must be bools")
+
+
+def _solo_manager(managers: tuple[SingleTypeCacheManager, ...]) -> SingleTypeCacheManager | None:
+    """The one group's manager when there is one group that never drops pages, else None."""
+    return managers[0] if len(managers) == 1 and not managers[0].frees_skipped_pages else None
 
 
 def _check_group_rules(groups: tuple[CacheGroupSpec, ...], max_model_len: int, use_eagle: bool,
