@@ -179,3 +179,37 @@ def test_a_hasher_keeps_its_scheme_and_seed_and_names_a_bad_seed() -> None:
     assert (hasher.scheme, hasher.seed) == ("xxh3_128", 7)
     with pytest.raises(InvalidArgumentError, match=_named("seed")):
         PageHasher("sha256", seed=1.5)  # type: ignore[arg-type]
+
+
+# --- mm_feature and token ids: the docstrings' bounds, names and rejected types ---------------
+
+
+def test_mm_feature_accepts_its_documented_edges() -> None:
+    for identity in ("h", b"XXXX", b"\x00", 0):  # any non-empty str / bytes, or an int
+        feature = hashing.mm_feature(identity, 0, 1)  # offset >= 0 and length >= 1: both edges
+        assert (feature.mm_hash, feature.offset, feature.length) == (identity, 0, 1)
+
+
+@pytest.mark.parametrize(("mm_hash", "offset", "length", "name"), [
+    ("", 0, 1, "mm_hash"), (b"", 0, 1, "mm_hash"), (1.5, 0, 1, "mm_hash"),
+    ("h", -1, 1, "mm offset"), ("h", 0, 0, "mm length"),
+])
+def test_mm_feature_names_what_it_rejects(mm_hash: object, offset: object, length: object, name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=_named(name)):
+        hashing.mm_feature(mm_hash, offset, length)
+
+
+def test_token_ids_take_any_iterable_of_ints() -> None:
+    assert hashing.token_list([1, 2, 2**64 - 1]) == [1, 2, 2**64 - 1]
+    assert hashing.token_list(np.array([3, 4])) == [3, 4]
+    assert list(hashing.token_array(iter([5, 6]))) == [5, 6]
+
+
+@pytest.mark.parametrize("token_ids", ["ab", bytes(8), bytearray(8), 5, [1.5], [-1], [2**64]])
+def test_token_ids_reject_what_is_not_an_iterable_of_ints_and_name_it(token_ids: object) -> None:
+    with pytest.raises(InvalidArgumentError, match=_named("token ids")):
+        hashing.token_list(token_ids)
+    with pytest.raises(InvalidArgumentError, match=_named("prompt")):
+        hashing.token_list(token_ids, "prompt")
+    with pytest.raises(InvalidArgumentError, match=_named("token ids")):
+        hashing.token_array(token_ids)
