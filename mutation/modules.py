@@ -43,8 +43,10 @@ MODULES: tuple[Module, ...] = (
     _module("request", "request", "hashing", "bad_input"),
     _module("hashing", "hashing", "request", "bad_input"),
     _module("page_pool", "page_pool", "free_queue", "pool_spec"),
-    _module("single_type_managers", "single_type_managers", "coordinators", "cache_manager"),
-    _module("coordinators", "coordinators", "single_type_managers", "cache_manager"),
+    _module("single_type_managers", "single_type_managers", "coordinators", "cache_manager",
+            "mamba_prefix_caching"),
+    _module("coordinators", "coordinators", "single_type_managers", "cache_manager", "mamba_prefix_caching",
+            "allocate_slots_batch"),
     _module("cache_manager", "cache_manager", "bad_input", "esurge_regressions", "reliability"),
 )
 
