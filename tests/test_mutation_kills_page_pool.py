@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from verikv.errors import ForeignPageError, InvalidArgumentError
+from verikv.errors import DoubleFreeError, ForeignPageError, InvalidArgumentError, NullPageError
 from verikv.free_queue import CachePage
 from verikv.page_pool import PagePool
 
@@ -149,3 +149,56 @@ def test_lookup_run_ids_inside_a_shard_stops_at_a_key_held_only_outside_it() -> 
     assert (stats.queries, stats.hits) == (2, 1)  # "b" was looked up and missed in shard 1
     assert pool.lookup_run_ids(["a", "b"], dp_shard_hint=0, data_parallel_size=2) == []
     assert pool.lookup_run_ids(["a", "b"]) == [high, low]  # no hint: the whole pool
+
+
+# --- long frees (64 ids or more take a vectorized path): the same documented contract ---------
+
+LONG = 80  # more ids than the vectorized path's threshold
+
+
+def test_a_long_free_drops_one_reference_per_page_and_frees_those_reaching_zero_in_order() -> None:
+    pool = PagePool(LONG + 1)
+    held = pool.get_new_page_ids(LONG)
+    twice = held[::2]
+    pool.touch_ids(twice)  # every other page held twice
+    pool.free_page_ids(held[::-1])
+    assert [pool.ref_count(p) for p in held] == [1 if p in twice else 0 for p in held]
+    assert pool.free_list_ids()[-(LONG // 2):] == [p for p in held[::-1] if p not in twice]  # at the tail, in order
+
+
+@pytest.mark.parametrize(("bad", "error"), [
+    (0, NullPageError), (LONG + 1, ForeignPageError), (-1, InvalidArgumentError),
+])
+def test_a_long_free_with_one_bad_id_raises_and_changes_nothing(bad: int, error: type[Exception]) -> None:
+    pool = PagePool(LONG + 1)
+    held = pool.get_new_page_ids(LONG)
+    free_before = pool.free_list_ids()
+    with pytest.raises(error):
+        pool.free_page_ids([*held[1:], bad])
+    assert [pool.ref_count(p) for p in held] == [1] * LONG
+    assert pool.free_list_ids() == free_before
+
+
+def test_a_long_double_free_raises_and_changes_nothing() -> None:
+    pool = PagePool(LONG + 1)
+    held = pool.get_new_page_ids(LONG)
+    pool.free_page_ids(held[:1])
+    with pytest.raises(DoubleFreeError):
+        pool.free_page_ids(held)  # page held[0] is no longer held
+    assert [pool.ref_count(p) for p in held] == [0] + [1] * (LONG - 1)
+
+
+def test_a_long_free_under_unhashed_first_puts_keyless_pages_before_the_head() -> None:
+    pool = PagePool(LONG + 1, free_order="unhashed-first")
+    held = pool.get_new_page_ids(LONG)
+    pool.cache_page_id(held[0], "a")
+    pool.free_page_ids(held)
+    assert pool.free_list_ids() == [*held[1:], held[0]]
+
+
+def test_a_long_free_in_a_sharded_pool_returns_pages_to_their_shard() -> None:
+    pool = PagePool(2 * LONG)  # two shards of LONG pages
+    held = pool.get_new_page_ids(LONG - 1, dp_shard_hint=1, data_parallel_size=2)
+    pool.free_page_ids(held)
+    assert pool.get_num_free_pages(dp_shard_hint=1, data_parallel_size=2) == LONG
+    assert sorted(pool.get_new_page_ids(LONG, dp_shard_hint=1, data_parallel_size=2)) == list(range(LONG, 2 * LONG))
