@@ -47,7 +47,8 @@ MODULES: tuple[Module, ...] = (
             "mamba_prefix_caching"),
     _module("coordinators", "coordinators", "single_type_managers", "cache_manager", "mamba_prefix_caching",
             "allocate_slots_batch"),
-    _module("cache_manager", "cache_manager", "bad_input", "esurge_regressions", "reliability"),
+    _module("cache_manager", "cache_manager", "bad_input", "esurge_regressions", "reliability",
+            "allocate_slots_batch"),
 )
 
 BY_NAME = {m.name: m for m in MODULES}
