@@ -232,7 +232,7 @@ def test_hash_request_from_any_page_agrees_with_hashing_one_page_at_a_time(start
 
 
 def test_a_user_hash_function_may_return_any_integral_type_as_an_exact_int() -> None:
-    page = PageHasher(lambda args: np.int64(7)).hash_page(None, [1, 2])
+    page = PageHasher(lambda args: np.int64(7)).hash_page(None, [1, 2])  # type: ignore[arg-type, return-value]
     assert page.hash_value == 7
     assert type(page.hash_value) is int
 
@@ -240,9 +240,9 @@ def test_a_user_hash_function_may_return_any_integral_type_as_an_exact_int() -> 
 @pytest.mark.parametrize("result", [[1], (1, [2]), {1: 2}, object()])
 def test_a_user_hash_function_returning_a_mutable_or_user_value_is_a_hashing_error(result: object) -> None:
     with pytest.raises(HashingError):
-        PageHasher(lambda args: result).hash_page(None, [1, 2])
+        PageHasher(lambda args: result).hash_page(None, [1, 2])  # type: ignore[arg-type, return-value]
 
 
 def test_a_user_hash_function_may_return_a_value_of_builtin_immutables() -> None:
     value = (1, ("a", b"b", 2.5, None, True))
-    assert PageHasher(lambda args: value).hash_page(None, [1, 2]).hash_value == value
+    assert PageHasher(lambda args: value).hash_page(None, [1, 2]).hash_value == value  # type: ignore[arg-type, return-value]
