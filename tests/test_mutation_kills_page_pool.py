@@ -202,3 +202,21 @@ def test_a_long_free_in_a_sharded_pool_returns_pages_to_their_shard() -> None:
     pool.free_page_ids(held)
     assert pool.get_num_free_pages(dp_shard_hint=1, data_parallel_size=2) == LONG
     assert sorted(pool.get_new_page_ids(LONG, dp_shard_hint=1, data_parallel_size=2)) == list(range(LONG, 2 * LONG))
+
+
+# --- the shard hint's arguments (written after the run on 476be5a) ----------------------------
+
+
+@pytest.mark.parametrize(("hint", "size", "name"), [
+    ("1", 2, "dp_shard_hint"), (1.5, 2, "dp_shard_hint"), (1, 0, "data_parallel_size"), (1, "2", "data_parallel_size"),
+])
+def test_a_bad_shard_hint_argument_is_named_and_changes_nothing(hint: object, size: object, name: str) -> None:
+    pool = PagePool(8)
+    with pytest.raises(InvalidArgumentError, match=_named(name)):
+        pool.get_new_page_ids(1, dp_shard_hint=hint, data_parallel_size=size)  # type: ignore[arg-type]
+    assert pool.get_num_free_pages() == 7
+
+
+def test_a_numpy_shard_hint_is_taken_as_its_int() -> None:
+    pool = PagePool(8)  # two shards of 4 pages: ids 1..3 and 4..7
+    assert pool.get_new_page_ids(2, dp_shard_hint=np.int64(3), data_parallel_size=np.int64(2)) == [4, 5]  # type: ignore[arg-type]
