@@ -41,7 +41,7 @@ MODULES: tuple[Module, ...] = (
     _module("events", "events", "cache_manager"),
     _module("free_queue", "free_queue", "page_pool", "pool_spec"),
     _module("request", "request", "hashing", "bad_input"),
-    _module("hashing", "hashing", "request", "bad_input"),
+    _module("hashing", "hashing", "request", "bad_input", "lora_identity"),
     _module("page_pool", "page_pool", "free_queue", "pool_spec"),
     _module("single_type_managers", "single_type_managers", "coordinators", "cache_manager",
             "mamba_prefix_caching"),
