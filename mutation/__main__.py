@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 
 from mutation.modules import BY_NAME, MODULES, Module
@@ -78,9 +79,10 @@ def staged_pyproject(module: Module) -> str:
     return f"{without}\n[tool.mutmut]\n{table}\n"
 
 
-def run_mutmut(root: Path, max_children: int) -> None:
-    """mutmut over the staged copy; its verdicts stay in ``root/mutants``."""
-    subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
+def run_mutmut(root: Path, max_children: int, functions: Sequence[str] = ()) -> None:
+    """mutmut over the staged copy; its verdicts stay in ``root/mutants``. ``functions``: if
+    given, only the mutants whose names match one of these globs are run."""
+    subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *functions],
                    cwd=root, check=True)
 
 
@@ -89,7 +91,8 @@ def verdicts(root: Path, module: Module) -> dict[str, str]:
     from mutmut.stats import status_by_exit_code
 
     meta = json.loads((root / "mutants" / f"{module.path}.meta").read_text())
-    return {name: status_by_exit_code[code] for name, code in sorted(meta["exit_code_by_key"].items())}
+    return {name: status_by_exit_code[code] for name, code in sorted(meta["exit_code_by_key"].items())
+            if code is not None}  # None: not run (outside the --functions subset)
 
 
 def diffs_of(root: Path, module: Module, names: list[str]) -> dict[str, str]:
@@ -113,18 +116,20 @@ def measured_commit(source: Path = REPO) -> dict[str, object]:
     return record
 
 
-def measure(module: Module, max_children: int, source: Path = REPO) -> None:
-    """Run ``module``'s mutants and record verdicts, counts and every undetected mutant's diff."""
+def measure(module: Module, max_children: int, source: Path = REPO, functions: Sequence[str] = ()) -> None:
+    """Run ``module``'s mutants (only those of ``functions``, if given) and record verdicts,
+    counts and every undetected mutant's diff."""
     origin = measured_commit(source)
     root = stage(module, source)
-    run_mutmut(root, max_children)
+    run_mutmut(root, max_children, [f"verikv.{module.name}.{f}__mutmut_*" for f in functions])
     by_name = verdicts(root, module)
     undetected = diffs_of(root, module, [name for name, verdict in by_name.items() if verdict not in DETECTED])
     counts: dict[str, int] = {}
     for verdict in by_name.values():
         counts[verdict] = counts.get(verdict, 0) + 1
     RESULTS.mkdir(exist_ok=True)
-    record = {"module": module.name, **origin, "killers": killers(module), "counts": counts,
+    record = {"module": module.name, **origin, **({"functions": list(functions)} if functions else {}),
+              "killers": killers(module), "counts": counts,
               "verdicts": by_name, "undetected": undetected}
     (RESULTS / f"{module.name}.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
 
@@ -177,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure another checkout of the repository (default: this one), with these kill tests")
     parser.add_argument("--recheck", action="store_true",
                         help="run the current killers against the undetected mutants of the last run only")
+    parser.add_argument("--functions", nargs="+", default=(), metavar="NAME",
+                        help="measure only these functions (mutmut's mangled names, globs allowed, "
+                             "e.g. 'x_cdiv' or 'xǁKVCacheManagerǁ*'); recorded in the results")
     args = parser.parse_args(argv)
     unknown = [name for name in args.modules if name not in BY_NAME]
     if unknown:
@@ -186,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.recheck:
                 recheck(BY_NAME[name])
             else:
-                measure(BY_NAME[name], args.max_children, args.source)
+                measure(BY_NAME[name], args.max_children, args.source, args.functions)
     write_report(RESULTS, HERE / "triage.toml", HERE / "RESULTS.md", MODULES, DETECTED)
     return 0
 

@@ -41,11 +41,14 @@ MODULES: tuple[Module, ...] = (
     _module("events", "events", "cache_manager"),
     _module("free_queue", "free_queue", "page_pool", "pool_spec"),
     _module("request", "request", "hashing", "bad_input"),
-    _module("hashing", "hashing", "request", "bad_input"),
+    _module("hashing", "hashing", "request", "bad_input", "lora_identity"),
     _module("page_pool", "page_pool", "free_queue", "pool_spec"),
-    _module("single_type_managers", "single_type_managers", "coordinators", "cache_manager"),
-    _module("coordinators", "coordinators", "single_type_managers", "cache_manager"),
-    _module("cache_manager", "cache_manager", "bad_input", "esurge_regressions", "reliability"),
+    _module("single_type_managers", "single_type_managers", "coordinators", "cache_manager",
+            "mamba_prefix_caching"),
+    _module("coordinators", "coordinators", "single_type_managers", "cache_manager", "mamba_prefix_caching",
+            "allocate_slots_batch"),
+    _module("cache_manager", "cache_manager", "bad_input", "esurge_regressions", "reliability",
+            "allocate_slots_batch"),
 )
 
 BY_NAME = {m.name: m for m in MODULES}

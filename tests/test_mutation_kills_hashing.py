@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from verikv import Request, hashing
-from verikv.errors import InvalidArgumentError
+from verikv.errors import HashingError, InvalidArgumentError
 from verikv.hashing import PageHasher, default_hasher, encode_canonical, key_atom, key_value
 
 
@@ -179,3 +179,70 @@ def test_a_hasher_keeps_its_scheme_and_seed_and_names_a_bad_seed() -> None:
     assert (hasher.scheme, hasher.seed) == ("xxh3_128", 7)
     with pytest.raises(InvalidArgumentError, match=_named("seed")):
         PageHasher("sha256", seed=1.5)  # type: ignore[arg-type]
+
+
+# --- mm_feature and token ids: the docstrings' bounds, names and rejected types ---------------
+
+
+def test_mm_feature_accepts_its_documented_edges() -> None:
+    for identity in ("h", b"XXXX", b"\x00", 0):  # any non-empty str / bytes, or an int
+        feature = hashing.mm_feature(identity, 0, 1)  # offset >= 0 and length >= 1: both edges
+        assert (feature.mm_hash, feature.offset, feature.length) == (identity, 0, 1)
+
+
+@pytest.mark.parametrize(("mm_hash", "offset", "length", "name"), [
+    ("", 0, 1, "mm_hash"), (b"", 0, 1, "mm_hash"), (1.5, 0, 1, "mm_hash"),
+    ("h", -1, 1, "mm offset"), ("h", 0, 0, "mm length"),
+])
+def test_mm_feature_names_what_it_rejects(mm_hash: object, offset: object, length: object, name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=_named(name)):
+        hashing.mm_feature(mm_hash, offset, length)
+
+
+def test_token_ids_take_any_iterable_of_ints() -> None:
+    assert hashing.token_list([1, 2, 2**64 - 1]) == [1, 2, 2**64 - 1]
+    assert hashing.token_list(np.array([3, 4])) == [3, 4]
+    assert list(hashing.token_array(iter([5, 6]))) == [5, 6]
+
+
+@pytest.mark.parametrize("token_ids", ["ab", bytes(8), bytearray(8), 5, [1.5], [-1], [2**64]])
+def test_token_ids_reject_what_is_not_an_iterable_of_ints_and_name_it(token_ids: object) -> None:
+    with pytest.raises(InvalidArgumentError, match=_named("token ids")):
+        hashing.token_list(token_ids)
+    with pytest.raises(InvalidArgumentError, match=_named("prompt")):
+        hashing.token_list(token_ids, "prompt")
+    with pytest.raises(InvalidArgumentError, match=_named("token ids")):
+        hashing.token_array(token_ids)
+
+
+# --- the incremental form agrees with one pass; user hash functions' results ------------------
+
+
+@pytest.mark.parametrize(("start", "stop"), [(0, None), (3, None), (10, 30), (29, 40)])
+def test_hash_request_from_any_page_agrees_with_hashing_one_page_at_a_time(start: int, stop: int | None) -> None:
+    """The documented incremental form: resuming from page ``start - 1``'s key gives the keys a
+    page-by-page walk gives (one page per call), for spans long and short."""
+    hasher, page_size = PageHasher("sha256", seed=3), 4
+    request = Request("r", list(range(40 * page_size + 2)))  # 40 full pages and a partial one
+    walked: list[bytes] = []
+    for k in range(40):
+        walked += hasher.hash_request(request, page_size, k, walked[-1] if walked else None, k + 1)
+    parent = walked[start - 1] if start else None
+    assert hasher.hash_request(request, page_size, start, parent, stop) == walked[start:stop]
+
+
+def test_a_user_hash_function_may_return_any_integral_type_as_an_exact_int() -> None:
+    page = PageHasher(lambda args: np.int64(7)).hash_page(None, [1, 2])  # type: ignore[arg-type, return-value]
+    assert page.hash_value == 7
+    assert type(page.hash_value) is int
+
+
+@pytest.mark.parametrize("result", [[1], (1, [2]), {1: 2}, object()])
+def test_a_user_hash_function_returning_a_mutable_or_user_value_is_a_hashing_error(result: object) -> None:
+    with pytest.raises(HashingError):
+        PageHasher(lambda args: result).hash_page(None, [1, 2])  # type: ignore[arg-type, return-value]
+
+
+def test_a_user_hash_function_may_return_a_value_of_builtin_immutables() -> None:
+    value = (1, ("a", b"b", 2.5, None, True))
+    assert PageHasher(lambda args: value).hash_page(None, [1, 2]).hash_value == value  # type: ignore[arg-type, return-value]
