@@ -62,8 +62,19 @@ class W:
         return self
 
 
+class WList:
+    """A list of world values (``WList("a", "c")`` is ``[world["a"], world["c"]]``)."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = names
+
+    def __call__(self) -> WList:
+        return self
+
+
 def resolve(world: World, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: (world[v.name] if isinstance(v, W) else v) for k, v in kwargs.items()}
+    return {k: (world[v.name] if isinstance(v, W) else [world[n] for n in v.names] if isinstance(v, WList) else v)
+            for k, v in kwargs.items()}
 
 
 # --- worlds -----------------------------------------------------------------------------------
@@ -190,6 +201,12 @@ def _manager_targets() -> list[Case]:
         cases += substitution_cases(pre + "allocate_slots.decode", build,
                                     lambda w, **k: w["m"].allocate_slots(**resolve(w, k)),
                                     dict(request=P(W("a"), "object"), num_new_tokens=P(1, COUNT1, reject=BIGS)))
+        cases += substitution_cases(pre + "allocate_slots_batch", build,
+                                    lambda w, **k: w["m"].allocate_slots_batch(**resolve(w, k)),
+                                    dict(requests=P(WList("a"), "object", accept={"empty_list"}),
+                                         num_new_tokens=P(1, COUNT1, reject=BIGS),
+                                         num_lookahead_tokens=P(0, COUNT0, either={"np_int"}),
+                                         delay_cache_pages=P(False, "bool", reject={"np_bool"})))
         cases += substitution_cases(pre + "cache_pages", build,
                                     lambda w, **k: w["m"].cache_pages(**resolve(w, k)),
                                     dict(request=P(W("a"), "object"), num_computed_tokens=P(8, COUNT0, reject=BIGS)))
