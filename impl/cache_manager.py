@@ -82,21 +82,35 @@ class CachePages:
         return tuple([page(p) for p in ids] for ids in self.page_ids)
 
     @overload
-    def get_page_ids(self, allow_none: Literal[False] = False) -> tuple[list[int], ...]: ...
+    def get_page_ids(self, allow_none: Literal[False] = False, *,
+                     group_ids: Sequence[int] | None = None) -> tuple[list[int], ...]: ...
 
     @overload
-    def get_page_ids(self, allow_none: bool) -> tuple[list[int], ...] | None: ...
+    def get_page_ids(self, allow_none: bool, *,
+                     group_ids: Sequence[int] | None = None) -> tuple[list[int], ...] | None: ...
 
-    def get_page_ids(self, allow_none: bool = False) -> tuple[list[int], ...] | None:
-        """The ids per group (copies); None instead when ``allow_none`` and every group is empty
-        (vLLM's ``get_block_ids(allow_none=True)``)."""
-        ids = self.page_ids
+    def get_page_ids(self, allow_none: bool = False, *,
+                     group_ids: Sequence[int] | None = None) -> tuple[list[int], ...] | None:
+        """The ids per group (copies); None instead when ``allow_none`` and every selected group
+        is empty. ``group_ids`` selects groups, in that order (default: all); each must be a
+        group of this result, ``0 .. len(self) - 1`` (vLLM's ``get_block_ids(allow_none,
+        group_ids=...)``, which also takes negative indices: verikv refuses them)."""
+        ids = self.page_ids if group_ids is None else self._selected(group_ids)
         if allow_none is not False:
             if allow_none is not True:
                 raise InvalidArgumentError(f"allow_none must be a bool, got {describe(allow_none)}")
             if not any(ids):
                 return None
         return (list(ids[0]),) if len(ids) == 1 else tuple([list(x) for x in ids])
+
+    def _selected(self, group_ids: object) -> PageIds:
+        """The id lists of the groups ``group_ids`` names, checked before any is read."""
+        if isinstance(group_ids, (str, bytes)) or not isinstance(group_ids, Sequence):
+            raise InvalidArgumentError(f"group_ids must be a sequence of group ids, got {describe(group_ids)}")
+        if group_ids and not self.page_ids:
+            raise InvalidArgumentError("these CachePages have no group to select")
+        chosen = [checked_int(g, "group id", minimum=0, maximum=len(self.page_ids) - 1) for g in group_ids]
+        return tuple(self.page_ids[g] for g in chosen)
 
     def get_unhashed_page_ids(self) -> list[int]:
         """Ids of the pages without a content key (single-group managers only, as eSurge)."""
@@ -153,14 +167,19 @@ class _NoNewPages(CachePages):
     __slots__ = ()
 
     @overload
-    def get_page_ids(self, allow_none: Literal[False] = False) -> tuple[list[int], ...]: ...
+    def get_page_ids(self, allow_none: Literal[False] = False, *,
+                     group_ids: Sequence[int] | None = None) -> tuple[list[int], ...]: ...
 
     @overload
-    def get_page_ids(self, allow_none: bool) -> tuple[list[int], ...] | None: ...
+    def get_page_ids(self, allow_none: bool, *,
+                     group_ids: Sequence[int] | None = None) -> tuple[list[int], ...] | None: ...
 
-    def get_page_ids(self, allow_none: bool = False) -> tuple[list[int], ...] | None:
+    def get_page_ids(self, allow_none: bool = False, *,
+                     group_ids: Sequence[int] | None = None) -> tuple[list[int], ...] | None:
         """``([],)``: a fresh empty list (None when ``allow_none``)."""
-        return super().get_page_ids(allow_none) if allow_none is not False else ([],)
+        if allow_none is False and group_ids is None:
+            return ([],)
+        return super().get_page_ids(allow_none, group_ids=group_ids)
 
 
 _PREEMPTED = RequestStatus.PREEMPTED

@@ -233,6 +233,10 @@ def _manager_targets() -> list[Case]:
                                 dict(page_ids=P(lambda: [[1, 2]], "object", accept={"empty_list"},
                                                 either={"np_array2d", "ragged"}),
                                      page_pool=P(W("pool"), "object", accept={"None"})))
+    cases += substitution_cases("CachePages.get_page_ids", lambda: dict(pages=CachePages([[1, 2], [3]], PagePool(8))),
+                                lambda w, **k: w["pages"].get_page_ids(**k),
+                                dict(allow_none=P(False, "bool", reject={"np_bool"}),
+                                     group_ids=P(lambda: [1, 0], "object", accept={"None", "empty_list"})))
     return cases
 
 

@@ -1,6 +1,6 @@
 """Lookup and query options in vLLM 0.33's shapes: ``max_cache_hit_length`` on
 `CacheManager.get_computed_pages`, ``get_num_common_prefix_pages(running_request_id)`` and
-`CachePages.get_page_ids(allow_none=...)` / ``get_unhashed_page_ids_all_groups()``.
+`CachePages.get_page_ids(allow_none=..., group_ids=...)` / ``get_unhashed_page_ids_all_groups()``.
 
 Expected values are worked out by hand (page size 4, pages handed out from 1 upward); the
 hit cap is also checked against the spec's `verikv.spec.manager.lookup`.
@@ -88,3 +88,42 @@ def test_page_ids_allow_none_and_unhashed_pages_of_every_group() -> None:
     assert with_null.get_unhashed_page_ids_all_groups() == [[], []]  # null placeholders left out
     with pytest.raises(InvalidArgumentError):
         new.get_page_ids(allow_none=1)  # type: ignore[call-overload]
+
+
+def test_page_ids_of_selected_groups_in_the_order_asked() -> None:
+    mgr = CacheManager(16, [FULL, SLIDING], 32)
+    new = mgr.allocate_slots(Request("a", list(range(10))), 10)  # full pages 1, 2, 3; sliding 4, 5, 6
+    assert new is not None
+    assert new.get_page_ids(group_ids=[1]) == ([4, 5, 6],)
+    assert new.get_page_ids(group_ids=(1, 0)) == ([4, 5, 6], [1, 2, 3])
+    assert new.get_page_ids(group_ids=[]) == ()
+    assert new.get_page_ids(True, group_ids=[]) is None  # every selected group (none) is empty
+    selected = new.get_page_ids(group_ids=[0])
+    selected[0].append(99)  # a copy: the result itself is unchanged
+    assert new.get_page_ids() == ([1, 2, 3], [4, 5, 6])
+    empty = mgr.create_empty_page_list()
+    assert empty.get_page_ids(True, group_ids=[1]) is None
+    assert empty.get_page_ids(group_ids=[1]) == ([],)
+
+
+@pytest.mark.parametrize("group_ids", [[2], [-1], [True], [0.0], "01", 1, [np.int64(0), None]])
+def test_bad_group_selection_is_rejected(group_ids: Any) -> None:
+    new = CacheManager(16, [FULL, SLIDING], 32).allocate_slots(Request("a", list(range(10))), 10)
+    assert new is not None
+    with pytest.raises(InvalidArgumentError):
+        new.get_page_ids(group_ids=group_ids)
+    assert new.get_page_ids() == ([1, 2, 3], [4, 5, 6])
+
+
+def test_the_decode_steps_shared_empty_result_selects_its_one_group() -> None:
+    a = Request("a", list(range(13)))
+    mgr = CacheManager(12, [FULL], 32)
+    assert mgr.allocate_slots(a, 13) is not None
+    a.num_computed_tokens = 13
+    a.append_output_token_ids(1)
+    step = mgr.allocate_slots(a, 1)  # 14 tokens fit in the 4 pages held: no new page
+    assert step is not None and step.get_page_ids() == ([],)
+    assert step.get_page_ids(group_ids=[0]) == ([],)
+    assert step.get_page_ids(True, group_ids=[0]) is None
+    with pytest.raises(InvalidArgumentError):
+        step.get_page_ids(group_ids=[1])
