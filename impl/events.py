@@ -84,8 +84,11 @@ _HASH_WIDTH = 32
 
 
 def split_group(key: object) -> tuple[object, int | None]:
-    """``(content key, group id)`` of a pool key: a key paired with its cache group
+    """``(content key, group id)`` of a pool key: a ``bytes`` key is the content key of a page
+    of group 0 (`verikv.hashing.group_pool_key`), a key paired with its cache group
     (`PageHashWithGroupId`, or any ``(key, int)`` pair) is split, any other key has no group."""
+    if type(key) is bytes:
+        return key, 0
     gid = getattr(key, "group_id", None)
     if type(gid) is int and gid >= 0 and hasattr(key, "page_hash"):
         return key.page_hash, gid

@@ -100,6 +100,22 @@ class PageHashWithGroupId(NamedTuple):
         return key.hash_value if isinstance(key, PageHash) else int.from_bytes(key, "little")
 
 
+#: The pool key of a page of cache group 0 holding a `PageKey` is that key itself; any other
+#: page (group g > 0, or an eSurge `PageHash` key) is keyed ``PageHashWithGroupId(key, g)``
+#: (`group_pool_key`). The common single-group manager thus probes its pool with ``bytes`` keys,
+#: whose hash is computed once and cached by the object (a tuple's hash is recomputed at every
+#: probe); a ``bytes`` key never equals a tuple, so identical content in two groups still gives
+#: two entries, and a bare ``bytes`` pool key reads back as group 0 (`verikv.events.split_group`).
+PoolKey: TypeAlias = PageKey | PageHashWithGroupId
+
+
+def group_pool_key(key: PageKey | PageHash, group_id: int) -> PoolKey:
+    """The pool key of a page of cache group ``group_id`` holding the content ``key``."""
+    if group_id == 0 and type(key) is bytes:
+        return key
+    return tuple.__new__(PageHashWithGroupId, (key, group_id))  # (no NamedTuple __new__ frame)
+
+
 class MMFeature(NamedTuple):
     """A multimodal item of a request: its content hash and the token span it occupies."""
 

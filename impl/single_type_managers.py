@@ -10,7 +10,8 @@ on (`skipped_range`), and whether pages are cached.
 Keys: a request's content keys are computed at the smallest page size of the manager
 (``key_page_size``); a group whose page size is ``k`` times that uses key ``(j + 1) * k - 1``
 for its page ``j`` (the key of the last small page it covers), composed with its group id
-(`group_key`) into the key the pool stores. The pool never sees a group id.
+(`group_key`, `verikv.hashing.group_pool_key`: group 0 stores the key itself) into the key the
+pool stores. The pool never sees a group id.
 
 Every method works on ints and costs O(pages it touches); none scans the free list or a
 request's whole page list. Queries change nothing; the mutators (`remove_skipped_pages`,
@@ -42,7 +43,7 @@ from verikv.errors import (
     OutOfPagesError,
     describe,
 )
-from verikv.hashing import PageHashWithGroupId, PageKey
+from verikv.hashing import PageHashWithGroupId, PageKey, PoolKey, group_pool_key
 
 if TYPE_CHECKING:
     from verikv.page_pool import PagePool
@@ -130,13 +131,16 @@ class SingleTypeCacheManager:
         """``(kind, page_size, span)`` as the spec's group layout (span: window or chunk, else 0)."""
         return (self.kind, self.page_size, 0)
 
-    def group_key(self, key: PageKey) -> PageHashWithGroupId:
+    def group_key(self, key: PageKey) -> PoolKey:
         """The pool key of a page of this group holding the content ``key``."""
-        return tuple.__new__(PageHashWithGroupId, (key, self.kv_cache_group_id))  # (no NamedTuple __new__ frame)
+        return group_pool_key(key, self.kv_cache_group_id)
 
-    def group_keys(self, keys: Sequence[PageKey]) -> list[PageHashWithGroupId]:
+    def group_keys(self, keys: Sequence[PageKey]) -> list[PoolKey]:
         """`group_key` of each of ``keys``, in order (C-level: no per-key Python frame)."""
-        return list(map(tuple.__new__, repeat(PageHashWithGroupId), zip(keys, repeat(self.kv_cache_group_id))))
+        gid = self.kv_cache_group_id
+        if gid == 0:
+            return list(keys)
+        return list(map(tuple.__new__, repeat(PageHashWithGroupId), zip(keys, repeat(gid))))
 
     def key_index(self, page_index: int) -> int:
         """Index in the request's key list of the key of this group's page ``page_index``."""
@@ -166,7 +170,7 @@ class SingleTypeCacheManager:
         lookup = self.page_pool.lookup_id
         out = []
         for gid in group_ids:
-            page = lookup(PageHashWithGroupId(key, gid), dp_shard_hint=shard, data_parallel_size=dp)
+            page = lookup(group_pool_key(key, gid), dp_shard_hint=shard, data_parallel_size=dp)
             if page is None:
                 return None
             out.append(page)
@@ -189,7 +193,7 @@ class SingleTypeCacheManager:
         stored = self.page_pool.keys_of_ids(hits)
         stride, num_keys = self._stride, len(keys)
         m = len(hits)
-        if stride == 1 and m <= num_keys and stored == list(zip(keys[:m], repeat(self.kv_cache_group_id))):
+        if stride == 1 and m <= num_keys and stored == self.group_keys(keys[:m]):
             return None  # every page holds this request's key at its position (C speed)
         for j, page in enumerate(hits):
             k = (j + 1) * stride - 1
@@ -291,10 +295,9 @@ class SingleTypeCacheManager:
         stride = self._stride
         if stop - first < _BATCH_FROM:
             cache, gid = self.page_pool.cache_page_id, self.kv_cache_group_id
-            new_key = tuple.__new__  # PageHashWithGroupId(...) without the NamedTuple's Python __new__
             for j in range(first, stop):
                 if pages[j] != NULL_PAGE:
-                    cache(pages[j], new_key(PageHashWithGroupId, (keys[(j + 1) * stride - 1], gid)))
+                    cache(pages[j], group_pool_key(keys[(j + 1) * stride - 1], gid))
             return
         ids = pages[first:stop]
         group_keys = self.group_keys(keys[(first + 1) * stride - 1:stop * stride:stride])
@@ -338,8 +341,10 @@ class FullAttentionManager(SingleTypeCacheManager):
         n = self._max_hit_pages(keys, max_length, group_ids)
         stride = self._stride
         if len(group_ids) == 1:  # one call: the pool looks the keys up to the first miss
-            return (self.page_pool.lookup_run_ids(zip(keys[stride - 1:n * stride:stride], repeat(group_ids[0])),
-                                                  dp_shard_hint=shard, data_parallel_size=dp),)  # (lazy pairs)
+            own = keys[stride - 1:n * stride:stride]
+            gid = group_ids[0]  # group 0's pool keys are the keys themselves; others' are built lazily
+            return (self.page_pool.lookup_run_ids(own if gid == 0 else zip(own, repeat(gid)),
+                                                  dp_shard_hint=shard, data_parallel_size=dp),)
         result: tuple[list[int], ...] = tuple([] for _ in group_ids)
         for j in range(n):
             found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)

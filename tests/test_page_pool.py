@@ -19,7 +19,7 @@ from verikv.errors import (
     PageStateError,
 )
 from verikv.events import AllPagesCleared, PageRemoved, PageStored, wire_hash
-from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, PageKey
+from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, PageKey, group_pool_key
 from verikv.page_pool import PagePool
 from verikv.spec.abstraction import abstract_pool
 
@@ -224,10 +224,10 @@ def test_cache_full_pages_computes_missing_keys_and_skips_null_placeholders() ->
     page_hashes = hasher.hash_request(req, 4, stop=1)
     pool.cache_full_pages(req, pages, page_hashes, 0, 2, 4, 0, hasher=hasher)
     assert page_hashes == hasher.hash_request(req, 4, stop=2)
-    assert [pool.key_of(p.page_id) for p in pages] == [PageHashWithGroupId(h, 0) for h in page_hashes] + [None]
+    assert [pool.key_of(p.page_id) for p in pages] == [group_pool_key(h, 0) for h in page_hashes] + [None]
     with_null = [pool.null_page, pages[1], pages[2]]
     pool.cache_full_pages(req, with_null, page_hashes, 2, 3, 4, 0, hasher=hasher)
-    assert len(page_hashes) == 3 and pool.key_of(pages[2].page_id) == PageHashWithGroupId(page_hashes[2], 0)
+    assert len(page_hashes) == 3 and pool.key_of(pages[2].page_id) == page_hashes[2]  # group 0: the key itself
     assert pool.key_of(0) is None
 
 
