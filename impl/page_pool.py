@@ -78,6 +78,9 @@ class PagePool(ESurgePoolMethods):
         self.free_page_queue: FreeCachePageQueue = FreeCachePageQueue.for_range(self._records, 1, n, self._view)
         self._free: IdLinks = self.free_page_queue.links
         self._cached: dict[Hashable, int | dict[int, None]] = {}
+        #: how many entries of ``_cached`` are dicts (several pages of equal content): while none
+        #: is, every entry a lookup reads is the page itself, and no entry needs resolving
+        self._num_shared: int = 0
         self.null_page: CachePage = self._view(NULL_PAGE_ID)
         self._dp: int | None = None
         self._pps: int = 0
@@ -283,6 +286,7 @@ class PagePool(ESurgePoolMethods):
         if entry is not page_id:  # equal pages already cached: this one joins them, last
             if isinstance(entry, int):  # stored entries are exact ints or dicts
                 self._cached[key] = {entry: None, page_id: None}
+                self._num_shared += 1
             else:
                 entry[page_id] = None
         self._key[page_id] = key
@@ -376,7 +380,7 @@ class PagePool(ESurgePoolMethods):
             queries = len(found)
         else:
             queries = len(found) + 1  # the miss that ended the run counts
-        if bounds is not None or dict in map(type, found):  # a shard, or equal pages: resolve each
+        if bounds is not None or (self._num_shared and dict in map(type, found)):  # a shard, or equal pages
             for i, entry in enumerate(found):
                 pid = self._resolve(entry, bounds)
                 if pid is None:
@@ -426,6 +430,7 @@ class PagePool(ESurgePoolMethods):
             for pid in _ids_of(entry):
                 key[pid] = None
         self._cached.clear()
+        self._num_shared = 0
         self.key_version += 1
         self.prefix_cache_stats.reset = True
         if self._events is not None:
@@ -546,7 +551,11 @@ class PagePool(ESurgePoolMethods):
             entry = self._pop_changed_key(key)
         if not isinstance(entry, int):  # equal pages: put the others back
             del entry[pid]
-            self._cached[key] = next(iter(entry)) if len(entry) == 1 else entry
+            if len(entry) == 1:
+                self._cached[key] = next(iter(entry))
+                self._num_shared -= 1
+            else:
+                self._cached[key] = entry
         self._key[pid] = None
         if self._events is not None:
             self._events.removed(pid, key)
