@@ -542,6 +542,12 @@ class PageHasher:
             ids = map(_unpacker(len(pages[0])), pages) if pages else ()
         return self._chain_keys(parent, bodies, repeat(None) if page_extras is None else page_extras, ids)
 
+    def _page_key(self, parent: PageKey, tokens: bytes, extra: Any, suffix: bytes) -> PageKey:
+        """The key of one page (its tokens as little-endian uint64 bytes, its extra keys and
+        their `page_suffix`) from its parent's key: the scheme's chain over that one page."""
+        ids = None if self._width else [_unpacker(len(tokens))(tokens)]
+        return self._chain_keys(parent, [tokens + suffix], (extra,), ids)[0]
+
     def _parent_key(self, parent: object) -> PageKey:
         """The parent as a key of this hasher: a `PageKey` (checked to be one this scheme can
         produce), or the key a `PageHash` or a hash value stands for."""
@@ -576,7 +582,7 @@ class PageHasher:
         packed = token_array(token_ids)
         extra = key_value(extra_keys)
         page = _page_bytes(packed, 0, 1, len(packed))[0] if packed else b""
-        (key,) = self._page_keys(parent_key, [page], None if extra is None else [extra], None)
+        key = self._page_key(parent_key, page, extra, page_suffix(extra))
         return PageHash(self.key_hash_value(key), tuple(packed.tolist()), extra)
 
     def page_hashes(self, request: Any, page_size: int) -> list[PageHash]:
