@@ -427,6 +427,8 @@ def _page_bytes(packed: array[int], first: int, last: int, page_size: int) -> li
         pages: list[bytes] = np.frombuffer(packed, dtype=f"V{8 * page_size}", count=last - first,
                                            offset=8 * page_size * first).tolist()
         return pages
+    if last - first == 1:  # the page a decode step fills (no comprehension frame)
+        return [packed[first * page_size:last * page_size].tobytes()]
     return [packed[k * page_size:(k + 1) * page_size].tobytes() for k in range(first, last)]
 
 
@@ -517,30 +519,29 @@ class PageHasher:
         pages = _page_bytes(packed, first, last, ps)
         extras = None if _plain(request) else _ExtraKeys(request)
         ids = None
-        if not self._width and isinstance(request, _request_type()):  # the tuple schemes hash token tuples:
-            ids = zip(*[iter(request.all_token_ids[first * ps:last * ps])] * ps)  # the request's own ints
+        if not self._width and last - first > _NUMPY_PAGES and isinstance(request, _request_type()):
+            # the tuple schemes hash token tuples: a long run cuts the request's own ints (no new
+            # int object per token, as unpacking the bytes makes; a short run is not worth the slice)
+            ids = zip(*[iter(request.all_token_ids[first * ps:last * ps])] * ps)
         return self._chain(parent_key, pages, extras, first, ps, ids)
 
     def _chain(self, parent: PageKey, pages: list[bytes], extras: _ExtraKeys | None,
                first: int, page_size: int, ids: Iterable[tuple[int, ...]] | None = None) -> list[PageKey]:
-        """Keys of ``pages`` (the pages ``first ..`` of a request, their token bytes) chained
-        from ``parent``, with the request's ``extras``; ``ids``: the same tokens as tuples of
-        ints, if the caller has them (the tuple schemes unpack the bytes otherwise)."""
-        if extras is None:
-            return self._page_keys(parent, pages, None, ids)
-        return self._page_keys(parent, pages, [extras.for_page(first + k, page_size) for k in range(len(pages))], ids)
-
-    def _page_keys(self, parent: PageKey, pages: list[bytes], page_extras: list[Any] | None,
-                   ids: Iterable[tuple[int, ...]] | None) -> list[PageKey]:
-        """The one path from pages to keys: bodies (tokens and suffix), then the scheme's chain."""
+        """The one path from pages to keys: the keys of ``pages`` (the pages ``first ..`` of a
+        request, their token bytes) chained from ``parent``, with the request's ``extras``;
+        ``ids``: the same tokens as tuples of ints, if the caller has them (the tuple schemes
+        unpack the bytes otherwise). Each page's body (tokens and suffix) goes to the scheme's
+        chain function."""
         bodies: Iterable[bytes] = pages
-        if page_extras is not None:
+        page_extras: Iterable[Any] = repeat(None)
+        if extras is not None:
+            page_extras = [extras.for_page(first + k, page_size) for k in range(len(pages))]
             encoded: dict[Any, bytes] = {}  # a LoRA request has the same extra keys on every page
             suffixes = [encoded[e] if e in encoded else encoded.setdefault(e, page_suffix(e)) for e in page_extras]
             bodies = list(map(bytes.__add__, pages, suffixes))
         if not self._width and ids is None:
             ids = map(_unpacker(len(pages[0])), pages) if pages else ()
-        return self._chain_keys(parent, bodies, repeat(None) if page_extras is None else page_extras, ids)
+        return self._chain_keys(parent, bodies, page_extras, ids)
 
     def _page_key(self, parent: PageKey, tokens: bytes, extra: Any, suffix: bytes) -> PageKey:
         """The key of one page (its tokens as little-endian uint64 bytes, its extra keys and
