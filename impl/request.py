@@ -27,7 +27,7 @@ import operator
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter, countOf
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
+from typing import Any, ClassVar, overload
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import InvalidArgumentError, describe
@@ -38,6 +38,7 @@ from verikv.hashing import (
     key_text,
     mm_feature,
 )
+from verikv.typed_property import Field, ReadOnly
 
 
 class RequestStatus(enum.IntEnum):
@@ -180,27 +181,10 @@ def _checked_lora_text(value: object, what: str) -> str | None:
     return key_text(value, what)
 
 
-_Get = TypeVar("_Get")
-_Set = TypeVar("_Set")
-
-if TYPE_CHECKING:
-    class _Field(Generic[_Get, _Set]):
-        """A `_field` as the type checkers see it: reading gives ``_Get``, assigning takes ``_Set``
-        (a property built from an attrgetter is typed Any otherwise)."""
-
-        def __get__(self, request: object, owner: object = None) -> _Get: ...
-
-        def __set__(self, request: object, value: _Set) -> None: ...
-
-    class _ReadOnly(Generic[_Get]):
-        """A `_field` without a setter, as the type checkers see it."""
-
-        def __get__(self, request: object, owner: object = None) -> _Get: ...
-
-
 def _field(slot: str, setter: Callable[[Any, Any], None] | None, doc: str) -> Any:
-    """A `Request` property: read at C level from ``slot`` (an attrgetter, no Python frame:
-    schedulers read these every step), assigned through ``setter`` (which validates), if any."""
+    """A `Request` property (typed by a `Field` or `ReadOnly` annotation): read at C level from
+    ``slot`` (an attrgetter, no Python frame: schedulers read these every step), assigned
+    through ``setter`` (which validates), if any."""
     return property(attrgetter(slot), setter, doc=doc)
 
 
@@ -299,12 +283,12 @@ class Request:
         setattr(self, slot, value)
         self._identity_version += 1
 
-    request_id: _Field[str, str] = _identity_field(
+    request_id: Field[str, str] = _identity_field(
         "_request_id", _checked_request_id, "The request's id (a non-empty str); fixed while it holds pages.")
-    cache_salt: _Field[str | bytes | None, str | bytes | None] = _identity_field(
+    cache_salt: Field[str | bytes | None, str | bytes | None] = _identity_field(
         "_cache_salt", _checked_salt,
         "Per-tenant isolation salt (str, bytes or None), mixed into the first page's key.")
-    lora_id: _Field[int | None, int | None] = _identity_field(
+    lora_id: Field[int | None, int | None] = _identity_field(
         "_lora_id", _checked_lora, "The LoRA adapter id (an int >= 0, or None), part of every page's key.")
 
     def _set_lora_name(self, value: str | None) -> None:
@@ -313,7 +297,7 @@ class Request:
             raise InvalidArgumentError("lora_name cannot be None while lora_path is set")
         self._set_identity("_lora_name", name)
 
-    lora_name: _Field[str | None, str | None] = _field(
+    lora_name: Field[str | None, str | None] = _field(
         "_lora_name", _set_lora_name, "The LoRA adapter's name (a non-empty str, or None), part of every page's key.")
 
     def _set_lora_path(self, value: str | None) -> None:
@@ -322,14 +306,14 @@ class Request:
             raise InvalidArgumentError("lora_path needs a lora_name")
         self._set_identity("_lora_path", path)
 
-    lora_path: _Field[str | None, str | None] = _field(
+    lora_path: Field[str | None, str | None] = _field(
         "_lora_path", _set_lora_path,
         "Where the named adapter's weights are (a non-empty str, or None), part of the keys.")
 
     def _set_mm_features(self, value: Iterable[MMFeature | tuple[str | bytes | int, int, int]]) -> None:
         self._set_identity("_mm_features", _checked_features(value, self._num_prompt_tokens))
 
-    mm_features: _Field[tuple[MMFeature, ...], Iterable[MMFeature | tuple[str | bytes | int, int, int]]] = _field(
+    mm_features: Field[tuple[MMFeature, ...], Iterable[MMFeature | tuple[str | bytes | int, int, int]]] = _field(
         "_mm_features", _set_mm_features, "Multimodal items as `MMFeature` tuples sorted by offset, inside the prompt.")
 
     def _set_prompt_logprobs(self, value: bool) -> None:
@@ -337,12 +321,12 @@ class Request:
             raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(value).__name__}")
         self._prompt_logprobs = value
 
-    prompt_logprobs: _Field[bool, bool] = _field(
+    prompt_logprobs: Field[bool, bool] = _field(
         "_prompt_logprobs", _set_prompt_logprobs,
         "Whether prompt logprobs are wanted (such requests skip the prefix lookup).")
-    all_token_ids: _ReadOnly[TokenView] = _field(
+    all_token_ids: ReadOnly[TokenView] = _field(
         "_view", None, "Prompt followed by the generated tokens, as a read-only view.")
-    token_array: _ReadOnly[array[int]] = _field("_token_array", None, (
+    token_array: ReadOnly[array[int]] = _field("_token_array", None, (
         "Internal API for page hashing: every token id (prompt then output) as the request's "
         "own ``array('Q')``, each validated to be an int in [0, 2**64). Not a copy: read it, "
         "never change it (the request appends to it as tokens are added)."))
@@ -379,7 +363,7 @@ class Request:
             raise InvalidArgumentError(f"num_computed_tokens must be >= 0, got {describe(value)}")
         self._num_computed_tokens = value
 
-    num_computed_tokens: _Field[int, int] = _field(
+    num_computed_tokens: Field[int, int] = _field(
         "_num_computed_tokens", _set_num_computed_tokens,
         "Tokens whose KV is computed (or scheduled this step); set by the scheduler (validated).")
 
@@ -388,7 +372,7 @@ class Request:
             raise InvalidArgumentError(f"status must be a RequestStatus, got {describe(value)}")
         self._status = value
 
-    status: _Field[RequestStatus, RequestStatus] = _field(
+    status: Field[RequestStatus, RequestStatus] = _field(
         "_status", _set_status, "Where the request is in its lifecycle (validated).")
 
     def is_finished(self) -> bool:
