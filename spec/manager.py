@@ -49,7 +49,8 @@ from verikv.spec.pool import NULL_PAGE, Bounds, FreeOrder, PoolState, Preconditi
 
 RequestId = str
 Content = tuple[Any, tuple[Any, ...]]
-"""``(cache_salt, ((page tokens, lora_id, multimodal items), ...))`` for each base page."""
+"""``(cache_salt, ((page tokens, LoRA identity, multimodal items), ...))`` for each base page
+(the identity: `lora_identity`)."""
 PoolKey = tuple[Content, int]
 """``(content, group id)``: the spec's pool key of a cached page."""
 
@@ -102,10 +103,22 @@ class RequestView:
     """Multimodal items as ``(identifier, offset, length)`` in token positions."""
     prompt_logprobs: bool = False
     finished: bool = False
+    lora_name: str | None = None
+    lora_path: str | None = None
+    """A LoRA adapter named as vLLM's ``LoRARequest`` names it (a path only with a name)."""
 
     @property
     def num_tokens(self) -> int:
         return len(self.tokens)
+
+
+def lora_identity(req: RequestView) -> Hashable:
+    """The LoRA identity every page key of ``req`` covers: ``(name, path)`` for an adapter known
+    by name (the weights it names: re-pointing the name at other weights is another identity,
+    and the int id, which only numbers the adapter in one instance, is left out), else the
+    ``lora_id`` (None: no adapter). Two requests with equal tokens and salt have equal keys
+    exactly when their identities are equal."""
+    return (req.lora_name, req.lora_path) if req.lora_name is not None else req.lora_id
 
 
 @dataclass(frozen=True)
@@ -209,14 +222,15 @@ def init(config: ManagerConfig) -> ManagerState:
 def content_of(req: RequestView, num_tokens: int, base_page_size: int) -> Content:
     """The exact content the first ``num_tokens`` tokens stand for, base page by base page.
 
-    Each base page contributes its tokens, the LoRA id and the multimodal items overlapping it
-    (identifier, offset relative to the page); the salt is the request's tenant.
+    Each base page contributes its tokens, the LoRA identity (`lora_identity`) and the
+    multimodal items overlapping it (identifier, offset relative to the page); the salt is the
+    request's tenant.
     """
     pages = []
     for i in range(num_tokens // base_page_size):
         lo, hi = i * base_page_size, (i + 1) * base_page_size
         mm = tuple((ident, off - lo) for ident, off, length in req.mm_features if off < hi and off + length > lo)
-        pages.append((req.tokens[lo:hi], req.lora_id, mm))
+        pages.append((req.tokens[lo:hi], lora_identity(req), mm))
     return (req.cache_salt, tuple(pages))
 
 

@@ -164,6 +164,7 @@ class CacheManagerAdapter:
 
         salt = cast("str | bytes | None", view.cache_salt)  # Request rejects any other salt, typed
         return Request(view.request_id, view.tokens, cache_salt=salt, lora_id=view.lora_id,
+                       lora_name=view.lora_name, lora_path=view.lora_path,
                        mm_features=view.mm_features, prompt_logprobs=view.prompt_logprobs)
 
     def lookup(self, request: Any, dp_shard_hint: int | None = None,
