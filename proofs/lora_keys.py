@@ -143,5 +143,5 @@ def mutants() -> list[Mutant]:
         ("spec:lora-identity-ignores-path", "spec", spec, "lora_identity", _spec_ignores_path),
     )
     return [Mutant(name, kind, "INV-HIT-SAFE", " ".join((make.__doc__ or "").split()) + f" [{NAME}]",
-                   lambda module=module, attribute=attribute, make=make: _with_patched(module, attribute, make))
+                   lambda module=module, attribute=attribute, make=make: _with_patched(module, attribute, make))  # type: ignore[misc]
             for name, kind, module, attribute, make in table]
