@@ -49,6 +49,8 @@ from verikv.single_type_managers import (
     NULL_PAGE,
     MambaAlignManager,
     SingleTypeCacheManager,
+    SlidingWindowManager,
+    cdiv,
     get_manager_for_kv_cache_spec,
 )
 
@@ -122,9 +124,12 @@ class CacheCoordinator:
         free_order: str = "esurge",
         enable_kv_events: bool = False,
         mamba_cache_mode: str = "none",
+        skip_unreachable_sliding_pages: bool = False,
     ) -> None:
         checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_PAGE_ID + 1)  # the pool's bound, checked first
         _check_mamba_cache_mode(mamba_cache_mode)
+        if not isinstance(skip_unreachable_sliding_pages, bool):
+            raise InvalidArgumentError("skip_unreachable_sliding_pages must be a bool")
         #: "align": Mamba states are cached at page-aligned positions (only with caching on)
         self.mamba_cache_mode: str = mamba_cache_mode if enable_caching is True else "none"
         # CacheGroupsConfig validates any value and stores a tuple (eSurge callers pass lists)
@@ -148,6 +153,11 @@ class CacheCoordinator:
         self._windowed = tuple(m for m in self.single_type_managers if m.frees_skipped_pages)
         self._lcm_page_size = math.lcm(*sizes, 1)
         self._max_page_size = max(sizes, default=1)
+        #: group id -> ``(pages per hit unit, pages a hit needs)`` of each sliding group whose
+        #: pages that can never serve a hit are left uncached (`sliding_page_can_hit`)
+        self._sparse_sliding: dict[int, tuple[int, int]] = {} if not skip_unreachable_sliding_pages else {
+            m.kv_cache_group_id: (self._lcm_page_size // m.page_size, sliding_pages_for_hit(m))
+            for m in self.single_type_managers if isinstance(m, SlidingWindowManager)}
         managers = self.single_type_managers
         #: the one group's manager when `decode_step` can decide a step alone (a single group
         #: that never drops pages), else None
@@ -514,6 +524,10 @@ class CacheCoordinator:
         for gid, m in enumerate(managers):
             if isinstance(m, MambaAlignManager):  # the state of the request's computed count
                 cached[gid] = m.cache_states(pages[gid], cached[gid], keys, num_tokens, num_computed_tokens)
+            elif gid in self._sparse_sliding:  # pages that can never serve a hit are passed as placeholders
+                per, need = self._sparse_sliding[gid]
+                hittable = [p if sliding_page_can_hit(j, per, need) else NULL_PAGE for j, p in enumerate(pages[gid])]
+                cached[gid] = m.cache_pages(hittable, cached[gid], keys, num_tokens)
             else:
                 cached[gid] = m.cache_pages(pages[gid], cached[gid], keys, num_tokens)
 
@@ -621,6 +635,19 @@ def _check_mamba_cache_mode(mode: object) -> None:
         raise InvalidArgumentError(f"mamba_cache_mode must be one of {MAMBA_CACHE_MODES}, got {describe(mode)}")
 
 
+def sliding_pages_for_hit(m: SlidingWindowManager) -> int:
+    """Consecutive pages a sliding-window hit needs (the lookup's rule, at least one)."""
+    return max(1, cdiv(m.sliding_window - 1, m.page_size))
+
+
+def sliding_page_can_hit(j: int, per: int, need: int) -> bool:
+    """Whether page ``j`` of a sliding group can ever serve a hit (vLLM 0.33's reachable-page
+    mask, dense retention): a hit ends on a multiple of the hit unit (the lcm of the page
+    sizes, ``per`` pages of this group) and uses the ``need`` pages before it, so only the last
+    ``need`` pages of each unit can be part of one (all of them when ``need >= per``)."""
+    return need >= per or j % per >= per - need
+
+
 def _check_flags(use_eagle: object, enable_caching: object) -> None:
     if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
         raise InvalidArgumentError("use_eagle and enable_caching must be bools")
@@ -694,6 +721,7 @@ class _CoordinatorOptions(TypedDict):
     free_order: str
     enable_kv_events: bool
     mamba_cache_mode: str
+    skip_unreachable_sliding_pages: bool
 
 
 def get_kv_cache_coordinator(
@@ -706,6 +734,7 @@ def get_kv_cache_coordinator(
     free_order: str = "esurge",
     enable_kv_events: bool = False,
     mamba_cache_mode: str = "none",
+    skip_unreachable_sliding_pages: bool = False,
 ) -> CacheCoordinator:
     """eSurge's dispatch: caching off (or no group) -> no-prefix-cache; one group -> unitary;
     otherwise hybrid."""
@@ -714,7 +743,8 @@ def get_kv_cache_coordinator(
     if not isinstance(free_order, str):  # (the pool checks the name)
         raise InvalidArgumentError(f"free_order must be a str, got {type(free_order).__name__}")
     options: _CoordinatorOptions = {"free_order": free_order, "enable_kv_events": enable_kv_events,
-                                    "mamba_cache_mode": mamba_cache_mode}
+                                    "mamba_cache_mode": mamba_cache_mode,
+                                    "skip_unreachable_sliding_pages": skip_unreachable_sliding_pages}
     if not enable_caching or (isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 0):
         return CacheCoordinatorNoPrefixCache(num_pages, kv_cache_groups, max_model_len, use_eagle, False, **options)
     if isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 1:

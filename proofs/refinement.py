@@ -84,12 +84,14 @@ class Case:
     enable_caching: bool = True
     key_failures: bool = False
     """Also admit requests while the hash backend fails (INV-ATOMIC under key failure)."""
+    skip_unreachable_sliding_pages: bool = False
     _config: spec.ManagerConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_config", spec.ManagerConfig(
             self.groups, self.num_pages, MAX_MODEL_LEN, enable_caching=self.enable_caching,
-            use_eagle=self.use_eagle, data_parallel_size=self.data_parallel_size, free_order=self.free_order))
+            use_eagle=self.use_eagle, data_parallel_size=self.data_parallel_size, free_order=self.free_order,
+            skip_unreachable_sliding_pages=self.skip_unreachable_sliding_pages))
 
     @property
     def config(self) -> spec.ManagerConfig:

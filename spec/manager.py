@@ -39,6 +39,7 @@ only once that state is computed: `cache_pages` keys the page of the request's c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, cast
@@ -76,6 +77,8 @@ class ManagerConfig:
     use_eagle: bool = False
     data_parallel_size: int = 1
     free_order: FreeOrder = "esurge"
+    skip_unreachable_sliding_pages: bool = False
+    """Leave uncached the sliding-window pages that can never serve a hit (`sliding_page_can_hit`)."""
 
     @property
     def caching_groups(self) -> tuple[int, ...]:
@@ -363,6 +366,27 @@ def mamba_cacheable_page(layout: GroupLayout, req: RequestView, num_tokens: int)
     return c // layout.page_size - 1
 
 
+# --- sliding window: pages that can never serve a hit --------------------------------------------
+
+def sliding_page_can_hit(cfg: ManagerConfig, g: int, j: int) -> bool:
+    """Whether `cache_pages` keys page ``j`` of group ``g``: always, unless the group is a
+    sliding window and ``cfg.skip_unreachable_sliding_pages`` is set (vLLM 0.33's policy).
+
+    Then: a hit ends on a multiple of the hit unit ``U`` (the lcm of every group's page size:
+    `common_hit_length` only returns lengths every group accepts) and the sliding group's part
+    of it is the ``need = max(1, cdiv(window - 1, page_size))`` pages before that end (a shorter
+    run from page 0 is never a whole unit when ``need < U / page_size``). So only the last
+    ``need`` pages of each unit can ever be part of a hit; the others are left unkeyed, and no
+    lookup changes.
+    """
+    layout = cfg.groups[g]
+    if not cfg.skip_unreachable_sliding_pages or layout.kind != "sliding":
+        return True
+    per = math.lcm(*(other.page_size for other in cfg.groups)) // layout.page_size
+    need = max(1, -(-(layout.span - 1) // layout.page_size))
+    return need >= per or j % per >= per - need
+
+
 def mamba_hit_shape_ok(pages: tuple[int, ...]) -> bool:
     """A Mamba align hit is empty or null placeholders then exactly one state page (its last)."""
     return not pages or (pages[-1] != NULL_PAGE and all(q == NULL_PAGE for q in pages[:-1]))
@@ -399,8 +423,9 @@ def cache_pages(s: ManagerState, req: RequestView, num_tokens: int) -> ManagerSt
     request's key list, except null placeholders (never hashed) and pages that already have a
     key (never re-keyed); ``num_cached`` never decreases (a lower count is a no-op). A Mamba
     align group keys at most its `mamba_cacheable_page` and counts pages up to the computed
-    tokens. The ghost records each newly keyed page's content from the request's tokens. No-op
-    when caching is off.
+    tokens; a sliding group keys only the pages `sliding_page_can_hit` allows. The ghost
+    records each newly keyed page's content from the request's tokens. No-op when caching is
+    off.
     pre: the request has an entry; ``0 <= num_tokens <= req.num_tokens``; every group holds
     the pages to cache.
     """
@@ -429,7 +454,7 @@ def cache_pages(s: ManagerState, req: RequestView, num_tokens: int) -> ManagerSt
             continue
         for j in range(num_cached[g], full):
             page = e.pages[g][j]
-            if page == NULL_PAGE or p.key_of[page] is not None:
+            if page == NULL_PAGE or p.key_of[page] is not None or not sliding_page_can_hit(cfg, g, j):
                 continue
             p = pool.cache(p, page, (keys[(j + 1) * k - 1], g))
             content[page] = page_key(s, req, g, j)
