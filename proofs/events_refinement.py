@@ -116,7 +116,8 @@ def machine_class() -> type:
             if got != want:
                 self.fail("EVENTS-PER-CALL", f"events {got!r} != spec {want!r}")
             self.replayed = None if self.replayed is None else spec_events.replay(self.replayed, got)
-            if not spec_events.inv_events_replay(self.spec, self.replayed):
+            step_ok = spec_events.inv_events_replay_step(self.call_pre, self.spec, got)
+            if not (step_ok and spec_events.inv_events_replay(self.spec, self.replayed)):
                 self.fail("INV-EVENTS-REPLAY", f"replayed {self.replayed!r} != cached "
                                                f"{spec_events.cached_keys(self.spec.pool)!r}")
                 self.replayed = Counter(spec_events.cached_keys(self.spec.pool))  # report once

@@ -7,8 +7,8 @@ of ``per`` sliding pages and ``need`` pages per hit, only the last ``need`` page
 
 - ``hit-rules:sliding-skip-loses-no-hit``: for a full-attention group whose page is the hit
   unit beside a sliding group, every pattern of cached pages of both groups and every length
-  cap, the hybrid lookup (`common_hit_length` over the two rules, and the sliding group's
-  pages at the result) is the same when the sliding pages the predicate skips are uncached.
+  cap, with and without EAGLE, the hybrid lookup (`common_hit_length` over the two rules, and
+  the sliding group's pages at the result) is the same when the sliding pages the predicate skips are uncached.
   With the same free order both managers hand out the same pages, so by induction over calls
   the skipping pool holds exactly the dense pool's keys minus the skipped ones: no lookup, and
   so no allocation, differs.
@@ -40,15 +40,15 @@ SLIDING_PAGES = 6
 GEOMETRIES = tuple((page, window, per) for page in (1, 2) for window in range(1, 6) for per in (2, 3))
 """(sliding page size, window, sliding pages per full page): hit units of 2-3 sliding pages."""
 NO_HIT_NAME = (f"hit-rules:sliding-skip-loses-no-hit:sliding pages<={SLIDING_PAGES},"
-               f"page 1-2,window 1-5,unit 2-3 pages")
+               f"page 1-2,window 1-5,unit 2-3 pages,with and without EAGLE")
 
 
 def _lookup(full_hits: tuple[bool, ...], sliding_hits: tuple[bool, ...], page: int, window: int, unit: int,
-            cap: int) -> tuple[int, tuple[int, int]]:
+            cap: int, eagle: bool) -> tuple[int, tuple[int, int]]:
     """The hybrid lookup's length and the sliding group's span at that length."""
     rules: list[Callable[[int], int]] = [lambda n: full_rule(full_hits, unit, n).end * unit,
                                          lambda n: sliding_rule(sliding_hits, page, n, window).end * page]
-    length = common_hit_length(rules, [unit, page], cap, use_eagle=False)
+    length = common_hit_length(rules, [unit, page], cap, use_eagle=eagle)
     return length, tuple(sliding_rule(sliding_hits, page, length, window))  # type: ignore[return-value]
 
 
@@ -62,11 +62,11 @@ def _cases() -> Iterator[tuple[str, tuple[Any, ...], tuple[Any, ...]]]:
         for full_hits in itertools.product((False, True), repeat=full_pages):
             for sliding_hits in itertools.product((False, True), repeat=SLIDING_PAGES):
                 skipped = tuple(h and k for h, k in zip(sliding_hits, kept))
-                for cap in range(0, SLIDING_PAGES * page + 1, unit):
-                    dense = _lookup(full_hits, sliding_hits, page, window, unit, cap)
-                    sparse = _lookup(full_hits, skipped, page, window, unit, cap)
+                for cap, eagle in itertools.product(range(0, SLIDING_PAGES * page + 1, unit), (False, True)):
+                    dense = _lookup(full_hits, sliding_hits, page, window, unit, cap, eagle)
+                    sparse = _lookup(full_hits, skipped, page, window, unit, cap, eagle)
                     yield (f"page={page} window={window} unit={unit} full={full_hits} sliding={sliding_hits} "
-                           f"cap={cap}"), dense, sparse
+                           f"cap={cap} eagle={eagle}"), dense, sparse
 
 
 def _no_hit_lost() -> Outcome:

@@ -96,6 +96,14 @@ def inv_events_replay(s: ManagerState, replayed: CachedKeys | None) -> bool:
     return replayed is not None and replayed == cached_keys(s.pool)
 
 
+def inv_events_replay_step(pre: ManagerState, post: ManagerState, batch: object) -> bool:
+    """INV-EVENTS-REPLAY, one call at a time (the inductive form): replaying the call's event
+    ``batch`` on ``pre``'s cached-key multiset gives ``post``'s."""
+    if not isinstance(batch, (tuple, list)) or not all(isinstance(e, (Stored, Removed, Cleared)) for e in batch):
+        return False
+    return replay(cached_keys(pre.pool), batch) == cached_keys(post.pool)
+
+
 def parent_of(content: Content, first_base_page: int) -> Content | None:
     """The content of the request's chain before base page ``first_base_page`` (None at the
     chain's start): the same salt, the leading base pages."""
