@@ -524,12 +524,17 @@ class CacheCoordinator:
         for gid, m in enumerate(managers):
             if isinstance(m, MambaAlignManager):  # the state of the request's computed count
                 cached[gid] = m.cache_states(pages[gid], cached[gid], keys, num_tokens, num_computed_tokens)
-            elif gid in self._sparse_sliding:  # pages that can never serve a hit are passed as placeholders
-                per, need = self._sparse_sliding[gid]
-                hittable = [p if sliding_page_can_hit(j, per, need) else NULL_PAGE for j, p in enumerate(pages[gid])]
-                cached[gid] = m.cache_pages(hittable, cached[gid], keys, num_tokens)
             else:
-                cached[gid] = m.cache_pages(pages[gid], cached[gid], keys, num_tokens)
+                cached[gid] = m.cache_pages(self._hittable(gid, pages[gid]), cached[gid], keys, num_tokens)
+
+    def _hittable(self, gid: int, pages: list[int]) -> list[int]:
+        """The pages of group ``gid`` to cache: with `skip_unreachable_sliding_pages`, a sliding
+        group's pages that can never serve a hit become null placeholders (never hashed)."""
+        sparse = self._sparse_sliding.get(gid)
+        if sparse is None:
+            return pages
+        per, need = sparse
+        return [p if sliding_page_can_hit(j, per, need) else NULL_PAGE for j, p in enumerate(pages)]
 
     def free(self, request_id: str) -> None:
         """Release the request's pages, group by group, each last page first. No-op for a
