@@ -128,8 +128,6 @@ class CacheCoordinator:
     ) -> None:
         checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_PAGE_ID + 1)  # the pool's bound, checked first
         _check_mamba_cache_mode(mamba_cache_mode)
-        if not isinstance(skip_unreachable_sliding_pages, bool):
-            raise InvalidArgumentError("skip_unreachable_sliding_pages must be a bool")
         #: "align": Mamba states are cached at page-aligned positions (only with caching on)
         self.mamba_cache_mode: str = mamba_cache_mode if enable_caching is True else "none"
         # CacheGroupsConfig validates any value and stores a tuple (eSurge callers pass lists)
@@ -155,9 +153,8 @@ class CacheCoordinator:
         self._max_page_size = max(sizes, default=1)
         #: group id -> ``(pages per hit unit, pages a hit needs)`` of each sliding group whose
         #: pages that can never serve a hit are left uncached (`sliding_page_can_hit`)
-        self._sparse_sliding: dict[int, tuple[int, int]] = {} if not skip_unreachable_sliding_pages else {
-            m.kv_cache_group_id: (self._lcm_page_size // m.page_size, sliding_pages_for_hit(m))
-            for m in self.single_type_managers if isinstance(m, SlidingWindowManager)}
+        self._sparse_sliding = _sparse_sliding_groups(self.single_type_managers, self._lcm_page_size,
+                                                      skip_unreachable_sliding_pages)
         managers = self.single_type_managers
         #: the one group's manager when `decode_step` can decide a step alone (a single group
         #: that never drops pages), else None
@@ -638,6 +635,18 @@ def _new_pool(num_pages: int, enable_caching: bool, free_order: str, enable_kv_e
 def _check_mamba_cache_mode(mode: object) -> None:
     if not isinstance(mode, str) or mode not in MAMBA_CACHE_MODES:
         raise InvalidArgumentError(f"mamba_cache_mode must be one of {MAMBA_CACHE_MODES}, got {describe(mode)}")
+
+
+def _sparse_sliding_groups(managers: tuple[SingleTypeCacheManager, ...], hit_unit: int,
+                           skip_unreachable_sliding_pages: object) -> dict[int, tuple[int, int]]:
+    """``{group id: (pages per hit unit, pages a hit needs)}`` of the sliding groups whose
+    unreachable pages are skipped (none unless the option is on)."""
+    if not isinstance(skip_unreachable_sliding_pages, bool):
+        raise InvalidArgumentError("skip_unreachable_sliding_pages must be a bool")
+    if not skip_unreachable_sliding_pages:
+        return {}
+    return {m.kv_cache_group_id: (hit_unit // m.page_size, sliding_pages_for_hit(m))
+            for m in managers if isinstance(m, SlidingWindowManager)}
 
 
 def sliding_pages_for_hit(m: SlidingWindowManager) -> int:
