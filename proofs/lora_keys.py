@@ -102,7 +102,7 @@ def _with_patched(module: Any, attribute: str, make: Callable[[Any], Any]) -> li
     original = getattr(module, attribute)
     setattr(module, attribute, make(original))
     try:
-        return [] if run().ok else [NAME]
+        return [] if run().ok else [f"{NAME}: INV-HIT-SAFE"]
     finally:
         setattr(module, attribute, original)
 

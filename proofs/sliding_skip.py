@@ -113,7 +113,7 @@ def _detect_spec_keeps_first() -> list[str]:
         return original(cfg, g, j + per - 1) if per > 1 else True
     spec.sliding_page_can_hit = keeps_first
     try:
-        return [] if _no_hit_lost().ok else [NO_HIT_NAME]
+        return [] if _no_hit_lost().ok else [f"{NO_HIT_NAME}: LONGEST-COMMON-HIT"]
     finally:
         spec.sliding_page_can_hit = original
 

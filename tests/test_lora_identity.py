@@ -122,6 +122,6 @@ def test_each_lora_key_mutant_is_caught(name: str) -> None:
     from verikv.proofs.registry import discover_mutants
 
     (mutant,) = [m for m in lora_keys.mutants() if m.name == name]
-    assert mutant.detect() == [lora_keys.NAME]
+    assert mutant.detect() == [f"{lora_keys.NAME}: INV-HIT-SAFE"]
     assert name in {m.name for m in discover_mutants()}
     assert lora_keys.checks()[0].run().ok  # the patch is undone
