@@ -49,6 +49,8 @@ from verikv.single_type_managers import (
     NULL_PAGE,
     MambaAlignManager,
     SingleTypeCacheManager,
+    SlidingWindowManager,
+    cdiv,
     get_manager_for_kv_cache_spec,
 )
 
@@ -122,6 +124,7 @@ class CacheCoordinator:
         free_order: str = "esurge",
         enable_kv_events: bool = False,
         mamba_cache_mode: str = "none",
+        skip_unreachable_sliding_pages: bool = False,
     ) -> None:
         checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_PAGE_ID + 1)  # the pool's bound, checked first
         _check_mamba_cache_mode(mamba_cache_mode)
@@ -148,6 +151,10 @@ class CacheCoordinator:
         self._windowed = tuple(m for m in self.single_type_managers if m.frees_skipped_pages)
         self._lcm_page_size = math.lcm(*sizes, 1)
         self._max_page_size = max(sizes, default=1)
+        #: group id -> ``(pages per hit unit, pages a hit needs)`` of each sliding group whose
+        #: pages that can never serve a hit are left uncached (`sliding_page_can_hit`)
+        self._sparse_sliding = _sparse_sliding_groups(self.single_type_managers, self._lcm_page_size,
+                                                      skip_unreachable_sliding_pages)
         managers = self.single_type_managers
         #: the one group's manager when `decode_step` can decide a step alone (a single group
         #: that never drops pages), else None
@@ -515,7 +522,16 @@ class CacheCoordinator:
             if isinstance(m, MambaAlignManager):  # the state of the request's computed count
                 cached[gid] = m.cache_states(pages[gid], cached[gid], keys, num_tokens, num_computed_tokens)
             else:
-                cached[gid] = m.cache_pages(pages[gid], cached[gid], keys, num_tokens)
+                cached[gid] = m.cache_pages(self._hittable(gid, pages[gid]), cached[gid], keys, num_tokens)
+
+    def _hittable(self, gid: int, pages: list[int]) -> list[int]:
+        """The pages of group ``gid`` to cache: with `skip_unreachable_sliding_pages`, a sliding
+        group's pages that can never serve a hit become null placeholders (never hashed)."""
+        sparse = self._sparse_sliding.get(gid)
+        if sparse is None:
+            return pages
+        per, need = sparse
+        return [p if sliding_page_can_hit(j, per, need) else NULL_PAGE for j, p in enumerate(pages)]
 
     def free(self, request_id: str) -> None:
         """Release the request's pages, group by group, each last page first. No-op for a
@@ -621,6 +637,31 @@ def _check_mamba_cache_mode(mode: object) -> None:
         raise InvalidArgumentError(f"mamba_cache_mode must be one of {MAMBA_CACHE_MODES}, got {describe(mode)}")
 
 
+def _sparse_sliding_groups(managers: tuple[SingleTypeCacheManager, ...], hit_unit: int,
+                           skip_unreachable_sliding_pages: object) -> dict[int, tuple[int, int]]:
+    """``{group id: (pages per hit unit, pages a hit needs)}`` of the sliding groups whose
+    unreachable pages are skipped (none unless the option is on)."""
+    if not isinstance(skip_unreachable_sliding_pages, bool):
+        raise InvalidArgumentError("skip_unreachable_sliding_pages must be a bool")
+    if not skip_unreachable_sliding_pages:
+        return {}
+    return {m.kv_cache_group_id: (hit_unit // m.page_size, sliding_pages_for_hit(m))
+            for m in managers if isinstance(m, SlidingWindowManager)}
+
+
+def sliding_pages_for_hit(m: SlidingWindowManager) -> int:
+    """Consecutive pages a sliding-window hit needs (the lookup's rule, at least one)."""
+    return max(1, cdiv(m.sliding_window - 1, m.page_size))
+
+
+def sliding_page_can_hit(j: int, per: int, need: int) -> bool:
+    """Whether page ``j`` of a sliding group can ever serve a hit (vLLM 0.33's reachable-page
+    mask, dense retention): a hit ends on a multiple of the hit unit (the lcm of the page
+    sizes, ``per`` pages of this group) and uses the ``need`` pages before it, so only the last
+    ``need`` pages of each unit can be part of one (all of them when ``need >= per``)."""
+    return need >= per or j % per >= per - need
+
+
 def _check_flags(use_eagle: object, enable_caching: object) -> None:
     if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
         raise InvalidArgumentError("use_eagle and enable_caching must be bools")
@@ -694,6 +735,7 @@ class _CoordinatorOptions(TypedDict, total=False):
     free_order: str
     enable_kv_events: bool
     mamba_cache_mode: str
+    skip_unreachable_sliding_pages: bool
 
 
 def get_kv_cache_coordinator(
