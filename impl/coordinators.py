@@ -517,6 +517,19 @@ class CacheCoordinator:
             else:
                 cached[gid] = m.cache_pages(pages[gid], cached[gid], keys, num_tokens)
 
+    def cache_held_batch(self, records: list[RequestState], keys: list[list[PageKey]], num_tokens: list[int]) -> None:
+        """`cache_held` for each of distinct records in order (each holds pages), with one group
+        (not Mamba align) as one registration (`SingleTypeCacheManager.cache_pages_batch`)."""
+        managers = self.single_type_managers
+        if len(managers) != 1 or self._mamba_align:
+            for rec, request_keys, n in zip(records, keys, num_tokens):
+                self.cache_held(rec, request_keys, n)
+            return
+        lists: list[list[int]] = [rec.pages[0] for rec in records]  # type: ignore[index]  # all hold pages
+        counts = managers[0].cache_pages_batch(lists, [rec.num_cached[0] for rec in records], keys, num_tokens)
+        for rec, cached in zip(records, counts):
+            rec.num_cached[0] = cached
+
     def free(self, request_id: str) -> None:
         """Release the request's pages, group by group, each last page first. No-op for a
         request that holds none."""
@@ -665,6 +678,9 @@ class CacheCoordinatorNoPrefixCache(CacheCoordinator):
 
     def cache_held(self, rec: RequestState, keys: Sequence[PageKey], num_tokens: int,
                    num_computed_tokens: int = 0) -> None:
+        """Caching is off: nothing to register."""
+
+    def cache_held_batch(self, records: list[RequestState], keys: list[list[PageKey]], num_tokens: list[int]) -> None:
         """Caching is off: nothing to register."""
 
 

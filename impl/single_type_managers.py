@@ -264,6 +264,34 @@ class SingleTypeCacheManager:
         when they were popped), so each gets its first key here. ``keys`` must cover the last
         full page (the caller extends the request's key list first).
         """
+        num_full = self._full_to_cache(pages, num_cached, keys, num_tokens)
+        if num_full > num_cached:
+            self._register(pages, keys, num_cached, num_full)
+        return num_full
+
+    def cache_pages_batch(self, page_lists: list[list[int]], num_cached: list[int], keys: list[list[PageKey]],
+                          num_tokens: list[int]) -> list[int]:
+        """`cache_pages` for several requests (``page_lists[i]`` with ``num_cached[i]``,
+        ``keys[i]``, ``num_tokens[i]``; distinct lists of held pages), their new pages registered
+        together (`_register_pages`: one `PagePool.cache_page_ids` call for a long run, such as
+        the pages a batched decode step fills): every argument is checked before anything is
+        registered, and the pool ends as after the calls in order (each new page gets its first
+        key; equal keys join their entry in the same order). Returns the new cached counts.
+        """
+        counts = list(map(self._full_to_cache, page_lists, num_cached, keys, num_tokens))
+        stride = self._stride
+        ids: list[int] = []
+        page_keys: list[PageKey] = []
+        for pages, first, request_keys, stop in zip(page_lists, num_cached, keys, counts):
+            if stop > first:
+                ids += pages[first:stop]
+                page_keys += request_keys[(first + 1) * stride - 1:stop * stride:stride]
+        self._register_pages(ids, page_keys)
+        return counts
+
+    def _full_to_cache(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int) -> int:
+        """The cached count after `cache_pages` (pure): ``num_cached``, or the full pages of
+        ``num_tokens`` tokens when more, their pages held and their keys checked."""
         if type(num_tokens) is not int or num_tokens < 0:  # (inline checks: this runs once per filled page)
             num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
         num_full = num_tokens // self.page_size
@@ -278,26 +306,28 @@ class SingleTypeCacheManager:
                 f"keys; the request has {len(pages)} pages and {len(keys)} keys")
         if countOf(map(type, keys[num_cached * stride:num_full * stride]), PageKey) != (num_full - num_cached) * stride:
             _key_list(keys[num_cached * stride:num_full * stride])  # only the keys read here: raises
-        self._register(pages, keys, num_cached, num_full)
         return num_full
 
     def _register(self, pages: list[int], keys: Sequence[PageKey], first: int, stop: int) -> None:
-        """Register ``pages[first:stop]`` (null placeholders skipped) under their group keys.
+        """Register ``pages[first:stop]`` (null placeholders skipped) under their group keys."""
+        stride = self._stride
+        self._register_pages(pages[first:stop], keys[(first + 1) * stride - 1:stop * stride:stride])
+
+    def _register_pages(self, ids: list[int], page_keys: Sequence[PageKey]) -> None:
+        """Register ``ids[i]`` under the group key of ``page_keys[i]`` (null placeholders skipped).
 
         A long run goes to the pool as one batch (all or nothing); a short one, such as the one
         page a decode step fills, as per-page calls: the batch's fixed cost (~2 µs) is more than
         it saves per page (~80 ns) below `_BATCH_FROM` pages (measured, benchmarks/RESULTS.md).
         """
-        stride = self._stride
-        if stop - first < _BATCH_FROM:
+        if len(ids) < _BATCH_FROM:
             cache, gid = self.page_pool.cache_page_id, self.kv_cache_group_id
             new_key = tuple.__new__  # PageHashWithGroupId(...) without the NamedTuple's Python __new__
-            for j in range(first, stop):
-                if pages[j] != NULL_PAGE:
-                    cache(pages[j], new_key(PageHashWithGroupId, (keys[(j + 1) * stride - 1], gid)))
+            for page, key in zip(ids, page_keys):
+                if page != NULL_PAGE:
+                    cache(page, new_key(PageHashWithGroupId, (key, gid)))
             return
-        ids = pages[first:stop]
-        group_keys = self.group_keys(keys[(first + 1) * stride - 1:stop * stride:stride])
+        group_keys = self.group_keys(page_keys)
         if NULL_PAGE in ids:  # window placeholders are never hashed
             group_keys = list(compress(group_keys, ids))  # (a real page id is truthy)
             ids = [page for page in ids if page != NULL_PAGE]
@@ -476,6 +506,11 @@ class MambaManager(SingleTypeCacheManager):
     def cache_pages(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int) -> int:
         """A recurrent state is not a token prefix: nothing is cached."""
         return num_cached
+
+    def cache_pages_batch(self, page_lists: list[list[int]], num_cached: list[int], keys: list[list[PageKey]],
+                          num_tokens: list[int]) -> list[int]:
+        """Nothing is cached (as `cache_pages`)."""
+        return list(num_cached)
 
     def keys_needed(self, num_tokens: int) -> int:
         """Mamba pages are never cached, so they need no keys."""
