@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import numbers
 import sys
-from collections.abc import Iterable, Sequence
-from itertools import repeat
+from collections.abc import Sequence
 from operator import attrgetter, countOf
 from typing import Any, ClassVar, Literal, overload
 
@@ -921,16 +920,12 @@ class CacheManager:
         if type(num_new_tokens) is int:
             if num_new_tokens < 1:
                 return None
-            counts: Iterable[int] = repeat(num_new_tokens, n)
-        elif (type(num_new_tokens) is list and len(num_new_tokens) == n
-              and countOf(map(type, num_new_tokens), int) == n and (not n or min(num_new_tokens) >= 1)):
-            counts = num_new_tokens
-        else:
+        elif not (type(num_new_tokens) is list and len(num_new_tokens) == n
+                  and countOf(map(type, num_new_tokens), int) == n and (not n or min(num_new_tokens) >= 1)):
             return None
-        ids = list(map(_REQUEST_ID, requests))
-        if len(set(ids)) != n or (n and max(map(_STATUS, requests)) > _PREEMPTED):
+        if len(set(map(_REQUEST_ID, requests))) != n or (n and max(map(_STATUS, requests)) > _PREEMPTED):
             return None
-        return self.coordinator.decode_work(list(map(self.coordinator.records.get, ids)), requests, counts)
+        return self.coordinator.decode_work(requests, num_new_tokens)
 
     def _planned_calls(self, reqs: list[Request], counts: list[int], work: list[int], num_lookahead_tokens: int,
                        delay_cache_pages: bool, data_parallel_size: int | None) -> list[_Call]:

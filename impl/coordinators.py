@@ -22,7 +22,7 @@ the classes exist for eSurge's names and dispatch (`get_kv_cache_coordinator`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import count
 from operator import countOf
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
@@ -560,22 +560,27 @@ class CacheCoordinator:
 
     # ---- the batched decode step (`CacheManager.allocate_slots_batch`) ----------------------------
 
-    def decode_work(self, records: list[RequestState | None], requests: list[Request], counts: Iterable[int]
-                    ) -> list[int]:
-        """The positions of a decode batch (``records[i]``: the record of ``requests[i]``'s id,
-        if any; ``counts[i]`` >= 1 new tokens) whose `allocate_slots` call may do something.
-        Every other one is a request that holds pages under this very object, one group that
-        never drops pages (`decode_step` decides its step alone), with room in its pages for
-        ``computed + count <= max_model_len`` tokens and below its next caching point: its call
-        returns "no new page" and changes nothing. Pure; one pass over the batch."""
+    def decode_work(self, requests: list[Request], counts: int | list[int]) -> list[int]:
+        """The positions of a decode batch (``counts``: >= 1 new tokens for each request, or one
+        int for all) whose `allocate_slots` call may do something. Every other one is a request
+        that holds pages under this very object, one group that never drops pages (`decode_step`
+        decides its step alone), with room in its pages for ``computed + count <= max_model_len``
+        tokens and below its next caching point: its call returns "no new page" and changes
+        nothing. Pure; one pass over the batch, the only one that reads every request (the
+        walrus names keep it one expression per request: the record and the token count)."""
         solo = self._solo
         if solo is None:
             return list(range(len(requests)))
-        page_size, limit = solo.page_size, self.max_model_len
-        return [i for i, req, rec, c in zip(count(), requests, records, counts)
-                if rec is None or rec.request is not req or rec.pages is None
-                or not rec.cache_at > req._num_computed_tokens + c <= len(rec.pages[0]) * page_size
-                or req._num_computed_tokens + c > limit]
+        page_size, limit, get = solo.page_size, self.max_model_len, self.records.get
+        if type(counts) is int:  # the common step: one count for all (no second sequence to zip)
+            return [i for i, req in enumerate(requests)
+                    if (rec := get(req._request_id, _NO_RECORD)).request is not req or rec.pages is None
+                    or not rec.cache_at > (n := req._num_computed_tokens + counts) <= len(rec.pages[0]) * page_size
+                    or n > limit]
+        return [i for i, req, c in zip(count(), requests, counts)
+                if (rec := get(req._request_id, _NO_RECORD)).request is not req or rec.pages is None
+                or not rec.cache_at > (n := req._num_computed_tokens + c) <= len(rec.pages[0]) * page_size
+                or n > limit]
 
     def decode_steps(self, records: list[RequestState], num_tokens: list[int]) -> list[list[int]] | None:
         """`decode_step` for each record in order (each holds pages, within ``max_model_len``),
@@ -609,6 +614,8 @@ class CacheCoordinator:
         return out
 
 
+#: the record of an id that has none (its ``request`` is never a request's object)
+_NO_RECORD = RequestState(None)
 #: `decode_step`'s "no new page" (never changed: the caller returns a shared empty result)
 _NO_PAGE: list[int] = []
 
