@@ -454,8 +454,8 @@ class Request:
                 self._tokens.append(token)
                 self._token_array.append(token)
                 return
-        if isinstance(token_ids, numbers.Integral) and not isinstance(token_ids, bool):
-            token = operator.index(token_ids)
+        if type(token_ids) is int or (isinstance(token_ids, numbers.Integral) and not isinstance(token_ids, bool)):
+            token = operator.index(token_ids)  # (a plain int skips the ABC check: a sampled token, each step)
             if not 0 <= token < TOKEN_ID_LIMIT:
                 raise InvalidArgumentError(f"token id must be in [0, 2**64), got {describe(token)}")
             self._tokens.append(token)
