@@ -19,6 +19,7 @@ from __future__ import annotations
 import numbers
 import sys
 from collections.abc import Sequence
+from itertools import compress
 from operator import attrgetter, countOf
 from typing import Any, ClassVar, Literal, overload
 
@@ -978,20 +979,21 @@ class CacheManager:
         """Apply planned calls that are all decode steps of running requests, their new pages
         taken at once (`CacheCoordinator.decode_steps`), then their caching in order; False
         (nothing changed) when the coordinator does not take them so."""
-        if data_parallel_size is not None or any(held is None or num_slots != num_tokens
-                                                 for _, held, num_tokens, num_slots, _, _, _ in calls):
+        if data_parallel_size is not None or not calls:
             return False
-        news = self.coordinator.decode_steps([call[1] for call in calls],  # type: ignore[misc]  # all held
-                                             [call[2] for call in calls])
+        reqs, helds, num_tokens, num_slots, cached, keys, _ = map(list, zip(*calls))  # (one column per field)
+        if None in helds or num_slots != num_tokens:  # a request holding nothing, or lookahead slots
+            return False
+        news = self.coordinator.decode_steps(helds, num_tokens)
         if news is None:
             return False
         pool, no_new_page = self.page_pool, self._no_new_page
         for i, new in zip(work, news):
             results[i] = CachePages._of((new,), pool) if new else no_new_page
-        caching = [call for call in calls if call[5] is not None]
-        if caching:
-            self._cache_batch([call[1] for call in caching], [call[0] for call in caching],  # type: ignore[misc]
-                              [call[4] for call in caching], [call[5] for call in caching])  # type: ignore[misc]
+        if keys.count(None) < len(keys):
+            due = [k is not None for k in keys]  # the calls whose caching is due
+            self._cache_batch(list(compress(helds, due)), list(compress(reqs, due)), list(compress(cached, due)),
+                              list(compress(keys, due)))
         return True
 
     def _checked_batch(

@@ -572,7 +572,7 @@ class CacheCoordinator:
         if solo is None:
             return list(range(len(requests)))
         page_size, limit, get = solo.page_size, self.max_model_len, self.records.get
-        if type(counts) is int:  # the common step: one count for all (no second sequence to zip)
+        if isinstance(counts, int):  # the common step: one count for all (no second sequence to zip)
             return [i for i, req in enumerate(requests)
                     if (rec := get(req._request_id, _NO_RECORD)).request is not req or rec.pages is None
                     or not rec.cache_at > (n := req._num_computed_tokens + counts) <= len(rec.pages[0]) * page_size
