@@ -367,8 +367,11 @@ class SingleTypeCacheManager:
 
     def free(self, pages: list[int]) -> None:
         """Release ``pages`` (a request's list, which the caller gives up), last page first, so
-        chain tails are evicted first; null placeholders are skipped."""
-        if NULL_PAGE in _page_list(pages):  # window placeholders: only windowed groups have them
+        chain tails are evicted first; null placeholders (windowed groups) are skipped. Another
+        group's list holds no null page, so it is not searched for one (a pass over a long
+        list): the pool refuses the null page (`NullPageError`) if one is there by mistake."""
+        pages = _page_list(pages)
+        if self.frees_skipped_pages and NULL_PAGE in pages:  # window placeholders
             pages = [p for p in pages if p != NULL_PAGE]
         pages.reverse()  # the list is the caller's to give up: reverse in place, no copy
         if pages:
