@@ -298,21 +298,15 @@ class SingleTypeCacheManager:
     def cache_pages_batch(self, page_lists: list[list[int]], num_cached: list[int], keys: list[list[PageKey]],
                           num_tokens: list[int]) -> list[int]:
         """`cache_pages` for several requests (``page_lists[i]`` with ``num_cached[i]``,
-        ``keys[i]``, ``num_tokens[i]``; distinct lists of held pages), their new pages registered
-        together (`_register_pages`: one `PagePool.cache_page_ids` call for a long run, such as
-        the pages a batched decode step fills): every argument is checked before anything is
-        registered, and the pool ends as after the calls in order (each new page gets its first
-        key; equal keys join their entry in the same order). Returns the new cached counts.
+        ``keys[i]``, ``num_tokens[i]``; distinct lists of held pages), every argument checked
+        before the first page is registered; then each request's new pages are registered as
+        its own call registers them (the same pool calls in the same order, so the pool ends as
+        after the calls in order, its key version included). Returns the new cached counts.
         """
         counts = list(map(self._full_to_cache, page_lists, num_cached, keys, num_tokens))
-        stride = self._stride
-        ids: list[int] = []
-        page_keys: list[PageKey] = []
         for pages, first, request_keys, stop in zip(page_lists, num_cached, keys, counts):
             if stop > first:
-                ids += pages[first:stop]
-                page_keys += request_keys[(first + 1) * stride - 1:stop * stride:stride]
-        self._register_pages(ids, page_keys)
+                self._register(pages, request_keys, first, stop)
         return counts
 
     def _full_to_cache(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int) -> int:
@@ -335,25 +329,22 @@ class SingleTypeCacheManager:
         return num_full
 
     def _register(self, pages: list[int], keys: Sequence[PageKey], first: int, stop: int) -> None:
-        """Register ``pages[first:stop]`` (null placeholders skipped) under their group keys."""
-        stride = self._stride
-        self._register_pages(pages[first:stop], keys[(first + 1) * stride - 1:stop * stride:stride])
-
-    def _register_pages(self, ids: list[int], page_keys: Sequence[PageKey]) -> None:
-        """Register ``ids[i]`` under the group key of ``page_keys[i]`` (null placeholders skipped).
+        """Register ``pages[first:stop]`` (null placeholders skipped) under their group keys.
 
         A long run goes to the pool as one batch (all or nothing); a short one, such as the one
         page a decode step fills, as per-page calls: the batch's fixed cost (~2 µs) is more than
         it saves per page (~80 ns) below `_BATCH_FROM` pages (measured, benchmarks/RESULTS.md).
         """
-        if len(ids) < _BATCH_FROM:
+        stride = self._stride
+        if stop - first < _BATCH_FROM:
             cache, gid = self.page_pool.cache_page_id, self.kv_cache_group_id
             new_key = tuple.__new__  # PageHashWithGroupId(...) without the NamedTuple's Python __new__
-            for page, key in zip(ids, page_keys):
-                if page != NULL_PAGE:
-                    cache(page, new_key(PageHashWithGroupId, (key, gid)))
+            for j in range(first, stop):
+                if pages[j] != NULL_PAGE:
+                    cache(pages[j], new_key(PageHashWithGroupId, (keys[(j + 1) * stride - 1], gid)))
             return
-        group_keys = self.group_keys(page_keys)
+        ids = pages[first:stop]
+        group_keys = self.group_keys(keys[(first + 1) * stride - 1:stop * stride:stride])
         if NULL_PAGE in ids:  # window placeholders are never hashed
             group_keys = list(compress(group_keys, ids))  # (a real page id is truthy)
             ids = [page for page in ids if page != NULL_PAGE]
