@@ -187,7 +187,6 @@ _PREEMPTED = RequestStatus.PREEMPTED
 #: what the decode test reads for an id without a record: it describes no request
 _NO_RECORD = RequestState(None)
 _REQUEST_ID = attrgetter("_request_id")
-_STATUS = attrgetter("_status")
 _ZERO = 0  # `x is _ZERO`: x is the plain int 0 (a fast-path guard; anything else takes the checked path)
 
 
@@ -894,7 +893,7 @@ class CacheManager:
                                                data_parallel_size)
             work = list(range(len(reqs)))
             lookahead = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
-        else:  # (`_decode_work` checked the types, the ids and the statuses)
+        else:  # (`_decode_work` checked the types and the ids; `_planned_calls` checks the work)
             reqs = requests  # type: ignore[assignment]
             counts = [num_new_tokens] * len(reqs) if type(num_new_tokens) is int else num_new_tokens  # type: ignore[assignment]
             lookahead = 0
@@ -911,8 +910,8 @@ class CacheManager:
 
     def _decode_work(self, requests: object, num_new_tokens: object) -> list[int] | None:
         """For a batch in its plain form (a list of `Request`, plain int counts >= 1, distinct
-        ids, none finished), the positions whose single call may do something
-        (`CacheCoordinator.decode_work`); every other call returns the shared "no new page"
+        ids), the positions whose single call may do something or raises (a finished request:
+        `CacheCoordinator.decode_work`); every other call returns the shared "no new page"
         result and changes nothing. None when the batch is not in that form (the checked path
         then decides). Pure."""
         if type(requests) is not list or countOf(map(type, requests), Request) != len(requests):
@@ -924,7 +923,7 @@ class CacheManager:
         elif not (type(num_new_tokens) is list and len(num_new_tokens) == n
                   and countOf(map(type, num_new_tokens), int) == n and (not n or min(num_new_tokens) >= 1)):
             return None
-        if len(set(map(_REQUEST_ID, requests))) != n or (n and max(map(_STATUS, requests)) > _PREEMPTED):
+        if len(set(map(_REQUEST_ID, requests))) != n:
             return None
         return self.coordinator.decode_work(requests, num_new_tokens)
 
@@ -943,7 +942,7 @@ class CacheManager:
             rec = records.get(req._request_id)
             num_tokens = req._num_computed_tokens + n
             if (rec is not None and rec.pages is not None and rec.request is req and num_tokens <= max_model_len
-                    and data_parallel_size is None):  # running, within bounds: nothing else to check
+                    and req._status <= _PREEMPTED and data_parallel_size is None):  # running, within bounds
                 held: RequestState | None = rec
                 stale, cache_at = rec.keys is not None and rec.keys_version != req._identity_version, rec.cache_at
             else:

@@ -45,6 +45,7 @@ from verikv.errors import (
 from verikv.free_queue import MAX_PAGE_ID
 from verikv.hashing import PageKey
 from verikv.page_pool import PagePool
+from verikv.request import RequestStatus
 from verikv.single_type_managers import (
     NULL_PAGE,
     MambaAlignManager,
@@ -566,8 +567,9 @@ class CacheCoordinator:
         that holds pages under this very object, one group that never drops pages (`decode_step`
         decides its step alone), with room in its pages for ``computed + count <= max_model_len``
         tokens and below its next caching point: its call returns "no new page" and changes
-        nothing. Pure; one pass over the batch, the only one that reads every request (the
-        walrus names keep it one expression per request: the record and the token count)."""
+        nothing. A finished request is one of the positions (its call raises). Pure; one pass over
+        the batch, the only one that reads every request's record (the walrus names keep it one
+        expression per request: the record and the token count)."""
         solo = self._solo
         if solo is None:
             return list(range(len(requests)))
@@ -576,11 +578,11 @@ class CacheCoordinator:
             return [i for i, req in enumerate(requests)
                     if (rec := get(req._request_id, _NO_RECORD)).request is not req or rec.pages is None
                     or not rec.cache_at > (n := req._num_computed_tokens + counts) <= len(rec.pages[0]) * page_size
-                    or n > limit]
+                    or n > limit or req._status > _PREEMPTED]
         return [i for i, req, c in zip(count(), requests, counts)
                 if (rec := get(req._request_id, _NO_RECORD)).request is not req or rec.pages is None
                 or not rec.cache_at > (n := req._num_computed_tokens + c) <= len(rec.pages[0]) * page_size
-                or n > limit]
+                or n > limit or req._status > _PREEMPTED]
 
     def decode_steps(self, records: list[RequestState], num_tokens: list[int]) -> list[list[int]] | None:
         """`decode_step` for each record in order (each holds pages, within ``max_model_len``),
@@ -614,6 +616,8 @@ class CacheCoordinator:
         return out
 
 
+#: every status above this one is a finished request's
+_PREEMPTED = RequestStatus.PREEMPTED
 #: the record of an id that has none (its ``request`` is never a request's object)
 _NO_RECORD = RequestState(None)
 #: `decode_step`'s "no new page" (never changed: the caller returns a shared empty result)
