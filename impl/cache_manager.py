@@ -167,17 +167,9 @@ class _NoNewPages(CachePages):
 
     __slots__ = ()
 
-    @overload
-    def get_page_ids(self, allow_none: Literal[False] = False, *,
-                     group_ids: Sequence[int] | None = None) -> tuple[list[int], ...]: ...
-
-    @overload
-    def get_page_ids(self, allow_none: bool, *,
-                     group_ids: Sequence[int] | None = None) -> tuple[list[int], ...] | None: ...
-
-    def get_page_ids(self, allow_none: bool = False, *,
-                     group_ids: Sequence[int] | None = None) -> tuple[list[int], ...] | None:
-        """``([],)``: a fresh empty list (None when ``allow_none``)."""
+    def get_page_ids(self, allow_none: bool = False, *, group_ids: Sequence[int] | None = None) -> Any:
+        """``([],)``: a fresh empty list (None when ``allow_none``). (Callers see `CachePages`'
+        overloaded signature: this shortcut of its common call returns exactly what it does.)"""
         if allow_none is False and group_ids is None:
             return ([],)
         return super().get_page_ids(allow_none, group_ids=group_ids)
@@ -226,6 +218,8 @@ class CacheManager:
     ``mamba_cache_mode`` is how Mamba groups are cached: ``"none"`` (default: one state page per
     request, never a hit) or ``"align"`` (states at page-aligned positions are cached and hit;
     the engine must keep the state contract of docs/semantics.md, "Mamba prefix caching").
+    ``skip_unreachable_sliding_pages`` (default off) leaves uncached the sliding-window pages
+    that can never serve a hit in a hybrid model (vLLM 0.33's policy; docs/semantics.md).
     """
 
     def __init__(
@@ -242,6 +236,7 @@ class CacheManager:
         enable_kv_events: bool = False,
         data_parallel_size: int | None = None,
         mamba_cache_mode: str = "none",
+        skip_unreachable_sliding_pages: bool = False,
     ) -> None:
         if not isinstance(enable_caching, bool) or not isinstance(use_eagle, bool):
             raise InvalidArgumentError("enable_caching and use_eagle must be bools")
@@ -250,6 +245,7 @@ class CacheManager:
         self.coordinator: CacheCoordinator = get_kv_cache_coordinator(
             num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching,
             free_order=free_order, enable_kv_events=enable_kv_events, mamba_cache_mode=mamba_cache_mode,
+            skip_unreachable_sliding_pages=skip_unreachable_sliding_pages,
         )
         coordinator = self.coordinator
         self.page_pool: PagePool = coordinator.page_pool
@@ -258,6 +254,8 @@ class CacheManager:
         self.max_model_len: int = coordinator.max_model_len
         self.enable_caching: bool = coordinator.enable_caching  # False when there is no group
         self.use_eagle: bool = use_eagle
+        #: whether sliding-window pages that can never serve a hit are left uncached
+        self.skip_unreachable_sliding_pages: bool = skip_unreachable_sliding_pages
         #: eSurge's attribute: the first group's page size when caching, else None
         self.page_size: int | None = self.kv_cache_groups[0].kv_cache_spec.page_size if self.enable_caching else None
         self._caching_key_size = coordinator.key_page_size is not None  # False: only Mamba groups, "none" mode
