@@ -22,7 +22,7 @@ the classes exist for eSurge's names and dispatch (`get_kv_cache_coordinator`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import count
 from operator import countOf
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, Unpack, cast
@@ -45,6 +45,7 @@ from verikv.errors import (
 from verikv.free_queue import MAX_PAGE_ID
 from verikv.hashing import PageKey
 from verikv.page_pool import PagePool
+from verikv.request import RequestStatus
 from verikv.single_type_managers import (
     NULL_PAGE,
     MambaAlignManager,
@@ -533,6 +534,19 @@ class CacheCoordinator:
         per, need = sparse
         return [p if sliding_page_can_hit(j, per, need) else NULL_PAGE for j, p in enumerate(pages)]
 
+    def cache_held_batch(self, records: list[RequestState], keys: list[list[PageKey]], num_tokens: list[int]) -> None:
+        """`cache_held` for each of distinct records in order (each holds pages), with one group
+        (not Mamba align) as one registration (`SingleTypeCacheManager.cache_pages_batch`)."""
+        managers = self.single_type_managers
+        if len(managers) != 1 or self._mamba_align:
+            for rec, request_keys, n in zip(records, keys, num_tokens):
+                self.cache_held(rec, request_keys, n)
+            return
+        lists: list[list[int]] = [rec.pages[0] for rec in records]  # type: ignore[index]  # all hold pages
+        counts = managers[0].cache_pages_batch(lists, [rec.num_cached[0] for rec in records], keys, num_tokens)
+        for rec, cached in zip(records, counts):
+            rec.num_cached[0] = cached
+
     def free(self, request_id: str) -> None:
         """Release the request's pages, group by group, each last page first. No-op for a
         request that holds none."""
@@ -563,22 +577,28 @@ class CacheCoordinator:
 
     # ---- the batched decode step (`CacheManager.allocate_slots_batch`) ----------------------------
 
-    def decode_work(self, records: list[RequestState | None], requests: list[Request], counts: Iterable[int]
-                    ) -> list[int]:
-        """The positions of a decode batch (``records[i]``: the record of ``requests[i]``'s id,
-        if any; ``counts[i]`` >= 1 new tokens) whose `allocate_slots` call may do something.
-        Every other one is a request that holds pages under this very object, one group that
-        never drops pages (`decode_step` decides its step alone), with room in its pages for
-        ``computed + count <= max_model_len`` tokens and below its next caching point: its call
-        returns "no new page" and changes nothing. Pure; one pass over the batch."""
+    def decode_work(self, requests: list[Request], counts: int | list[int]) -> list[int]:
+        """The positions of a decode batch (``counts``: >= 1 new tokens for each request, or one
+        int for all) whose `allocate_slots` call may do something. Every other one is a request
+        that holds pages under this very object, one group that never drops pages (`decode_step`
+        decides its step alone), with room in its pages for ``computed + count <= max_model_len``
+        tokens and below its next caching point: its call returns "no new page" and changes
+        nothing. A finished request is one of the positions (its call raises). Pure; one pass over
+        the batch, the only one that reads every request's record (the walrus names keep it one
+        expression per request: the record and the token count)."""
         solo = self._solo
         if solo is None:
             return list(range(len(requests)))
-        page_size, limit = solo.page_size, self.max_model_len
-        return [i for i, req, rec, c in zip(count(), requests, records, counts)
-                if rec is None or rec.request is not req or rec.pages is None
-                or not rec.cache_at > req._num_computed_tokens + c <= len(rec.pages[0]) * page_size
-                or req._num_computed_tokens + c > limit]
+        page_size, limit, get = solo.page_size, self.max_model_len, self.records.get
+        if isinstance(counts, int):  # the common step: one count for all (no second sequence to zip)
+            return [i for i, req in enumerate(requests)
+                    if (rec := get(req._request_id, _NO_RECORD)).request is not req or rec.pages is None
+                    or not rec.cache_at > (n := req._num_computed_tokens + counts) <= len(rec.pages[0]) * page_size
+                    or n > limit or req._status > _PREEMPTED]
+        return [i for i, req, c in zip(count(), requests, counts)
+                if (rec := get(req._request_id, _NO_RECORD)).request is not req or rec.pages is None
+                or not rec.cache_at > (n := req._num_computed_tokens + c) <= len(rec.pages[0]) * page_size
+                or n > limit or req._status > _PREEMPTED]
 
     def decode_steps(self, records: list[RequestState], num_tokens: list[int]) -> list[list[int]] | None:
         """`decode_step` for each record in order (each holds pages, within ``max_model_len``),
@@ -612,6 +632,10 @@ class CacheCoordinator:
         return out
 
 
+#: every status above this one is a finished request's
+_PREEMPTED = RequestStatus.PREEMPTED
+#: the record of an id that has none (its ``request`` is never a request's object)
+_NO_RECORD = RequestState(None)
 #: `decode_step`'s "no new page" (never changed: the caller returns a shared empty result)
 _NO_PAGE: list[int] = []
 
@@ -706,6 +730,9 @@ class CacheCoordinatorNoPrefixCache(CacheCoordinator):
 
     def cache_held(self, rec: RequestState, keys: Sequence[PageKey], num_tokens: int,
                    num_computed_tokens: int = 0) -> None:
+        """Caching is off: nothing to register."""
+
+    def cache_held_batch(self, records: list[RequestState], keys: list[list[PageKey]], num_tokens: list[int]) -> None:
         """Caching is off: nothing to register."""
 
 

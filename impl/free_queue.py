@@ -204,13 +204,17 @@ class IdLinks:
     the owner's job, done before any mutation) and cost O(1) per id.
     """
 
-    __slots__ = ("capacity", "lengths", "next", "prev")
+    __slots__ = ("capacity", "lengths", "next", "next_np", "prev", "prev_np")
 
     def __init__(self, capacity: int, num_lists: int = 1) -> None:
         size = capacity + 2 * num_lists
         self.capacity: int = capacity
         self.prev: array[int] = int_array(np.full(size, UNLINKED, dtype=np.intc))
         self.next: array[int] = int_array(np.full(size, UNLINKED, dtype=np.intc))
+        #: NumPy views of the link arrays (no copy; the arrays are never resized, and cannot be
+        #: while viewed), kept so that a bulk link is its scatters only
+        self.prev_np: np.ndarray = np.frombuffer(self.prev, dtype=np.intc)
+        self.next_np: np.ndarray = np.frombuffer(self.next, dtype=np.intc)
         self.lengths: list[int] = [0] * num_lists
         for li in range(num_lists):
             head, tail = capacity + 2 * li, capacity + 2 * li + 1
@@ -223,8 +227,7 @@ class IdLinks:
             return
         head, tail = self.capacity + 2 * li, self.capacity + 2 * li + 1
         ids = np.arange(first, stop, dtype=np.intc)
-        prev = np.frombuffer(self.prev, dtype=np.intc)
-        nxt = np.frombuffer(self.next, dtype=np.intc)
+        prev, nxt = self.prev_np, self.next_np
         prev[first + 1:stop] = ids[:-1]
         nxt[first:stop - 1] = ids[1:]
         prev[first], nxt[stop - 1] = head, tail
@@ -283,21 +286,33 @@ class IdLinks:
         prev[end] = last
         self.lengths[li] += count
 
-    def link_back_array(self, li: int, ids: np.ndarray) -> None:
-        """`link_back` for a NumPy array of unlinked, distinct ids: the inner links are two
-        vectorized stores into NumPy views of the link arrays (which are never resized)."""
+    def link_back_distinct(self, li: int, ids: np.ndarray, first_id: int, last_id: int) -> bool:
+        """Append the unlinked ids of the NumPy array ``ids`` (int32 or uint32; ``first_id`` and ``last_id`` its
+        ends, as ints) at the tail of list ``li``, in order, if they are distinct; otherwise
+        change nothing and return False. The inner links are vectorized scatters, and they are
+        also the distinctness check: once every link is stored (the last id's link to the tail
+        included), id ``ids[i]`` links to ``ids[i + 1]`` for every ``i`` exactly when no id is
+        listed twice (a repeated id keeps only its last link, and following the repeats to the
+        end of the array reaches the last id, whose link is the tail, not an id). One gather
+        and a byte comparison (no ufunc call), instead of a Python-level set of the ids."""
         count = len(ids)
         if count == 0:
-            return
+            return True
         nxt, prev = self.next, self.prev
         tail = self.capacity + 2 * li + 1
-        last, first_id, last_id = prev[tail], int(ids[0]), int(ids[-1])
-        nxt[last], prev[first_id] = first_id, last
+        last = prev[tail]
         inner, following = ids[:-1], ids[1:]
-        np.frombuffer(nxt, dtype=np.intc)[inner] = following  # type: ignore[call-overload, unused-ignore]
-        np.frombuffer(prev, dtype=np.intc)[following] = inner  # type: ignore[call-overload, unused-ignore]
+        self.next_np[inner] = following
+        self.prev_np[following] = inner
+        nxt[last], prev[first_id] = first_id, last
         nxt[last_id], prev[tail] = tail, last_id
-        self.lengths[li] += count
+        if count == 1 or self.next_np[inner].tobytes() == following.tobytes():  # (ids < 2**31)
+            self.lengths[li] += count
+            return True
+        self.next_np[ids] = UNLINKED  # an id listed twice: the ids were unlinked, and are again
+        self.prev_np[ids] = UNLINKED
+        nxt[last], prev[tail] = tail, last
+        return False
 
     def link_front(self, li: int, ids: Iterable[int]) -> None:
         """Insert unlinked ids before the head of list ``li``, keeping their order."""

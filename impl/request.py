@@ -106,7 +106,7 @@ class TokenView(Sequence[int]):
 def _checked_tokens(tokens: object, what: str) -> tuple[list[int], array[int]]:
     """The token ids as a list of exact Python ints in ``[0, 2**64)`` and as the ``array('Q')``
     of the same values, or InvalidArgumentError."""
-    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
+    if type(tokens) is not list and (isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable)):
         raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(tokens).__name__}")
     try:
         out = list(tokens)
@@ -248,7 +248,8 @@ class Request:
         path = _checked_lora_text(lora_path, "lora_path")
         if path is not None and name is None:
             raise InvalidArgumentError(f"request {rid!r}: lora_path {path!r} needs a lora_name")
-        features = _checked_features(mm_features, len(tokens))
+        # (no items, the default: no ABC check, no list, no sort)
+        features = () if type(mm_features) is tuple and not mm_features else _checked_features(mm_features, len(tokens))
         if not isinstance(prompt_logprobs, bool):
             raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(prompt_logprobs).__name__}")
         self._request_id = rid
@@ -387,8 +388,8 @@ class Request:
                 self._tokens.append(token)
                 self._token_array.append(token)
                 return
-        if isinstance(token_ids, numbers.Integral) and not isinstance(token_ids, bool):
-            token = operator.index(token_ids)
+        if type(token_ids) is int or (isinstance(token_ids, numbers.Integral) and not isinstance(token_ids, bool)):
+            token = operator.index(token_ids)  # (a plain int skips the ABC check: a sampled token, each step)
             if not 0 <= token < TOKEN_ID_LIMIT:
                 raise InvalidArgumentError(f"token id must be in [0, 2**64), got {describe(token)}")
             self._tokens.append(token)

@@ -294,6 +294,28 @@ class SingleTypeCacheManager:
         when they were popped), so each gets its first key here. ``keys`` must cover the last
         full page (the caller extends the request's key list first).
         """
+        num_full = self._full_to_cache(pages, num_cached, keys, num_tokens)
+        if num_full > num_cached:
+            self._register(pages, keys, num_cached, num_full)
+        return num_full
+
+    def cache_pages_batch(self, page_lists: list[list[int]], num_cached: list[int], keys: list[list[PageKey]],
+                          num_tokens: list[int]) -> list[int]:
+        """`cache_pages` for several requests (``page_lists[i]`` with ``num_cached[i]``,
+        ``keys[i]``, ``num_tokens[i]``; distinct lists of held pages), every argument checked
+        before the first page is registered; then each request's new pages are registered as
+        its own call registers them (the same pool calls in the same order, so the pool ends as
+        after the calls in order, its key version included). Returns the new cached counts.
+        """
+        counts = list(map(self._full_to_cache, page_lists, num_cached, keys, num_tokens))
+        for pages, first, request_keys, stop in zip(page_lists, num_cached, keys, counts):
+            if stop > first:
+                self._register(pages, request_keys, first, stop)
+        return counts
+
+    def _full_to_cache(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int) -> int:
+        """The cached count after `cache_pages` (pure): ``num_cached``, or the full pages of
+        ``num_tokens`` tokens when more, their pages held and their keys checked."""
         if type(num_tokens) is not int or num_tokens < 0:  # (inline checks: this runs once per filled page)
             num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
         num_full = num_tokens // self.page_size
@@ -308,7 +330,6 @@ class SingleTypeCacheManager:
                 f"keys; the request has {len(pages)} pages and {len(keys)} keys")
         if countOf(map(type, keys[num_cached * stride:num_full * stride]), PageKey) != (num_full - num_cached) * stride:
             _key_list(keys[num_cached * stride:num_full * stride])  # only the keys read here: raises
-        self._register(pages, keys, num_cached, num_full)
         return num_full
 
     def _register(self, pages: list[int], keys: Sequence[PageKey], first: int, stop: int) -> None:
@@ -340,8 +361,11 @@ class SingleTypeCacheManager:
 
     def free(self, pages: list[int]) -> None:
         """Release ``pages`` (a request's list, which the caller gives up), last page first, so
-        chain tails are evicted first; null placeholders are skipped."""
-        if NULL_PAGE in _page_list(pages):  # window placeholders: only windowed groups have them
+        chain tails are evicted first; null placeholders (windowed groups) are skipped. Another
+        group's list holds no null page, so it is not searched for one (a pass over a long
+        list): the pool refuses the null page (`NullPageError`) if one is there by mistake."""
+        pages = _page_list(pages)
+        if self.frees_skipped_pages and NULL_PAGE in pages:  # window placeholders
             pages = [p for p in pages if p != NULL_PAGE]
         pages.reverse()  # the list is the caller's to give up: reverse in place, no copy
         if pages:
@@ -459,6 +483,11 @@ class MambaManager(SingleTypeCacheManager):
     def cache_pages(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int) -> int:
         """A recurrent state is not a token prefix: nothing is cached."""
         return num_cached
+
+    def cache_pages_batch(self, page_lists: list[list[int]], num_cached: list[int], keys: list[list[PageKey]],
+                          num_tokens: list[int]) -> list[int]:
+        """Nothing is cached (as `cache_pages`)."""
+        return list(num_cached)
 
     def keys_needed(self, num_tokens: int) -> int:
         """Mamba pages are never cached, so they need no keys."""
