@@ -438,17 +438,33 @@ def test_equal_pages_at_a_shards_upper_bound_are_outside_it() -> None:
     assert pool.lookup_run_ids([b"same"], dp_shard_hint=0, data_parallel_size=2) == []
 
 
-def test_lookup_statistics_count_one_query_and_its_hit() -> None:
+def test_each_lookup_counts_one_query_and_a_hit_only_when_it_hits() -> None:
     pool = PagePool(8)
     pool.get_new_page_ids(1)
     pool.cache_page_id(1, b"k")
-    pool.make_prefix_cache_stats()
-    pool.lookup_id(b"k")
-    pool.lookup_id(b"miss")
-    pool.lookup_all_ids([b"miss"])
-    pool.lookup_all_ids([b"k"])
-    stats = pool.make_prefix_cache_stats()
-    assert (stats.queries, stats.hits) == (4, 2)
+    for call, hit in ((lambda: pool.lookup_id(b"k"), True), (lambda: pool.lookup_id(b"miss"), False),
+                      (lambda: pool.lookup_all_ids([b"miss"]), False), (lambda: pool.lookup_all_ids([b"k"]), True),
+                      (lambda: pool.lookup_all_ids([b"k", b"miss"]), False)):
+        pool.make_prefix_cache_stats()
+        call()
+        stats = pool.make_prefix_cache_stats()
+        assert (stats.queries, stats.hits) == (1, int(hit))
+
+
+def test_every_registration_changes_the_key_version() -> None:
+    pool = PagePool(8)
+    pool.get_new_page_ids(6)
+    seen = [pool.key_version]
+    for batch in ([1, 2], [3, 4], [5], [6]):
+        pool.cache_page_ids(batch, [bytes([p]) for p in batch])
+        assert pool.key_version not in seen
+        seen.append(pool.key_version)
+
+
+def test_a_bad_key_is_reported_before_a_bad_page() -> None:
+    with pytest.raises(InvalidArgumentError) as excinfo:
+        PagePool(8).cache_page_id(0, [1])  # the null page, and an unhashable key  # type: ignore[arg-type]
+    assert excinfo.type is InvalidArgumentError
 
 
 def test_unhashed_first_frees_put_keyless_pages_before_their_shards_head() -> None:
