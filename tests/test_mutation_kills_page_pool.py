@@ -463,7 +463,7 @@ def test_every_registration_changes_the_key_version() -> None:
 
 def test_a_bad_key_is_reported_before_a_bad_page() -> None:
     with pytest.raises(InvalidArgumentError) as excinfo:
-        PagePool(8).cache_page_id(0, [1])  # the null page, and an unhashable key  # type: ignore[arg-type]
+        PagePool(8).cache_page_id(0, [1])  # type: ignore[arg-type]  # the null page, an unhashable key
     assert excinfo.type is InvalidArgumentError
 
 
