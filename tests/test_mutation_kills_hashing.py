@@ -531,5 +531,26 @@ def test_a_fresh_process_hashes_and_the_root_ignores_pythonhashseed() -> None:
         outputs.add(run.stdout)
     assert len(outputs) == 1
     root, num_keys = map(int, outputs.pop().split())
-    assert num_keys == 2
-    assert 0 <= root < 2**64
+    hasher = PageHasher("builtin", seed="tenant")  # the same, in this process
+    assert (root, num_keys) == (hasher.root, len(hasher.hash_request(SimpleNamespace(all_token_ids=[1, 2, 3, 4]), 2)))
+    assert 0 <= root < 2**64  # a 64-bit value, as builtin hash values are
+
+
+def _byteswapped(token: int) -> int:
+    return int.from_bytes(token.to_bytes(8, "little"), "big")
+
+
+@pytest.mark.parametrize(("start", "stop"), [(0, None), (3, 5), (2, 14)], ids=["all", "short span", "long span"])
+def test_on_a_big_endian_host_token_words_are_swapped_to_little_endian(
+        start: int, stop: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a big-endian host ``array('Q')`` holds big-endian words, which the hasher swaps into
+    the little-endian message. Simulated here (a little-endian host): the swap then turns each
+    token id into its byte-reversed value, and exactly the pages of the span are hashed."""
+    hasher, page_size = PageHasher("sha256", seed=2), 3
+    tokens = list(range(1, 16 * page_size + 1))
+    swapped = Request("s", [_byteswapped(t) for t in tokens])
+    expected_all = hasher.hash_request(swapped, page_size)
+    parent = expected_all[start - 1] if start else None
+    expected = hasher.hash_request(swapped, page_size, start, parent, stop)
+    monkeypatch.setattr(hashing, "_BIG_ENDIAN", True)
+    assert hasher.hash_request(Request("r", tokens), page_size, start, parent, stop) == expected
