@@ -56,7 +56,7 @@ MODULES: tuple[Module, ...] = (
     _module("hashing", "hashing", "request", "bad_input", "lora_identity"),
     _module("page_pool", "page_pool", "free_queue", "pool_spec"),
     _module("single_type_managers", "single_type_managers", "coordinators", "cache_manager",
-            "mamba_prefix_caching", "allocate_slots_batch", "external_computed_tokens", "lookup_options"),
+            "mamba_prefix_caching", "external_computed_tokens", "lookup_options"),
     _module("coordinators", "coordinators", "single_type_managers", "cache_manager", "mamba_prefix_caching",
             "allocate_slots_batch"),
     _module("cache_manager", "cache_manager", "bad_input", "esurge_regressions", "reliability",
