@@ -432,10 +432,13 @@ def test_a_value_parent_of_the_builtin_scheme_is_range_checked_and_named() -> No
 
 
 def test_a_callable_schemes_page_hash_parent_resumes_its_chain() -> None:
-    hasher = PageHasher(lambda args: ("v", args[1]), seed=1)  # type: ignore[arg-type, return-value]
+    hasher = PageHasher(lambda args: ("v", args[0], args[1]), seed=1)  # type: ignore[arg-type, return-value]
     request = _six_token_request()
     records = hasher.page_hashes(request, 2)
-    assert [r.hash_value for r in records] == [("v", (5, 6)), ("v", (7, 8)), ("v", (9, 10))]
+    first = ("v", hasher.root, (5, 6))  # the root of an int seed is hash(seed)
+    second = ("v", first, (7, 8))
+    assert hasher.root == hash(1)
+    assert [r.hash_value for r in records] == [first, second, ("v", second, (9, 10))]
     keys = hasher.hash_request(request, 2)
     assert hasher.hash_request(request, 2, start=1, parent=records[0]) == keys[1:]
 
