@@ -328,3 +328,71 @@ def test_hit_mismatch_at_a_key_stride_reads_the_last_small_key_of_each_page() ->
     right = pool.get_new_page_ids(2)
     _cache(manager, right, keys, [0, 1])
     assert manager.hit_mismatch(right, keys) is None
+
+
+# --- dropping pages a window left, caching counts ----------------------------------------------
+
+
+def test_no_page_is_dropped_before_the_window_has_passed_one() -> None:
+    manager = _sliding(8)
+    assert manager.skipped_range([1, 2], 1) == (0, 0)  # token 1 attends to everything
+    assert manager.skipped_range([], 40) == (0, 0)
+
+
+def test_the_dropped_run_starts_after_the_last_placeholder() -> None:
+    manager = _sliding(4)  # token 15 attends to 12..15: pages 0..2 are behind it
+    assert manager.skipped_range([0, 5, 6, 7], 15) == (1, 3)
+    assert manager.skipped_range([0, 0, 6, 7], 15) == (2, 3)
+
+
+def test_a_chunked_lookup_of_no_tokens_is_empty() -> None:
+    assert _chunked(8).find_longest_cache_hit(_keys(2), 0, (0,)) == ([],)
+
+
+def test_cache_pages_names_a_negative_token_count() -> None:
+    manager = _manager()
+    pages = manager.page_pool.get_new_page_ids(1)
+    with pytest.raises(InvalidArgumentError, match=_named("num_tokens")):
+        manager.cache_pages(pages, 0, _keys(1), -1)
+
+
+def test_held_pages_beyond_the_tokens_need_no_new_page() -> None:
+    manager = _manager()
+    held = manager.page_pool.get_new_page_ids(3)
+    assert manager.get_num_pages_to_allocate(held, 4, []) == 0
+    assert manager.get_num_pages_to_allocate(held, 13, []) == 1
+
+
+def test_removing_skipped_pages_frees_them_last_first_and_leaves_placeholders() -> None:
+    manager = _sliding(4)
+    pool = manager.page_pool
+    pages = pool.get_new_page_ids(4)
+    held = list(pages)
+    manager.remove_skipped_pages(pages, 1, 2)
+    assert pages == [held[0], 0, held[2], held[3]]
+    manager.remove_skipped_pages(pages, 2, 4)  # up to the end of the list
+    assert pages == [held[0], 0, 0, 0]
+    assert pool.free_list_ids()[-3:] == [held[1], held[3], held[2]]
+    manager.remove_skipped_pages(pages, 3, 3)  # an empty range: nothing
+    assert pages == [held[0], 0, 0, 0]
+
+
+@pytest.mark.parametrize(("start", "stop", "name"),
+                         [(-1, 1, "start"), ("0", 1, "start"), (0, -1, "stop"), (0, 1.5, "stop")])
+def test_removing_skipped_pages_names_a_bad_bound(start: Any, stop: Any, name: str) -> None:
+    manager = _sliding(4)
+    pages = manager.page_pool.get_new_page_ids(2)
+    with pytest.raises(InvalidArgumentError, match=_named(name)):
+        manager.remove_skipped_pages(pages, start, stop)
+    assert manager.page_pool.get_num_free_pages() == POOL - 3
+
+
+def test_removing_pages_that_are_not_held_is_refused_and_changes_nothing() -> None:
+    manager = _sliding(4)
+    pages = manager.page_pool.get_new_page_ids(2)
+    for start, stop, held in ((0, 3, pages), (0, 2, [0, pages[1]])):
+        before = list(held)
+        with pytest.raises(InvalidArgumentError):
+            manager.remove_skipped_pages(held, start, stop)
+        assert held == before
+    assert manager.page_pool.get_num_free_pages() == POOL - 3
