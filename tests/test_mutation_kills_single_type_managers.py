@@ -396,3 +396,38 @@ def test_removing_pages_that_are_not_held_is_refused_and_changes_nothing() -> No
             manager.remove_skipped_pages(held, start, stop)
         assert held == before
     assert manager.page_pool.get_num_free_pages() == POOL - 3
+
+
+def test_cache_pages_takes_any_integral_token_count_and_any_sequence_of_keys() -> None:
+    manager = _manager()
+    keys = _keys(2)
+    pages = manager.page_pool.get_new_page_ids(2)
+    assert manager.cache_pages(pages, 0, tuple(keys), np.int64(4)) == 1  # type: ignore[arg-type]
+    assert manager.cache_pages(pages, 1, keys, np.int64(0)) == 1  # type: ignore[arg-type]  # a lower count: no-op
+    assert manager.cache_pages(pages, 1, [], 7) == 1  # no new full page: the keys are not read
+    assert manager.cache_pages(pages, 1, keys, 8) == 2
+    assert manager.page_pool.keys_of_ids(pages) == manager.group_keys(keys)
+
+
+@pytest.mark.parametrize("keys", [(k for k in [b"x" * 32]), {b"x" * 32}, ["not a key"], "ab"],
+                         ids=["generator", "set", "str key", "str"])
+def test_cache_pages_refuses_keys_that_are_not_a_sequence_of_page_keys(keys: Any) -> None:
+    manager = _manager()
+    pages = manager.page_pool.get_new_page_ids(1)
+    with pytest.raises(InvalidArgumentError, match=_named("keys")):
+        manager.cache_pages(pages, 0, keys, 4)
+    assert manager.page_pool.key_of(pages[0]) is None
+
+
+def test_cache_pages_needs_the_pages_and_the_keys_it_caches() -> None:
+    pool = PagePool(POOL)
+    manager = get_manager_for_kv_cache_spec(FullAttentionSpec(page_size=PAGE_SIZE, **KW), pool, 0, 2)
+    keys = _keys(4, page_size=2)  # two keys per page
+    pages = pool.get_new_page_ids(2)
+    with pytest.raises(InvalidArgumentError):
+        manager.cache_pages(pages[:1], 0, keys, 8)  # two full pages, one held
+    with pytest.raises(InvalidArgumentError):
+        manager.cache_pages(pages, 0, keys[:2], 8)  # two full pages need four keys
+    assert pool.keys_of_ids(pages) == [None, None]
+    assert manager.cache_pages(pages, 0, keys, 8) == 2
+    assert pool.keys_of_ids(pages) == [manager.group_key(keys[1]), manager.group_key(keys[3])]
