@@ -349,13 +349,6 @@ def test_a_chunked_lookup_of_no_tokens_is_empty() -> None:
     assert _chunked(8).find_longest_cache_hit(_keys(2), 0, (0,)) == ([],)
 
 
-def test_cache_pages_names_a_negative_token_count() -> None:
-    manager = _manager()
-    pages = manager.page_pool.get_new_page_ids(1)
-    with pytest.raises(InvalidArgumentError, match=_named("num_tokens")):
-        manager.cache_pages(pages, 0, _keys(1), -1)
-
-
 def test_held_pages_beyond_the_tokens_need_no_new_page() -> None:
     manager = _manager()
     held = manager.page_pool.get_new_page_ids(3)
@@ -431,3 +424,21 @@ def test_cache_pages_needs_the_pages_and_the_keys_it_caches() -> None:
     assert pool.keys_of_ids(pages) == [None, None]
     assert manager.cache_pages(pages, 0, keys, 8) == 2
     assert pool.keys_of_ids(pages) == [manager.group_key(keys[1]), manager.group_key(keys[3])]
+
+
+@pytest.mark.parametrize("num_tokens", [-1, "4", 4.0], ids=["negative", "str", "float"])
+def test_cache_pages_and_keys_needed_name_a_bad_token_count(num_tokens: Any) -> None:
+    manager = _manager()
+    pages = manager.page_pool.get_new_page_ids(1)
+    with pytest.raises(InvalidArgumentError, match=_named("num_tokens")):
+        manager.cache_pages(pages, 0, _keys(1), num_tokens)
+    with pytest.raises(InvalidArgumentError, match=_named("num_tokens")):
+        manager.keys_needed(num_tokens)
+    assert manager.page_pool.key_of(pages[0]) is None
+
+
+def test_keys_needed_takes_any_integral_token_count() -> None:
+    manager = get_manager_for_kv_cache_spec(FullAttentionSpec(page_size=PAGE_SIZE, **KW), PagePool(POOL), 0, 2)
+    for num_tokens, expected in ((np.int64(9), 4), (np.int64(0), 0), (8, 4), (3, 0)):
+        needed = manager.keys_needed(num_tokens)  # two keys per full page
+        assert needed == expected and type(needed) is int
