@@ -236,12 +236,15 @@ def test_a_numpy_shard_hint_is_taken_as_its_int() -> None:
     (lambda p: p.touch([[p.page(1)], 5]), "pages of a group"),
     (lambda p: p.lookup_all_ids("ab"), "keys"),
     (lambda p: p.get_new_page_ids(1, data_parallel_size="x"), "data_parallel_size"),
+    (lambda p: p.get_new_page_ids(1, data_parallel_size=0), "data_parallel_size"),
+    (lambda p: p.lookup_run_ids([b"k"], data_parallel_size=-1), "data_parallel_size"),
     (lambda p: p.lookup_run_ids([b"k"], dp_shard_hint="x"), "dp_shard_hint"),
     (lambda p: p.lookup_run_ids([b"k"], data_parallel_size="x"), "data_parallel_size"),
     (lambda p: p.lookup_run_ids([b"k"], dp_shard_hint="x", data_parallel_size=2), "dp_shard_hint"),
     (lambda p: p.get_new_page_ids("2"), "num_pages"),
 ], ids=["cache ids", "cache keys", "free", "check_cacheable", "free_pages", "touch", "touch group", "lookup_all",
-        "allocate dp without hint", "run hint without dp", "run dp without hint", "run bad hint", "num_pages str"])
+        "allocate dp without hint", "allocate dp 0 without hint", "run dp -1 without hint",
+        "run hint without dp", "run dp without hint", "run bad hint", "num_pages str"])
 def test_every_rejected_argument_is_named_and_nothing_changes(call: Callable[[PagePool], object], name: str) -> None:
     pool = PagePool(8)
     held = pool.get_new_page_ids(2)
