@@ -442,3 +442,48 @@ def test_keys_needed_takes_any_integral_token_count() -> None:
     for num_tokens, expected in ((np.int64(9), 4), (np.int64(0), 0), (8, 4), (3, 0)):
         needed = manager.keys_needed(num_tokens)  # type: ignore[arg-type]  # two keys per full page
         assert needed == expected and type(needed) is int
+
+
+# --- lookups' arguments, allocation counts, long cached runs with placeholders -----------------
+
+
+def test_a_manager_keeps_its_spec_and_key_page_size() -> None:
+    spec = FullAttentionSpec(page_size=PAGE_SIZE, **KW)
+    manager = get_manager_for_kv_cache_spec(spec, PagePool(POOL), 0, 2)
+    assert manager.kv_cache_spec is spec and manager.key_page_size == 2 and manager.page_size == PAGE_SIZE
+
+
+@pytest.mark.parametrize(("group_ids", "max_length", "name"), [
+    ((0, "1"), 8, "group id"), (("1",), 8, "group id"), ([0, -1], 8, "group id"), ([0, 1.5], 8, "group id"),
+    ({0}, 8, "group_ids"), ("0", 8, "group_ids"), ((0,), -1, "max_length"), ((0,), "8", "max_length"),
+], ids=["one str", "only str", "negative", "list float", "set", "str", "negative length", "str length"])
+def test_a_lookup_names_its_bad_argument(group_ids: Any, max_length: Any, name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=_named(name)):
+        _sliding(5).find_longest_cache_hit(_keys(2), max_length, group_ids)
+
+
+@pytest.mark.parametrize(("num_tokens", "expected"), [(np.int64(5), 2), (np.int64(0), 0), (8, 2), (0, 0)])
+def test_allocate_new_pages_takes_any_integral_token_count(num_tokens: Any, expected: int) -> None:
+    manager = _manager()
+    pages: list[int] = []
+    new = manager.allocate_new_pages(pages, num_tokens)
+    assert len(new) == expected and pages == new
+
+
+@pytest.mark.parametrize("num_tokens", [-1, "5", 5.0], ids=["negative", "str", "float"])
+def test_allocate_new_pages_names_a_bad_token_count(num_tokens: Any) -> None:
+    manager = _manager()
+    pages: list[int] = []
+    with pytest.raises(InvalidArgumentError, match=_named("num_tokens")):
+        manager.allocate_new_pages(pages, num_tokens)
+    assert pages == [] and manager.page_pool.get_num_free_pages() == 15
+
+
+def test_a_long_cached_run_skips_its_placeholders() -> None:
+    pool = PagePool(64)
+    manager = _sliding(8, pool)
+    keys = _keys(40)
+    real = pool.get_new_page_ids(35)
+    pages = [0] * 5 + real  # the window dropped the first five pages
+    assert manager.cache_pages(pages, 0, keys, 40 * PAGE_SIZE) == 40
+    assert pool.keys_of_ids(real) == [manager.group_key(keys[j]) for j in range(5, 40)]
