@@ -508,3 +508,17 @@ def test_abstract_pool_is_the_spec_state_of_this_pool() -> None:
     pool.get_new_page_ids(1)
     state = page_pool.abstract_pool(pool)
     assert (state.num_pages, state.ref, state.free) == (4, (0, 1, 0, 0), (2, 3))
+
+
+def test_a_batch_of_new_keys_moves_the_key_version_once() -> None:
+    """cache_page_ids' documented common case: every id a keyless page, every key new and
+    distinct, ``key_version`` bumped once, as one cache_page_id call bumps it."""
+    pool = PagePool(8)
+    pool.get_new_page_ids(4)
+    before = pool.key_version
+    pool.cache_page_id(1, b"one")
+    single = pool.key_version - before
+    before = pool.key_version
+    pool.cache_page_ids([2, 3, 4], [b"two", b"three", b"four"])
+    assert single > 0 and pool.key_version - before == single
+    assert pool.keys_of_ids([1, 2, 3, 4]) == [b"one", b"two", b"three", b"four"]
