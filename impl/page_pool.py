@@ -564,8 +564,10 @@ class PagePool(ESurgePoolMethods):
         self.key_version += 1
         entry = self._cached.pop(key, None)
         if entry is None or not (entry == pid if isinstance(entry, int) else pid in entry):
-            if entry is not None:  # the key now equals another key: that entry is not ours
-                self._cached[key] = entry
+            if entry is not None:  # the key now equals another key: that entry is not ours, so it
+                # goes back under that key's own object (stored under ``key`` it would be dropped
+                # with ``key``'s stale slot below)
+                self._cached[self._key[_first_id(entry)]] = entry
             entry = self._pop_changed_key(key)
         if not isinstance(entry, int):  # equal pages: put the others back
             del entry[pid]
@@ -687,6 +689,11 @@ def spec_pool() -> Any:
     from verikv.spec import pool
 
     return pool
+
+
+def _first_id(entry: int | dict[int, None]) -> int:
+    """The oldest page of a cached-map entry."""
+    return entry if isinstance(entry, int) else next(iter(entry))
 
 
 def _ids_of(entry: int | dict[int, None]) -> tuple[int, ...]:

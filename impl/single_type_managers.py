@@ -205,7 +205,7 @@ class SingleTypeCacheManager:
     def _max_hit_pages(self, keys: Sequence[PageKey], max_length: int, group_ids: Sequence[int]) -> int:
         """Pages a hit may span: ``max_length`` tokens, and no more pages than have keys
         (the arguments of a lookup are checked here, before it reads anything)."""
-        if type(group_ids) is not tuple or not all(type(g) is int for g in group_ids):
+        if type(group_ids) is not tuple or not all(type(g) is int and g >= 0 for g in group_ids):
             if isinstance(group_ids, (str, bytes)) or not isinstance(group_ids, Sequence):
                 raise InvalidArgumentError(f"group_ids must be a sequence of ints, got {describe(group_ids)}")
             for g in group_ids:

@@ -90,6 +90,15 @@ def test_full_hit_is_the_prefix_run_and_is_pure():
     assert m.find_longest_cache_hit(keys, 19, [0, 1]) == ([p0], [q0])
 
 
+@pytest.mark.parametrize("group_ids", [(-1,), [-1], (0, -2), (True,)])
+def test_a_negative_or_non_int_group_id_is_refused_in_any_sequence(group_ids: Any) -> None:
+    pool = PagePool(4)
+    keys = keys_of(list(range(8)))
+    m = FullAttentionManager(full(), pool, 0)
+    with pytest.raises(InvalidArgumentError, match="group id"):
+        m.find_longest_cache_hit(keys, 7, group_ids)
+
+
 def test_full_hit_with_a_larger_page_size_uses_every_kth_key():
     pool = PagePool(8)
     keys = keys_of(list(range(16)))  # 4 keys at page size 4
