@@ -1,0 +1,392 @@
+"""Checks written for mutants of impl/cache_manager.py that the suite let through
+(docs/mutation.md; the equivalent ones are in mutation/triage.toml).
+
+They state the manager's documented behaviour, with expected values derived from the arguments,
+never from what the code returned:
+
+- every rejected argument is named in its typed error (the request id too), integral values of
+  any type are taken as exact ints, and documented bounds accept their edges (page id 0 is the
+  null placeholder; ``num_new_tokens`` may be 0 only with external computed tokens);
+- the constructor's options reach the manager (Mamba mode, EAGLE, eSurge's ``page_size``, no KV
+  events by default) and a DP size is adopted from the first call that uses one;
+- prefix hits given back are checked (range, placeholders, DP shard) and the offending page is
+  named; a reused request id drops the keys of the object it named before;
+- content keys are computed as caching needs them, a preempted request may allocate again, and
+  a `Request` held by two managers stays frozen until both free it;
+- `CachePages`: ids of any integral type, ``.pages`` views of the shared "no new page" result.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+from verikv import (
+    CacheGroupSpec,
+    CacheManager,
+    CachePages,
+    ForeignPageError,
+    FullAttentionSpec,
+    InvalidArgumentError,
+    MambaSpec,
+    Request,
+    RequestStatus,
+    SlidingWindowSpec,
+    VeriKVError,
+)
+
+KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
+
+
+def full(ps: int = 4) -> CacheGroupSpec:
+    return CacheGroupSpec(FullAttentionSpec(page_size=ps, **KW))
+
+
+def sliding(ps: int, window: int) -> CacheGroupSpec:
+    return CacheGroupSpec(SlidingWindowSpec(page_size=ps, sliding_window=window, **KW))
+
+
+def mamba(ps: int) -> CacheGroupSpec:
+    return CacheGroupSpec(MambaSpec(page_size=ps, shapes=((2, 2),), dtype=np.float16))
+
+
+def named(name: str) -> str:
+    """``name`` as a whole word: a renamed or re-cased name does not match."""
+    return rf"(?<![\w]){re.escape(name)}(?![\w])"
+
+
+def ids(pages: CachePages | None) -> tuple[list[int], ...]:
+    assert pages is not None
+    return pages.get_page_ids()
+
+
+def exact(kind: Any, value: int) -> Any:
+    """``value`` as a NumPy integer of ``kind`` (typed Any: the API is annotated with int)."""
+    return kind(value)
+
+
+def manager(num_pages: int = 16, groups: list[CacheGroupSpec] | None = None, **kw: Any) -> CacheManager:
+    return CacheManager(num_pages, groups or [full(4)], 64, hash_seed=1, **kw)
+
+
+def state(m: CacheManager) -> tuple[Any, ...]:
+    return (m.page_pool.free_list_ids(), {rid: m.get_page_ids(rid) for rid in m.request_ids()},
+            sorted(map(repr, m.page_pool.cached_items())))
+
+
+# --- arguments: names, integral types, edges ------------------------------------------------------
+
+@pytest.mark.parametrize("arg", ["num_new_tokens", "num_new_computed_tokens", "num_lookahead_tokens",
+                                 "num_external_computed_tokens"])
+@pytest.mark.parametrize("value", [-1, np.int64(-1), "2", 2.0])
+def test_a_bad_count_of_allocate_slots_is_rejected_by_name(arg: str, value: Any) -> None:
+    m = manager()
+    before = state(m)
+    with pytest.raises(InvalidArgumentError, match=named(arg)):
+        m.allocate_slots(Request("a", list(range(8))), **{"num_new_tokens": 4, arg: value})
+    assert state(m) == before
+
+
+@pytest.mark.parametrize("arg", ["num_new_tokens", "num_lookahead_tokens"])
+@pytest.mark.parametrize("value", [-1, np.int64(-1), "2"])
+def test_a_bad_count_of_a_batch_is_rejected_by_name(arg: str, value: Any) -> None:
+    m = manager()
+    with pytest.raises(InvalidArgumentError, match=named(arg)):
+        m.allocate_slots_batch([Request("a", list(range(8)))], **{"num_new_tokens": 4, arg: value})
+    with pytest.raises(InvalidArgumentError, match=named(arg)):
+        m.allocate_slots_batch([Request("a", list(range(8)))], **{"num_new_tokens": [4], arg: value})
+
+
+def test_counts_of_any_integral_type_are_exact_ints() -> None:
+    m = manager()
+    req = Request("a", list(range(12)))
+    assert ids(m.allocate_slots(req, exact(np.int64, 8), num_lookahead_tokens=exact(np.int32, 1))) == ([1, 2, 3],)
+    assert m.num_cached_pages("a") == [2]
+    m.cache_pages(req, exact(np.int64, 12))
+    assert m.num_cached_pages("a") == [3]
+    req.num_computed_tokens = 8
+    assert ids(m.allocate_slots(req, exact(np.int16, 4))) == ([],)
+    assert m.get_num_common_prefix_pages(req.request_id, exact(np.int64, 1)) == [3]
+    assert m.get_computed_pages(Request("b", list(range(13))), max_cache_hit_length=exact(np.int64, 8))[1] == 8
+
+
+def test_zero_new_tokens_only_with_external_computed_tokens() -> None:
+    m = manager()
+    with pytest.raises(InvalidArgumentError, match=named("num_new_tokens")):
+        m.allocate_slots(Request("a", list(range(8))), 0)
+    assert ids(m.allocate_slots(Request("b", list(range(8))), 0, num_external_computed_tokens=8,
+                                delay_cache_pages=True)) == ([1, 2],)
+
+
+def test_external_computed_tokens_count_towards_the_slots() -> None:
+    m = CacheManager(16, [full(4)], 12, hash_seed=1)
+    assert ids(m.allocate_slots(Request("a", list(range(12))), 4, num_external_computed_tokens=4)) == ([1, 2],)
+    with pytest.raises(InvalidArgumentError, match="max_model_len"):
+        m.allocate_slots(Request("b", list(range(12))), 5, num_external_computed_tokens=8)
+
+
+def test_external_computed_tokens_are_refused_only_with_a_mamba_align_group() -> None:
+    align = CacheManager(16, [full(4), mamba(8)], 64, hash_seed=1, mamba_cache_mode="align")
+    with pytest.raises(InvalidArgumentError, match="external"):
+        align.allocate_slots(Request("a", list(range(8))), 4, num_external_computed_tokens=4)
+    assert align.request_ids() == []
+    assert ids(align.allocate_slots(Request("a", list(range(8))), 8)) == ([1, 2], [3])  # without: fine
+    plain = CacheManager(16, [full(4), mamba(64)], 64, hash_seed=1)
+    assert ids(plain.allocate_slots(Request("a", list(range(8))), 4, num_external_computed_tokens=4)) == (
+        [1, 2], [3])
+
+
+def test_an_error_about_a_request_names_it() -> None:
+    m = CacheManager(16, [full(4)], 8, hash_seed=1)
+    with pytest.raises(InvalidArgumentError, match="'req-7'"):
+        m.allocate_slots(Request("req-7", list(range(9))), 9)
+    lost = Request("req-8", list(range(4)))
+    lost.num_computed_tokens = 4
+    with pytest.raises(InvalidArgumentError, match="'req-8'"):
+        m.allocate_slots(lost, 1)
+
+
+@pytest.mark.parametrize("value", [0, -1, "2", np.int64(0)])
+def test_a_bad_data_parallel_size_is_rejected_by_name(value: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match=named("data_parallel_size")):
+        CacheManager(16, [full(4)], 64, data_parallel_size=value)
+    m = manager()
+    with pytest.raises(InvalidArgumentError, match=named("data_parallel_size")):
+        m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=0, data_parallel_size=value)
+
+
+@pytest.mark.parametrize("value", ["0", 1.0, None])
+def test_a_bad_dp_shard_hint_is_rejected_by_name(value: Any) -> None:
+    m = manager(data_parallel_size=2)
+    if value is None:
+        assert m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=None, data_parallel_size=2) is not None
+        return
+    with pytest.raises(InvalidArgumentError, match=named("dp_shard_hint")):
+        m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=value, data_parallel_size=2)
+
+
+@pytest.mark.parametrize("flags", [{"enable_caching": 1}, {"use_eagle": 0}, {"enable_caching": "yes"}])
+def test_the_flags_must_be_bools(flags: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgumentError):
+        CacheManager(16, [full(4)], 64, **flags)
+
+
+# --- construction: options reach the manager ------------------------------------------------------
+
+def test_the_constructor_options_are_kept() -> None:
+    m = CacheManager(16, [full(8), full(16)], 64, True, True, mamba_cache_mode="align", free_order="unhashed-first")
+    assert (m.use_eagle, m.enable_caching, m.page_size, m.mamba_cache_mode) == (True, True, 8, "align")
+    assert m.page_pool.free_order == "unhashed-first"
+    off = CacheManager(16, [full(8)], 64, False)
+    assert (off.use_eagle, off.enable_caching, off.page_size, off.mamba_cache_mode) == (False, False, None, "none")
+    assert off.page_pool.event_log is None and off.take_events() == []
+
+
+def test_mamba_align_mode_reaches_the_groups() -> None:
+    m = CacheManager(16, [full(4), mamba(8)], 64, mamba_cache_mode="align")
+    assert m.group_layouts() == [("full", 4, 0), ("mamba_align", 8, 0)]
+
+
+def test_the_shared_no_new_page_result_has_pool_views() -> None:
+    m = manager()
+    req = Request("a", list(range(5)))
+    m.allocate_slots(req, 5)
+    req.num_computed_tokens = 5
+    req.status = RequestStatus.RUNNING
+    req.append_output_token_ids(1)
+    out = m.allocate_slots(req, 1)
+    assert out is not None and out.pages == ([],) and out.get_page_ids() == ([],)
+    assert out.get_page_ids(True) is None and out.get_unhashed_page_ids_all_groups() == [[]]
+
+
+def test_a_dp_size_is_adopted_from_the_first_call_that_uses_one() -> None:
+    m = manager(8)
+    assert m.allocate_slots(Request("x", [1, 2]), 2) is not None  # no DP: nothing adopted
+    assert m.data_parallel_size == 1
+    assert ids(m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=1, data_parallel_size=2)) == ([4],)
+    assert m.data_parallel_size == 2 and m.request_shard("a") == 1
+    with pytest.raises(InvalidArgumentError, match="differs"):
+        m.allocate_slots(Request("b", [1, 2]), 2, dp_shard_hint=1, data_parallel_size=4)
+
+
+def test_a_dp_size_that_does_not_divide_the_pool_leaves_dp_off() -> None:
+    m = manager(9)
+    assert ids(m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=1, data_parallel_size=2)) == ([1],)
+    assert m.request_shard("a") is None and m.data_parallel_size == 1
+
+
+# --- hits given back --------------------------------------------------------------------------------
+
+def cached(m: CacheManager, tokens: list[int], rid: str = "seed") -> None:
+    """Cache ``tokens`` under ``rid`` and free it."""
+    req = Request(rid, tokens)
+    assert m.allocate_slots(req, len(tokens)) is not None
+    m.free(req)
+
+
+def test_a_hit_page_outside_the_pool_is_named() -> None:
+    m = manager(16)
+    cached(m, list(range(9)))
+    req = Request("a", list(range(9)))
+    hit, n = m.get_computed_pages(req)
+    assert n == 8
+    for bad in ([hit.get_page_ids()[0][0], 16], [16, 17], [1, 99]):
+        with pytest.raises(ForeignPageError, match=rf"\b{bad[-1] if bad[0] != 16 else 16}\b"):
+            m.allocate_slots(req, 1, 8, CachePages([bad]))
+    assert m.request_ids() == []
+
+
+def test_a_hit_page_outside_a_windowed_group_range_is_named_not_its_placeholder() -> None:
+    m = manager(16, [full(4), sliding(4, 4)])
+    cached(m, list(range(9)))
+    req = Request("a", list(range(9)))
+    hit, n = m.get_computed_pages(req)
+    assert n == 8
+    with pytest.raises(ForeignPageError, match=r"\b16\b"):
+        m.allocate_slots(req, 1, 8, CachePages([hit.get_page_ids()[0], [0, 16]]))
+
+
+def test_null_placeholders_only_lead_and_only_in_windowed_groups() -> None:
+    m = manager(16, [full(4), sliding(4, 4)])
+    cached(m, list(range(9)))
+    req = Request("a", list(range(9)))
+    hit, _ = m.get_computed_pages(req)
+    full_hit, window_hit = hit.get_page_ids()
+    assert window_hit[0] == 0
+    with pytest.raises(InvalidArgumentError, match="null page at hit position 0"):
+        m.allocate_slots(req, 1, 8, CachePages([[0, full_hit[1]], window_hit]))
+    with pytest.raises(InvalidArgumentError, match="null page at hit position 1"):
+        m.allocate_slots(req, 1, 8, CachePages([full_hit, [window_hit[1], 0]]))
+    assert m.request_ids() == []
+    assert m.allocate_slots(req, 1, 8, hit) is not None
+
+
+def test_a_mamba_hit_is_placeholders_then_one_state_page() -> None:
+    m = CacheManager(16, [full(4), mamba(4)], 64, hash_seed=1, mamba_cache_mode="align")
+    a = Request("a", list(range(9)))
+    m.allocate_slots(a, 8)
+    a.num_computed_tokens = 8
+    m.allocate_slots(a, 1)  # keys the state after 8 tokens
+    m.free(a)
+    req = Request("b", list(range(9)))
+    hit, n = m.get_computed_pages(req)
+    full_hit, state_hit = hit.get_page_ids()
+    assert n == 8 and state_hit[0] == 0 and state_hit[1] != 0
+    with pytest.raises(InvalidArgumentError, match="Mamba hit"):
+        m.allocate_slots(req, 1, 8, CachePages([full_hit, [0, 0]]))
+    assert m.request_ids() == []
+    assert m.allocate_slots(req, 1, 8, hit) is not None
+
+
+def test_a_hit_must_cover_whole_pages_of_every_group() -> None:
+    m = manager(16, [full(4), full(8)])
+    cached(m, list(range(17)))
+    req = Request("a", list(range(17)))
+    hit, n = m.get_computed_pages(req)
+    assert n == 16
+    with pytest.raises(InvalidArgumentError, match="num_new_computed_tokens=12"):
+        m.allocate_slots(req, 1, 12, CachePages([hit.get_page_ids()[0][:3], hit.get_page_ids()[1][:1]]))
+    assert m.request_ids() == []
+
+
+def test_a_hit_from_another_dp_shard_is_refused() -> None:
+    """8 pages, DP 2: shard 0 = pages 1..3, shard 1 = pages 4..7. A hit cached in shard 1,
+    starting at page 4 (the first page past shard 0), is refused for a request of shard 0."""
+    m = manager(8, data_parallel_size=2)
+    seed = Request("seed", list(range(9)))
+    assert ids(m.allocate_slots(seed, 9, dp_shard_hint=1, data_parallel_size=2)) == ([4, 5, 6],)
+    m.free(seed)
+    req = Request("a", list(range(9)))
+    hit, n = m.get_computed_pages(req, dp_shard_hint=1, data_parallel_size=2)
+    assert (hit.get_page_ids(), n) == (([4, 5],), 8)
+    before = state(m)
+    with pytest.raises(ForeignPageError, match="shard 0"):
+        m.allocate_slots(req, 1, 8, hit, dp_shard_hint=0, data_parallel_size=2)
+    assert state(m) == before
+    assert ids(m.allocate_slots(req, 1, 8, hit, dp_shard_hint=1, data_parallel_size=2)) == ([7],)
+
+
+# --- keys and identity ----------------------------------------------------------------------------
+
+def test_keys_are_computed_as_caching_needs_them() -> None:
+    m = manager()
+    req = Request("a", list(range(13)))
+    m.allocate_slots(req, 4)  # one full page computed so far: caching reads one key
+    assert len(m.page_hashes_of("a")) == 1
+    req.num_computed_tokens = 4
+    m.allocate_slots(req, 8)
+    assert len(m.page_hashes_of("a")) == 3
+
+
+def test_a_reused_request_id_drops_the_keys_of_the_object_it_named() -> None:
+    m = manager()
+    first = Request("a", list(range(8)))
+    m.get_computed_pages(first)
+    m.allocate_slots(first, 8)
+    m.free(first)
+    kept = m.page_hashes_of("a")
+    assert len(kept) == 2
+    second = Request("a", list(range(100, 108)))
+    assert m.allocate_slots(second, 8, delay_cache_pages=True) is not None
+    assert m.page_hashes_of("a") == ()  # first's keys are gone, second's not computed yet
+    m.cache_pages(second, 8)
+    assert len(m.page_hashes_of("a")) == 2 and set(m.page_hashes_of("a")).isdisjoint(kept)
+
+
+def test_a_preempted_request_allocates_again() -> None:
+    m = manager()
+    req = Request("a", list(range(8)))
+    m.allocate_slots(req, 8)
+    m.free(req)
+    req.status = RequestStatus.PREEMPTED
+    req.num_computed_tokens = 0
+    hit, n = m.get_computed_pages(req)
+    assert n == 4
+    assert ids(m.allocate_slots(req, 4, n, hit)) == ([3],)  # the free list's head: 3..15, then 2, 1
+
+
+def test_a_request_held_by_two_managers_stays_frozen_until_both_free_it() -> None:
+    a, b = manager(), manager()
+    req = Request("r", list(range(8)))
+    a.allocate_slots(req, 8)
+    b.allocate_slots(req, 8)
+    a.free(req)
+    with pytest.raises(VeriKVError):
+        req.cache_salt = "tenant"
+    b.free(req)
+    req.cache_salt = "tenant"
+    assert req.cache_salt == "tenant"
+
+
+def test_a_request_subclass_is_a_request() -> None:
+    class Traced(Request):
+        __slots__ = ()
+
+    m = manager()
+    req = Traced("a", list(range(8)))
+    assert ids(m.allocate_slots(req, 8)) == ([1, 2],)
+    m.free(req)
+    assert m.request_ids() == []
+
+
+# --- CachePages ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("page", [0, 3, np.int64(3), np.uint8(5)])
+def test_cache_pages_take_ids_of_any_integral_type(page: Any) -> None:
+    pages = CachePages([[page]])
+    assert pages.get_page_ids() == ([int(page)],) and type(pages.get_page_ids()[0][0]) is int
+
+
+@pytest.mark.parametrize("page", [-1, np.int64(-1)])
+def test_a_negative_page_id_is_a_foreign_page_named_as_a_page_id(page: Any) -> None:
+    with pytest.raises(ForeignPageError, match=named("page id")):
+        CachePages([[page]])
+
+
+@pytest.mark.parametrize("page", [True, 1.0, "1", None])
+def test_a_page_id_that_is_not_an_integer_is_a_foreign_page(page: Any) -> None:
+    with pytest.raises(ForeignPageError, match="integer"):
+        CachePages([[page]])
