@@ -390,3 +390,197 @@ def test_a_negative_page_id_is_a_foreign_page_named_as_a_page_id(page: Any) -> N
 def test_a_page_id_that_is_not_an_integer_is_a_foreign_page(page: Any) -> None:
     with pytest.raises(ForeignPageError, match="integer"):
         CachePages([[page]])
+
+
+# --- more arguments -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cap", [-1, exact(np.int64, -1), "8", 8.0])
+def test_a_bad_hit_cap_is_rejected_by_name(cap: Any) -> None:
+    m = manager()
+    cached(m, list(range(9)))
+    with pytest.raises(InvalidArgumentError, match=named("max_cache_hit_length")):
+        m.get_computed_pages(Request("a", list(range(9))), max_cache_hit_length=cap)
+
+
+@pytest.mark.parametrize("cap, expected", [(None, 8), (0, 0), (3, 0), (4, 4), (8, 8), (9, 8), (100, 8)])
+def test_the_hit_is_capped_by_the_cap_and_one_token_short_of_the_request(cap: Any, expected: int) -> None:
+    m = manager()
+    cached(m, list(range(12)))  # 3 pages cached
+    hit, n = m.get_computed_pages(Request("a", list(range(9))), max_cache_hit_length=cap)
+    assert n == expected and len(hit.get_page_ids()[0]) == expected // 4
+
+
+def test_common_prefix_counts_are_checked_by_name() -> None:
+    m = manager()
+    req = Request("a", list(range(8)))
+    m.allocate_slots(req, 8)
+    req.status = RequestStatus.RUNNING
+    with pytest.raises(InvalidArgumentError, match=named("num_running_requests")):
+        m.get_num_common_prefix_pages(req, 0)
+    assert m.get_num_common_prefix_pages(req, 1) == [2]
+    assert m.get_num_common_prefix_pages("a") == [2]  # vLLM's shape: every holder shares them
+
+
+def test_common_prefix_pages_in_vllm_shape_count_only_requests_holding_pages() -> None:
+    m = manager()
+    a, b = Request("a", list(range(8))), Request("b", list(range(8)))
+    m.allocate_slots(a, 8)
+    m.get_computed_pages(Request("idle", list(range(20))))  # a record with keys, no pages
+    hit, n = m.get_computed_pages(b)
+    m.allocate_slots(b, 1, n, hit)  # shares a's first page
+    assert m.get_num_common_prefix_pages("a") == [1]
+    m.free(b)
+    assert m.get_num_common_prefix_pages("a") == [2]
+
+
+@pytest.mark.parametrize("value", [-1, "4", exact(np.int64, -1)])
+def test_a_bad_caching_count_is_rejected_by_name(value: Any) -> None:
+    m = manager()
+    req = Request("a", list(range(8)))
+    m.allocate_slots(req, 8, delay_cache_pages=True)
+    with pytest.raises(InvalidArgumentError, match=named("num_computed_tokens")):
+        m.cache_pages(req, value)
+    assert m.num_cached_pages("a") == [0]
+
+
+def test_caching_counts_whole_pages_of_the_held_ones() -> None:
+    m = manager()
+    req = Request("a", list(range(9)))
+    m.allocate_slots(req, 8, delay_cache_pages=True)  # 2 pages
+    m.cache_pages(req, 0)
+    assert m.num_cached_pages("a") == [0]
+    m.cache_pages(req, 9)  # 9 tokens span 2 whole pages: both held
+    assert m.num_cached_pages("a") == [2]
+
+
+def test_zero_new_tokens_of_a_running_request_are_rejected() -> None:
+    m = manager()
+    req = Request("a", list(range(5)))
+    m.allocate_slots(req, 5)
+    req.num_computed_tokens = 5
+    req.status = RequestStatus.RUNNING
+    with pytest.raises(InvalidArgumentError, match=named("num_new_tokens")):
+        m.allocate_slots(req, 0)
+
+
+# --- lookups ----------------------------------------------------------------------------------------
+
+def test_a_lookup_of_a_request_holding_pages_uses_its_own_shard() -> None:
+    m = manager(8, data_parallel_size=2)  # shard 1 = pages 4..7
+    req = Request("a", list(range(9)))
+    assert ids(m.allocate_slots(req, 9, dp_shard_hint=1, data_parallel_size=2)) == ([4, 5, 6],)
+    hit, n = m.get_computed_pages(req, dp_shard_hint=0, data_parallel_size=2)
+    assert (hit.get_page_ids(), n) == (([4, 5],), 8)
+
+
+def test_a_model_whose_groups_never_cache_keeps_no_keys() -> None:
+    m = CacheManager(8, [mamba(64)], 64, hash_seed=1)  # Mamba "none" mode: nothing is ever keyed
+    req = Request("a", list(range(20)))
+    hit, n = m.get_computed_pages(req)
+    assert (hit.get_page_ids(), n) == (([],), 0)
+    assert m.page_hashes_of("a") == () and m.hashed_request_ids() == []
+    assert ids(m.allocate_slots(req, 20)) == ([1],)
+
+
+def test_a_request_that_wants_prompt_logprobs_computes_no_key() -> None:
+    def failing(_: Any) -> int:
+        raise RuntimeError("no key")
+
+    scheme: Any = failing  # a user hash function (verikv.hashing.PageHasher takes one)
+    m = CacheManager(16, [full(4)], 64, hash_scheme=scheme)
+    req = Request("a", list(range(9)), prompt_logprobs=True)
+    hit, n = m.get_computed_pages(req)
+    assert (hit.get_page_ids(), n) == (([],), 0)
+    with pytest.raises(VeriKVError):
+        m.get_computed_pages(Request("b", list(range(9))))  # (the function is used otherwise)
+
+
+def test_a_hit_given_after_the_request_freed_its_pages_is_checked_by_its_keys() -> None:
+    m = manager()
+    cached(m, list(range(9)))
+    a = Request("a", list(range(9)))
+    hit, n = m.get_computed_pages(a)
+    assert ids(m.allocate_slots(a, 1, n, hit)) == ([4],)  # free list: 4..15, then 3, 2, 1
+    m.free(a)  # a keeps its keys; its last lookup was taken. Free list: 5..15, 3, 4, 2, 1
+    again, n = m.get_computed_pages(Request("other", list(range(9))))
+    assert n == 8
+    assert ids(m.allocate_slots(a, 1, 8, again)) == ([5],)
+
+
+# --- CachePages ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [5, "ab", b"ab", [5], ["ab"], [{1}]])
+def test_cache_pages_need_one_sequence_of_ids_per_group(bad: Any) -> None:
+    with pytest.raises(InvalidArgumentError):
+        CachePages(bad)
+
+
+def test_cache_pages_keep_their_pool() -> None:
+    m = manager()
+    pages = CachePages([[1, 2]], m.page_pool)
+    assert [p.page_id for p in pages.pages[0]] == [1, 2]
+    assert pages.new_empty().page_pool is m.page_pool and pages.new_empty().get_page_ids() == ([],)
+    bare = CachePages([[3]])
+    assert (bare + pages).page_pool is m.page_pool and (pages + bare).page_pool is m.page_pool
+    assert (bare + pages).get_page_ids() == ([3, 1, 2],)
+    assert (bare + CachePages([[4]])).page_pool is None
+
+
+@pytest.mark.parametrize("allow_none", [1, 0, "yes", None])
+def test_allow_none_must_be_a_bool(allow_none: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match=named("allow_none")):
+        CachePages([[1]]).get_page_ids(allow_none)
+
+
+def test_allow_none_gives_none_only_when_every_group_is_empty() -> None:
+    assert CachePages([[], []]).get_page_ids(True) is None
+    assert CachePages([[], [2]]).get_page_ids(True) == ([], [2])
+    assert CachePages([[1]]).get_page_ids(True) == ([1],)
+    assert CachePages([[], []]).get_page_ids(False) == ([], [])
+
+
+def test_the_no_new_page_result_is_shared_and_immutable() -> None:
+    m = manager()
+    reqs = [Request(rid, list(range(5))) for rid in "ab"]
+    for req in reqs:
+        m.allocate_slots(req, 5)
+        req.num_computed_tokens = 5
+        req.status = RequestStatus.RUNNING
+        req.append_output_token_ids(1)
+    first, second = (m.allocate_slots(req, 1) for req in reqs)
+    assert first is second and first is not None and first.page_ids == ((),)
+    assert first.get_page_ids(True) is None and first.get_page_ids(group_ids=[0]) == ([],)
+    with pytest.raises(InvalidArgumentError, match=named("allow_none")):
+        first.get_page_ids(1)  # type: ignore[call-overload]
+
+
+def test_a_decode_step_that_takes_a_page_has_pool_views() -> None:
+    m = manager()
+    req = Request("a", list(range(8)))
+    m.allocate_slots(req, 8)
+    req.num_computed_tokens = 8
+    req.status = RequestStatus.RUNNING
+    req.append_output_token_ids(1)
+    out = m.allocate_slots(req, 1)  # 9 tokens: a new page, and page 2 is cached
+    assert out is not None and [p.page_id for p in out.pages[0]] == [3]
+
+
+# --- from_plan ----------------------------------------------------------------------------------------
+
+class _Plan:
+    def __init__(self, dp: int | None = None) -> None:
+        if dp is not None:
+            self.data_parallel_size = dp
+
+    def to_cache_groups_config(self) -> Any:
+        from verikv.cache_specs import CacheGroupsConfig
+
+        return CacheGroupsConfig(16, (full(4),))
+
+
+def test_from_plan_takes_the_plans_dp_size_unless_given() -> None:
+    assert CacheManager.from_plan(_Plan(2), 64).data_parallel_size == 2
+    assert CacheManager.from_plan(_Plan(2), 64, data_parallel_size=4).data_parallel_size == 4
+    given_none = CacheManager.from_plan(_Plan(2), 64, data_parallel_size=None)
+    assert given_none.data_parallel_size == 1
+    assert CacheManager.from_plan(_Plan(), 64).data_parallel_size == 1

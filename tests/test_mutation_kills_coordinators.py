@@ -704,3 +704,49 @@ def test_hit_page_ids_must_be_ints_and_not_the_null_page_in_a_full_group() -> No
     with pytest.raises(InvalidArgumentError, match="null page"):
         c.allocate_slots("b", 0, 12, ([0, hits[0][1]], hits[1]))
     assert c.allocate_slots("b", 0, 12, (hits[0], [0, hits[1][1]])) is not None  # a window may lead with it
+
+
+def test_common_prefix_pages_need_one_running_request_even_without_a_full_group() -> None:
+    c = get_kv_cache_coordinator(16, [sliding(4, 4)], 64, False, True)
+    c.allocate_slots("a", 0, 8, None)
+    assert c.get_num_common_prefix_pages("a", 1) == [0]
+    with pytest.raises(InvalidArgumentError, match=named("num_running_requests")):
+        c.get_num_common_prefix_pages("a", 0)
+
+
+def test_the_page_estimate_takes_integral_counts_and_counts_the_hits() -> None:
+    c = get_kv_cache_coordinator(16, [full(4)], 64, False, True)
+    assert c.get_num_pages_to_allocate("a", np.int64(9), ([],)) == 3  # type: ignore[arg-type]
+    assert c.get_num_pages_to_allocate("a", np.int64(0), ([],)) == 0  # type: ignore[arg-type]
+    keys = cache_prompt(c, "a", list(range(9)))  # a keeps pages 1..3
+    hits, length = c.find_longest_cache_hit(keys, 8)
+    assert (hits, length) == (([1, 2],), 8)
+    # 12 tokens from an 8-token hit of held pages: one new page
+    assert c.get_num_pages_to_allocate("b", 12, hits) == 1
+    c.free("a")  # the hit pages are free now: reviving them takes them from the free list too
+    assert c.get_num_pages_to_allocate("b", 12, hits) == 3
+
+
+def test_mamba_a_hit_of_held_pages_leaves_the_free_pages_for_the_new_ones() -> None:
+    """b hits the 8 tokens a still holds (2 attention pages, the state after 8 tokens): it needs
+    one attention page and one state page, exactly the 2 free pages."""
+    m = mamba_manager(8)  # pages 1..7
+    a = Request("a", list(range(9)))
+    step(m, a, 8)
+    step(m, a, 1)
+    assert m.get_page_ids("a") == ([1, 2, 4], [3, 5]) and m.page_pool.get_num_free_pages() == 2
+    b = Request("b", list(range(8)) + [99])
+    hit, n = m.get_computed_pages(b)
+    assert (hit.get_page_ids(), n) == (([1, 2], [3]), 8)
+    assert ids(m.allocate_slots(b, 1, 8, hit)) == ([6], [7])
+    assert m.get_page_ids("b") == ([1, 2, 6], [3, 7])
+
+
+def test_mamba_remove_skipped_pages_goes_on_to_the_groups_after_a_mamba_group() -> None:
+    m = mamba_manager(16, [mamba(8), sliding(4, 4)])
+    req = Request("a", list(range(17)))
+    step(m, req, 8)
+    step(m, req, 1)
+    assert m.get_page_ids("a") == ([1, 4], [0, 3, 5])  # page 2 left the window at the second step
+    m.coordinator.remove_skipped_pages("a", 12)  # the state after 8 goes; window start (12 - 4 + 1) // 4 = 2
+    assert m.get_page_ids("a") == ([0, 4], [0, 0, 5])
