@@ -62,7 +62,7 @@ MODULES: tuple[Module, ...] = (
             "reliability", "bad_input"),
     _module("cache_manager", "cache_manager", "bad_input", "esurge_regressions", "reliability",
             "allocate_slots_batch", "coordinators", "mamba_prefix_caching", "external_computed_tokens",
-            "lookup_options", "lora_identity", "events", "scheduler_doc", "sizing_planner",
+            "lookup_options", "lora_identity", "events", "sizing_planner",
             "mutation_kills_coordinators"),
 )
 

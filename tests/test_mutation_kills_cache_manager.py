@@ -584,3 +584,123 @@ def test_from_plan_takes_the_plans_dp_size_unless_given() -> None:
     given_none = CacheManager.from_plan(_Plan(2), 64, data_parallel_size=None)
     assert given_none.data_parallel_size == 1
     assert CacheManager.from_plan(_Plan(), 64).data_parallel_size == 1
+
+
+# --- the batched step ---------------------------------------------------------------------------------
+
+def running(m: CacheManager, rid: str, tokens: list[int], **kw: Any) -> Request:
+    req = Request(rid, tokens)
+    assert m.allocate_slots(req, len(tokens), **kw) is not None
+    req.num_computed_tokens = len(tokens)
+    req.status = RequestStatus.RUNNING
+    return req
+
+
+def grown(reqs: list[Request], n: int = 1) -> list[Request]:
+    for r in reqs:
+        r.append_output_token_ids([1] * n)
+    return reqs
+
+
+@pytest.mark.parametrize("shape", [list, tuple])
+def test_a_batch_with_lookahead_slots_covers_them(shape: Any) -> None:
+    m = manager(32)
+    reqs = grown([running(m, rid, list(range(k, k + 4))) for k, rid in enumerate("abc")])  # pages 1, 2, 3
+    out = m.allocate_slots_batch(shape(reqs), 1, num_lookahead_tokens=4)  # 9 slots: 3 pages each
+    assert [ids(o) for o in out] == [([4, 5],), ([6, 7],), ([8, 9],)]
+
+
+def test_a_batch_with_delayed_caching_caches_nothing() -> None:
+    m = manager(32)
+    reqs = grown([running(m, rid, list(range(k * 10, k * 10 + 7))) for k, rid in enumerate("ab")], 2)
+    assert [m.num_cached_pages(r.request_id) for r in reqs] == [[1], [1]]
+    m.allocate_slots_batch(reqs, 2, delay_cache_pages=True)  # 9 tokens: page 2 full, not cached
+    assert [m.num_cached_pages(r.request_id) for r in reqs] == [[1], [1]]
+    m.allocate_slots_batch([Request("c", list(range(9)))], 9)
+    assert m.num_cached_pages("c") == [2]
+
+
+def test_a_batch_caches_the_pages_its_steps_fill() -> None:
+    m = manager(32)
+    reqs = grown([running(m, rid, list(range(k * 10, k * 10 + 7))) for k, rid in enumerate("ab")], 2)
+    out = m.allocate_slots_batch(reqs, 2)  # 9 tokens each: a new page, and page 2 cached
+    assert [ids(o) for o in out] == [([5],), ([6],)]
+    assert [m.num_cached_pages(r.request_id) for r in reqs] == [[2], [2]]
+    hit, n = m.get_computed_pages(Request("x", list(range(10, 17)) + [1, 1, 5]))
+    assert (hit.get_page_ids(), n) == (([3, 4],), 8)
+
+
+def test_a_batch_admits_requests_holding_nothing_from_the_whole_pool() -> None:
+    m = manager(16, data_parallel_size=2)
+    a = running(m, "a", list(range(4)), dp_shard_hint=1, data_parallel_size=2)  # page 8
+    grown([a])
+    new = Request("n", list(range(50, 55)))
+    out = m.allocate_slots_batch([a, new], [1, 5], data_parallel_size=2)
+    assert [ids(o) for o in out] == [([9],), ([1, 2],)]
+    assert m.request_shard("a") == 1 and m.request_shard("n") is None
+
+
+def test_a_batch_takes_numpy_counts_and_a_preempted_request() -> None:
+    m = manager(32)
+    a = grown([running(m, "a", list(range(4)))])[0]
+    p = Request("p", list(range(20, 28)))
+    p.status = RequestStatus.PREEMPTED
+    out = m.allocate_slots_batch([a, p], [exact(np.int64, 1), exact(np.int32, 8)])
+    assert [ids(o) for o in out] == [([2],), ([3, 4],)]
+
+
+@pytest.mark.parametrize("bad", ["finished", "count-zero", "duplicate", "not-a-request", "lost-kv"])
+def test_a_bad_element_of_a_plain_batch_rejects_the_batch(bad: str) -> None:
+    m = manager(32)
+    reqs = grown([running(m, rid, list(range(k * 10, k * 10 + 4))) for k, rid in enumerate("abc")])
+    counts: Any = [1, 1, 1]
+    batch: list[Any] = list(reqs)
+    if bad == "finished":
+        reqs[2].status = RequestStatus.FINISHED_STOPPED
+    elif bad == "count-zero":
+        counts = [1, 0, 1]
+    elif bad == "duplicate":
+        batch[2] = reqs[0]
+    elif bad == "not-a-request":
+        batch[1] = "b"
+    else:
+        lost = Request("lost", [1, 2])
+        lost.num_computed_tokens = 2
+        batch[1] = lost
+    before = state(m)
+    with pytest.raises(InvalidArgumentError):
+        m.allocate_slots_batch(batch, counts)
+    assert state(m) == before
+
+
+def test_a_plain_batch_of_steps_beyond_max_model_len_is_rejected() -> None:
+    m = CacheManager(16, [full(4)], 8, hash_seed=1)
+    a = grown([running(m, "a", list(range(8)))])[0]
+    b = grown([running(m, "b", list(range(3)))])[0]
+    before = state(m)
+    with pytest.raises(InvalidArgumentError, match="max_model_len"):
+        m.allocate_slots_batch([b, a], 1)
+    assert state(m) == before
+
+
+def test_a_batch_with_a_reused_id_drops_the_old_objects_keys() -> None:
+    m = manager(32)
+    old = Request("a", list(range(8)))
+    m.get_computed_pages(old)
+    m.allocate_slots(old, 8)
+    m.free(old)
+    kept = m.page_hashes_of("a")
+    new = Request("a", list(range(100, 108)))
+    out = m.allocate_slots_batch([new], 8)
+    assert out[0] is not None and len(m.page_hashes_of("a")) == 2
+    assert set(m.page_hashes_of("a")).isdisjoint(kept)
+
+
+def test_a_batch_with_events_records_one_call_per_element() -> None:
+    m = manager(32, enable_kv_events=True)
+    reqs = grown([running(m, rid, list(range(k * 10, k * 10 + 7))) for k, rid in enumerate("ab")], 2)
+    m.take_events()
+    out = m.allocate_slots_batch(reqs, 2)
+    assert [ids(o) for o in out] == [([5],), ([6],)]
+    stored = [e for e in m.take_events() if type(e).__name__ == "PageStored"]
+    assert [e.page_ids for e in stored] == [(2,), (4,)]  # type: ignore[attr-defined]

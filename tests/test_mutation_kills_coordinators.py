@@ -750,3 +750,68 @@ def test_mamba_remove_skipped_pages_goes_on_to_the_groups_after_a_mamba_group() 
     assert m.get_page_ids("a") == ([1, 4], [0, 3, 5])  # page 2 left the window at the second step
     m.coordinator.remove_skipped_pages("a", 12)  # the state after 8 goes; window start (12 - 4 + 1) // 4 = 2
     assert m.get_page_ids("a") == ([0, 4], [0, 0, 5])
+
+
+@pytest.mark.parametrize("groups", [[full(4), sliding(4, 8)], [full(4), full(8)]])
+def test_a_hybrid_lookup_of_a_dp_shard_hits_only_that_shards_pages(groups: Any) -> None:
+    """16 pages, DP 2 (shard 1 = pages 8..15): a prompt cached in shard 1 is a hit there and a
+    miss in shard 0."""
+    c = get_kv_cache_coordinator(16, groups, 64, False, True)
+    tokens = list(range(17))
+    assert c.key_page_size is not None
+    keys = HASHER.hash_request(Request("a", tokens), c.key_page_size)
+    assert c.allocate_slots("a", 0, 16, None, shard=1, dp=2) is not None
+    c.cache_pages("a", keys, 16)
+    assert all(8 <= p < 16 for group in held(c, "a") for p in group)
+    hits, length = c.find_longest_cache_hit(keys, 16, shard=1, dp=2)
+    assert length == 16 and all(8 <= p < 16 for group in hits for p in group if p)
+    assert c.find_longest_cache_hit(keys, 16, shard=0, dp=2)[1] == 0
+
+
+def chunked(ps: int, chunk: int) -> CacheGroupSpec:
+    from verikv import ChunkedLocalAttentionSpec
+
+    return CacheGroupSpec(ChunkedLocalAttentionSpec(page_size=ps, attention_chunk_size=chunk, **KW))
+
+
+def test_each_groups_hit_pages_are_its_own_rule_at_the_common_length() -> None:
+    """Seeded random hybrid layouts (full, sliding, chunked; page 4 or 8) and prompts sharing
+    prefixes, some pages evicted: the common hit gives each group exactly the pages its own
+    manager's rule gives at the common length (docstring: every group accepts exactly it)."""
+    import random
+
+    rng = random.Random(0)
+    make = {"full": lambda ps, span: full(ps), "sliding": sliding, "chunked": chunked}
+    checked = 0
+    for _ in range(300):
+        kinds = [(rng.choice(["full", "sliding", "chunked"]), rng.choice([4, 8]), rng.choice([4, 8, 12, 16]))
+                 for _ in range(rng.choice([2, 3, 3, 4]))]
+        if not any(k == "full" for k, _, _ in kinds) and rng.random() < 0.5:
+            kinds[0] = ("full", kinds[0][1], 0)
+        eagle = rng.random() < 0.4
+        if eagle:
+            kinds = [("sliding" if k == "chunked" else k, p, s) for k, p, s in kinds]
+        try:
+            c = get_kv_cache_coordinator(64, [make[k](p, s) for k, p, s in kinds], 128, eagle, True)
+        except CacheSpecError:
+            continue
+        assert c.key_page_size is not None
+        base = [rng.randrange(5) for _ in range(40)]
+        for r in range(4):
+            tokens = base[: rng.randrange(8, 40)] + [rng.randrange(5) for _ in range(rng.randrange(0, 8))]
+            keys = HASHER.hash_request(Request(f"r{r}", tokens), c.key_page_size)
+            if c.allocate_slots(f"r{r}", 0, len(tokens), None) is None:
+                continue
+            c.cache_pages(f"r{r}", keys, len(tokens))
+            if rng.random() < 0.7:
+                c.free(f"r{r}")
+            if rng.random() < 0.5 and c.allocate_slots("filler", 0, rng.randrange(1, 6) * 8, None) is not None:
+                c.free("filler")
+            query = base[: rng.randrange(8, 40)] + [9]
+            qkeys = HASHER.hash_request(Request("q", query), c.key_page_size)
+            for cap in (len(query) - 1, rng.randrange(0, len(query))):
+                hits, length = c.find_longest_cache_hit(qkeys, cap)
+                for gid, m in enumerate(c.single_type_managers):
+                    assert hits[gid] == m.find_longest_cache_hit(qkeys, length, (gid,))[0], (kinds, eagle, cap)
+                checked += 1
+    assert checked > 1000
