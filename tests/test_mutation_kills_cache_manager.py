@@ -293,20 +293,49 @@ def test_a_hit_must_cover_whole_pages_of_every_group() -> None:
 
 
 def test_a_hit_from_another_dp_shard_is_refused() -> None:
-    """8 pages, DP 2: shard 0 = pages 1..3, shard 1 = pages 4..7. A hit cached in shard 1,
-    starting at page 4 (the first page past shard 0), is refused for a request of shard 0."""
+    """8 pages, DP 2: shard 0 = pages 1..3, shard 1 = pages 4..7. A hit cached in shard 1 on
+    page 4 (the first page past shard 0) is refused for a request of shard 0."""
     m = manager(8, data_parallel_size=2)
-    seed = Request("seed", list(range(9)))
-    assert ids(m.allocate_slots(seed, 9, dp_shard_hint=1, data_parallel_size=2)) == ([4, 5, 6],)
+    seed = Request("seed", list(range(5)))
+    assert ids(m.allocate_slots(seed, 5, dp_shard_hint=1, data_parallel_size=2)) == ([4, 5],)
     m.free(seed)
-    req = Request("a", list(range(9)))
+    req = Request("a", list(range(5)))
     hit, n = m.get_computed_pages(req, dp_shard_hint=1, data_parallel_size=2)
-    assert (hit.get_page_ids(), n) == (([4, 5],), 8)
+    assert (hit.get_page_ids(), n) == (([4],), 4)
     before = state(m)
     with pytest.raises(ForeignPageError, match="shard 0"):
-        m.allocate_slots(req, 1, 8, hit, dp_shard_hint=0, data_parallel_size=2)
+        m.allocate_slots(req, 1, 4, hit, dp_shard_hint=0, data_parallel_size=2)
     assert state(m) == before
-    assert ids(m.allocate_slots(req, 1, 8, hit, dp_shard_hint=1, data_parallel_size=2)) == ([7],)
+    assert ids(m.allocate_slots(req, 1, 4, hit, dp_shard_hint=1, data_parallel_size=2)) == ([6],)
+
+
+def test_a_null_placeholder_after_a_real_hit_page_is_named_by_its_position() -> None:
+    m = manager(16, [full(4), sliding(4, 4)])
+    cached(m, list(range(13)))
+    req = Request("a", list(range(13)))
+    hit, n = m.get_computed_pages(req)
+    full_hit, window_hit = hit.get_page_ids()
+    assert n == 12 and window_hit[:2] == [0, 0] and window_hit[2] != 0
+    with pytest.raises(InvalidArgumentError, match="null page at hit position 2"):
+        m.allocate_slots(req, 1, 12, CachePages([full_hit, [0, window_hit[2], 0]]))
+    assert m.request_ids() == []
+
+
+def test_stored_events_name_the_parent_of_each_run_in_every_group() -> None:
+    """full (page 4) + full (page 8): 8 tokens cached, then 16. The second call's run of each
+    group starts after the pages of the first: its parent is the hash of the group's last
+    page stored before."""
+    m = manager(32, [full(4), full(8)], enable_kv_events=True)
+    req = Request("a", list(range(17)))
+    m.allocate_slots(req, 8)
+    first = {e.group_id: e for e in m.take_events() if type(e).__name__ == "PageStored"}
+    assert {g: (len(e.page_hashes), e.parent_page_hash) for g, e in first.items()} == {0: (2, None), 1: (1, None)}
+    req.num_computed_tokens = 8
+    m.allocate_slots(req, 8)
+    second = {e.group_id: e for e in m.take_events() if type(e).__name__ == "PageStored"}
+    assert len(second[0].page_hashes) == 2 and len(second[1].page_hashes) == 1
+    assert second[0].parent_page_hash == first[0].page_hashes[-1]
+    assert second[1].parent_page_hash == first[1].page_hashes[-1]
 
 
 # --- keys and identity ----------------------------------------------------------------------------
@@ -374,7 +403,7 @@ def test_a_request_subclass_is_a_request() -> None:
 
 # --- CachePages ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("page", [0, 3, np.int64(3), np.uint8(5)])
+@pytest.mark.parametrize("page", [0, 3, np.int64(0), np.int64(3), np.uint8(5)])
 def test_cache_pages_take_ids_of_any_integral_type(page: Any) -> None:
     pages = CachePages([[page]])
     assert pages.get_page_ids() == ([int(page)],) and type(pages.get_page_ids()[0][0]) is int
