@@ -37,6 +37,7 @@ from verikv import (
     SlidingWindowSpec,
     VeriKVError,
 )
+from verikv.events import PageStored
 
 KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
 
@@ -328,11 +329,11 @@ def test_stored_events_name_the_parent_of_each_run_in_every_group() -> None:
     m = manager(32, [full(4), full(8)], enable_kv_events=True)
     req = Request("a", list(range(17)))
     m.allocate_slots(req, 8)
-    first = {e.group_id: e for e in m.take_events() if type(e).__name__ == "PageStored"}
+    first = {e.group_id: e for e in m.take_events() if isinstance(e, PageStored)}
     assert {g: (len(e.page_hashes), e.parent_page_hash) for g, e in first.items()} == {0: (2, None), 1: (1, None)}
     req.num_computed_tokens = 8
     m.allocate_slots(req, 8)
-    second = {e.group_id: e for e in m.take_events() if type(e).__name__ == "PageStored"}
+    second = {e.group_id: e for e in m.take_events() if isinstance(e, PageStored)}
     assert len(second[0].page_hashes) == 2 and len(second[1].page_hashes) == 1
     assert second[0].parent_page_hash == first[0].page_hashes[-1]
     assert second[1].parent_page_hash == first[1].page_hashes[-1]
@@ -731,5 +732,5 @@ def test_a_batch_with_events_records_one_call_per_element() -> None:
     m.take_events()
     out = m.allocate_slots_batch(reqs, 2)
     assert [ids(o) for o in out] == [([5],), ([6],)]
-    stored = [e for e in m.take_events() if type(e).__name__ == "PageStored"]
-    assert [e.page_ids for e in stored] == [(2,), (4,)]  # type: ignore[attr-defined]
+    stored = [e for e in m.take_events() if isinstance(e, PageStored)]
+    assert [e.page_ids for e in stored] == [(2,), (4,)]
