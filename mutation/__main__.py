@@ -122,13 +122,23 @@ def measure(module: Module, max_children: int, source: Path = REPO, functions: S
     origin = measured_commit(source)
     root = stage(module, source)
     run_mutmut(root, max_children, [f"verikv.{module.name}.{f}__mutmut_*" for f in functions])
+    write_record(root, module, origin, functions)
+
+
+def write_record(root: Path, module: Module, origin: dict[str, object], functions: Sequence[str] = ()) -> None:
+    """Record the verdicts of the run staged in ``root``, with every undetected mutant's diff.
+    Mutants the run has not reached (an interrupted run, read with ``--record-staged``) are
+    counted as ``not_run`` and RESULTS.md marks the row as a partial run."""
     by_name = verdicts(root, module)
     undetected = diffs_of(root, module, [name for name, verdict in by_name.items() if verdict not in DETECTED])
     counts: dict[str, int] = {}
     for verdict in by_name.values():
         counts[verdict] = counts.get(verdict, 0) + 1
+    meta = json.loads((root / "mutants" / f"{module.path}.meta").read_text())
+    not_run = 0 if functions else sum(code is None for code in meta["exit_code_by_key"].values())
     RESULTS.mkdir(exist_ok=True)
     record = {"module": module.name, **origin, **({"functions": list(functions)} if functions else {}),
+              **({"not_run": not_run} if not_run else {}),
               "killers": killers(module), "counts": counts,
               "verdicts": by_name, "undetected": undetected}
     (RESULTS / f"{module.name}.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
@@ -182,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure another checkout of the repository (default: this one), with these kill tests")
     parser.add_argument("--recheck", action="store_true",
                         help="run the current killers against the undetected mutants of the last run only")
+    parser.add_argument("--record-staged", type=str, default=None, metavar="COMMIT",
+                        help="only record the verdicts of the module's staged run as they stand (an interrupted or "
+                             "resumed mutmut run), stating COMMIT as the commit its code and tests came from")
     parser.add_argument("--functions", nargs="+", default=(), metavar="NAME",
                         help="measure only these functions (mutmut's mangled names, globs allowed, "
                              "e.g. 'x_cdiv' or 'xǁKVCacheManagerǁ*'); recorded in the results")
@@ -191,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"not a core module: {', '.join(unknown)}")
     if not args.report:
         for name in args.modules or list(BY_NAME):
-            if args.recheck:
+            if args.record_staged:
+                write_record(STAGE / name, BY_NAME[name], {"commit": args.record_staged, "uncommitted_changes": False})
+            elif args.recheck:
                 recheck(BY_NAME[name])
             else:
                 measure(BY_NAME[name], args.max_children, args.source, args.functions)

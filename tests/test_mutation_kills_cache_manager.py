@@ -734,3 +734,51 @@ def test_a_batch_with_events_records_one_call_per_element() -> None:
     assert [ids(o) for o in out] == [([5],), ([6],)]
     stored = [e for e in m.take_events() if isinstance(e, PageStored)]
     assert [e.page_ids for e in stored] == [(2,), (4,)]
+
+
+def test_a_hit_whose_page_lost_its_key_since_the_lookup_is_refused() -> None:
+    """A lookup's hit (page 1, 4 tokens) goes stale: page 1 is evicted and reused, then the
+    prefix cache is reset. Giving the old result back is refused (INV-HIT-SAFE). The pool's key
+    version is then 4, the hit's length: the shortcut for an unchanged last lookup must compare
+    versions, not lengths."""
+    m = manager(3)  # pages 1, 2
+    seed = Request("seed", [1, 2, 3, 4, 5])
+    m.allocate_slots(seed, 5)
+    m.free(seed)  # page 1 cached (key version 1), free list 2, 1
+    req = Request("r", [1, 2, 3, 4, 9])
+    hit, n = m.get_computed_pages(req)
+    assert (hit.get_page_ids(), n) == (([1],), 4)
+    other = Request("o", [7, 7, 7, 7, 7])
+    assert ids(m.allocate_slots(other, 5)) == ([2, 1],)  # evicts page 1's key, caches page 2's
+    m.free(other)
+    assert m.reset_prefix_cache()
+    assert m.page_pool.key_version == 4  # (the coincidence this test is about)
+    with pytest.raises(InvalidArgumentError, match="does not hold this request's content"):
+        m.allocate_slots(req, 1, 4, hit)
+    assert m.request_ids() == []
+
+
+@pytest.mark.parametrize("bad", [True, 1.0, exact(np.int64, 1)])
+def test_a_hit_id_that_is_not_an_int_is_a_foreign_page(bad: Any) -> None:
+    m = manager()
+    cached(m, list(range(9)))
+    req = Request("a", list(range(9)))
+    hit, n = m.get_computed_pages(req)
+    forged = CachePages([[1, 2]], m.page_pool)
+    forged.page_ids = ([bad, hit.get_page_ids()[0][1]],)  # (the constructor would have refused it)
+    with pytest.raises(ForeignPageError):
+        m.allocate_slots(req, 1, n, forged)
+    assert m.request_ids() == []
+
+
+def test_a_plain_batch_step_past_max_model_len_is_rejected_even_with_room_in_its_pages() -> None:
+    """max_model_len 6, pages of 4: a request of 6 tokens holds 2 pages (room for 8); one more
+    token would be its 7th."""
+    m = CacheManager(16, [full(4)], 6, hash_seed=1)
+    a = grown([running(m, "a", list(range(6)))])[0]
+    before = state(m)
+    with pytest.raises(InvalidArgumentError, match="max_model_len"):
+        m.allocate_slots_batch([a], 1)
+    assert state(m) == before
+    with pytest.raises(InvalidArgumentError, match="max_model_len"):
+        m.allocate_slots(a, 1)

@@ -815,3 +815,15 @@ def test_each_groups_hit_pages_are_its_own_rule_at_the_common_length() -> None:
                     assert hits[gid] == m.find_longest_cache_hit(qkeys, length, (gid,))[0], (kinds, eagle, cap)
                 checked += 1
     assert checked > 1000
+
+
+def test_a_batch_step_past_max_model_len_is_rejected_even_with_room_in_its_pages() -> None:
+    """max_model_len 6, pages of 4: a request of 6 tokens holds 2 pages (room for 8); one more
+    token would be its 7th: the batch is work for the checked path, which rejects it."""
+    m = CacheManager(16, [full(4)], 6, hash_seed=1)
+    a = running(m, "a", list(range(6)))
+    a.append_output_token_ids(1)
+    free = m.page_pool.free_list_ids()
+    with pytest.raises(InvalidArgumentError, match="max_model_len"):
+        m.allocate_slots_batch([a], 1)
+    assert m.page_pool.free_list_ids() == free and m.get_page_ids("a") == ([1, 2],)
