@@ -152,34 +152,59 @@ def recheck(module: Module) -> None:
     mutant is activated (``MUTANT_UNDER_TEST``) for one pytest run of that file, stopping at the
     first failure, one mutant at a time. The other killers already passed on these mutants, so
     only the new checks can change a verdict. The code under test is still that of the run.
+    As mutmut does, each run is a fork of one process that has imported the staged code and the
+    kill tests once (a cold start per mutant costs more than most of the runs).
     """
-    from mutmut.stats import status_by_exit_code
-
     path = RESULTS / f"{module.name}.json"
     record = json.loads(path.read_text())
     mutants = STAGE / module.name / "mutants"
     shutil.copy2(REPO / module.kill_tests, mutants / module.kill_tests)
     settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", *settings["pytest_add_cli_args"],
-               module.kill_tests]
+    args = ["-x", "-q", "-p", "no:randomly", *settings["pytest_add_cli_args"], module.kill_tests]
     triage = load_triage(HERE / "triage.toml")
-    for name, diff in list(record["undetected"].items()):
-        if triage_of(name, diff, triage) is not None:
-            continue  # triaged as equivalent: no test can kill it
-        env = {**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": str(mutants)}
-        try:
-            run = subprocess.run(command, cwd=mutants, env=env, capture_output=True, timeout=RECHECK_TIMEOUT)
-            verdict = status_by_exit_code[run.returncode]
-        except subprocess.TimeoutExpired:  # the mutant made the tests hang: detected, as mutmut counts it
-            verdict = "timeout"
-        if verdict in DETECTED:
-            record["verdicts"][name] = verdict
-            del record["undetected"][name]
+    candidates = [name for name, diff in record["undetected"].items() if triage_of(name, diff, triage) is None]
+    with contextlib.chdir(mutants):
+        sys.path.insert(0, str(mutants))
+        os.environ.pop("MUTANT_UNDER_TEST", None)
+        import pytest
+
+        pytest.main(["--collect-only", "-q", *args[4:]])  # imports the staged code and the tests once
+        for name in candidates:
+            verdict = _forked_run(name, args)
+            if verdict in DETECTED:
+                record["verdicts"][name] = verdict
+                del record["undetected"][name]
     counts: dict[str, int] = {}
     for verdict in record["verdicts"].values():
         counts[verdict] = counts.get(verdict, 0) + 1
     record.update(counts=counts, killers=killers(module), rechecked=measured_commit())
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+
+
+def _forked_run(name: str, args: list[str]) -> str:
+    """mutmut's verdict for one pytest run of ``args`` in a fork with mutant ``name`` active
+    ("timeout" when it runs longer than `RECHECK_TIMEOUT` seconds: the mutant made it hang)."""
+    import time
+
+    from mutmut.stats import status_by_exit_code
+
+    pid = os.fork()
+    if pid == 0:  # the child: activate the mutant, run the kill tests, report pytest's exit code
+        os.environ["MUTANT_UNDER_TEST"] = name
+        import pytest
+
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+            code = int(pytest.main(args))
+        os._exit(code)
+    deadline = time.monotonic() + RECHECK_TIMEOUT
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status_by_exit_code[os.waitstatus_to_exitcode(status)]
+        time.sleep(0.2)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return "timeout"
 
 
 def main(argv: list[str] | None = None) -> int:
