@@ -782,3 +782,27 @@ def test_a_plain_batch_step_past_max_model_len_is_rejected_even_with_room_in_its
     assert state(m) == before
     with pytest.raises(InvalidArgumentError, match="max_model_len"):
         m.allocate_slots(a, 1)
+
+
+@pytest.mark.parametrize("group", [2, -1, "0", exact(np.int64, 2)])
+def test_a_bad_group_selection_is_named(group: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match=named("group id")):
+        CachePages([[1], [2]]).get_page_ids(group_ids=[0, group])
+
+
+def test_a_decode_step_that_caches_without_a_new_page_gives_the_shared_result() -> None:
+    m = manager()
+    req = running(m, "a", list(range(7)))  # pages 1, 2; page 1 cached, caching due at 8 tokens
+    grown([req])
+    out = m.allocate_slots(req, 1)  # 8 tokens: page 2 is full and gets cached, no new page
+    assert out is not None and out.page_ids == ((),) and out.get_page_ids() == ([],)
+    assert m.num_cached_pages("a") == [2]
+
+
+def test_a_decode_step_that_caches_and_takes_a_page_has_pool_views() -> None:
+    m = manager()
+    req = running(m, "a", list(range(11)))  # pages 1..3; 2 cached, caching due at 12 tokens
+    grown([req], 2)
+    out = m.allocate_slots(req, 2)  # 13 tokens: page 3 cached, page 4 taken
+    assert out is not None and [p.page_id for p in out.pages[0]] == [4]
+    assert m.num_cached_pages("a") == [3]

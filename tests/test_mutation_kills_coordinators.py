@@ -827,3 +827,10 @@ def test_a_batch_step_past_max_model_len_is_rejected_even_with_room_in_its_pages
     with pytest.raises(InvalidArgumentError, match="max_model_len"):
         m.allocate_slots_batch([a], 1)
     assert m.page_pool.free_list_ids() == free and m.get_page_ids("a") == ([1, 2],)
+
+
+def test_a_hit_cap_of_any_integral_type_is_an_exact_int() -> None:
+    c = get_kv_cache_coordinator(16, [full(4)], 32, False, True)
+    keys = cache_prompt(c, "a", list(range(9)))
+    assert c.find_longest_cache_hit(keys, np.int64(0)) == (([],), 0)  # type: ignore[arg-type]
+    assert c.find_longest_cache_hit(keys, np.int64(8)) == (([1, 2],), 8)  # type: ignore[arg-type]
