@@ -834,3 +834,23 @@ def test_a_hit_cap_of_any_integral_type_is_an_exact_int() -> None:
     keys = cache_prompt(c, "a", list(range(9)))
     assert c.find_longest_cache_hit(keys, np.int64(0)) == (([],), 0)  # type: ignore[arg-type]
     assert c.find_longest_cache_hit(keys, np.int64(8)) == (([1, 2],), 8)  # type: ignore[arg-type]
+
+
+def test_the_pool_size_is_checked_first_and_accepts_its_upper_edge() -> None:
+    """num_pages is checked before max_model_len: at its upper edge (page ids up to MAX_PAGE_ID)
+    the error is about max_model_len, one page more and it is about num_pages. (A bad
+    max_model_len stops the construction before a pool that size is allocated.)"""
+    from verikv.free_queue import MAX_PAGE_ID
+
+    with pytest.raises(InvalidArgumentError, match=named("max_model_len")):
+        CacheCoordinator(MAX_PAGE_ID + 1, [full()], 0, False, True)
+    with pytest.raises(InvalidArgumentError, match=named("num_pages")):
+        CacheCoordinator(MAX_PAGE_ID + 2, [full()], 0, False, True)
+
+
+def test_without_caching_no_request_keeps_keys() -> None:
+    m = CacheManager(16, [full(4)], 8, False, hash_seed=1)
+    req = Request("a", list(range(8)))
+    assert ids(m.allocate_slots(req, 8)) == ([1, 2],)
+    assert m.hashed_request_ids() == [] and m.page_hashes_of("a") == ()
+    assert m.get_computed_pages(Request("b", list(range(8))))[1] == 0
