@@ -854,3 +854,11 @@ def test_without_caching_no_request_keeps_keys() -> None:
     assert ids(m.allocate_slots(req, 8)) == ([1, 2],)
     assert m.hashed_request_ids() == [] and m.page_hashes_of("a") == ()
     assert m.get_computed_pages(Request("b", list(range(8))))[1] == 0
+
+
+def test_a_one_token_hit_of_one_token_pages_is_looked_up_in_every_group() -> None:
+    c = get_kv_cache_coordinator(16, [full(1), full(1)], 32, False, True)
+    keys = cache_prompt(c, "a", [5, 6, 7])
+    pages = held(c, "a")
+    assert c.find_longest_cache_hit(keys, 1) == (([pages[0][0]], [pages[1][0]]), 1)
+    assert c.find_longest_cache_hit(keys, 2) == ((pages[0][:2], pages[1][:2]), 2)
