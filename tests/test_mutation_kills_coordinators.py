@@ -862,3 +862,33 @@ def test_a_one_token_hit_of_one_token_pages_is_looked_up_in_every_group() -> Non
     pages = held(c, "a")
     assert c.find_longest_cache_hit(keys, 1) == (([pages[0][0]], [pages[1][0]]), 1)
     assert c.find_longest_cache_hit(keys, 2) == ((pages[0][:2], pages[1][:2]), 2)
+
+
+@pytest.mark.parametrize("groups", [[full(4)], [full(4), sliding(4, 8)]])
+@pytest.mark.parametrize("caching", [True, False])
+def test_the_dispatch_passes_every_option_to_the_coordinator_it_picks(groups: Any, caching: bool) -> None:
+    c = get_kv_cache_coordinator(16, groups, 32, False, caching, free_order="unhashed-first", enable_kv_events=True)
+    assert c.page_pool.free_order == "unhashed-first" and c.page_pool.event_log is not None
+    assert c.page_pool.enable_caching is caching
+    plain = get_kv_cache_coordinator(16, groups, 32, False, caching)
+    assert plain.page_pool.free_order == "esurge" and plain.page_pool.event_log is None
+
+
+def test_the_dispatch_passes_the_mamba_mode() -> None:
+    c = get_kv_cache_coordinator(16, [full(4), mamba(8)], 32, False, True, mamba_cache_mode="align")
+    assert [m.kind for m in c.single_type_managers] == ["full", "mamba_align"]
+
+
+def test_allocation_counts_of_any_integral_type_are_exact_ints() -> None:
+    c = get_kv_cache_coordinator(16, [full(4)], 32, False, True)
+    assert c.allocate_slots("a", np.int64(0), np.int64(5), None) == ([1, 2],)  # type: ignore[arg-type]
+    assert c.allocate_slots("a", np.int64(5), np.int64(0), None) == ([],)  # type: ignore[arg-type]
+    assert c.keys_needed(np.int64(9)) == 2 and c.keys_needed(np.int64(0)) == 0  # type: ignore[arg-type]
+
+
+def test_caching_a_partial_last_page_caches_the_whole_ones() -> None:
+    c = get_kv_cache_coordinator(32, [full(4), sliding(4, 8)], 64, False, True)
+    keys = HASHER.hash_request(Request("a", list(range(9))), 4)
+    assert c.allocate_slots("a", 0, 8, None) is not None  # 2 pages per group
+    c.cache_pages("a", keys, 9)  # 9 tokens: 2 whole pages in each group
+    assert c.records["a"].num_cached == [2, 2]
