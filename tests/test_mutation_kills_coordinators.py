@@ -892,3 +892,24 @@ def test_caching_a_partial_last_page_caches_the_whole_ones() -> None:
     assert c.allocate_slots("a", 0, 8, None) is not None  # 2 pages per group
     c.cache_pages("a", keys, 9)  # 9 tokens: 2 whole pages in each group
     assert c.records["a"].num_cached == [2, 2]
+
+
+def test_eagle_drops_a_one_token_hit() -> None:
+    c = get_kv_cache_coordinator(16, [full(1)], 32, True, True)
+    keys = cache_prompt(c, "a", [5, 6, 7])
+    assert c.find_longest_cache_hit(keys, 1) == (([],), 0)
+    assert c.find_longest_cache_hit(keys, 2)[1] == 1
+
+
+def test_eagle_lookups_of_a_dp_shard_stay_in_it() -> None:
+    """The same prompt is cached in both shards (16 pages, DP 2): a lookup in shard 0 returns
+    shard-0 pages in both of EAGLE's passes."""
+    c = get_kv_cache_coordinator(16, [full(4), full(8)], 64, True, True)
+    tokens = list(range(17))
+    keys = HASHER.hash_request(Request("x", tokens), 4)
+    for rid, shard in (("in1", 1), ("in0", 0)):
+        assert c.allocate_slots(rid, 0, 16, None, shard=shard, dp=2) is not None
+        c.cache_pages(rid, keys, 16)
+    for shard, (lo, hi) in ((0, (1, 8)), (1, (8, 16))):
+        hits, length = c.find_longest_cache_hit(keys, 16, shard=shard, dp=2)
+        assert length == 8 and all(lo <= p < hi for group in hits for p in group), (shard, hits)
