@@ -806,3 +806,10 @@ def test_a_decode_step_that_caches_and_takes_a_page_has_pool_views() -> None:
     out = m.allocate_slots(req, 2)  # 13 tokens: page 3 cached, page 4 taken
     assert out is not None and [p.page_id for p in out.pages[0]] == [4]
     assert m.num_cached_pages("a") == [3]
+
+
+def test_a_plain_batch_with_one_count_for_all_uses_that_count() -> None:
+    m = manager(32)
+    a = grown([running(m, "a", list(range(6)))], 3)[0]  # pages 1, 2: room for 8 tokens
+    out = m.allocate_slots_batch([a], 3)  # 9 tokens: a third page
+    assert [ids(o) for o in out] == [([3],)]
