@@ -813,3 +813,13 @@ def test_a_plain_batch_with_one_count_for_all_uses_that_count() -> None:
     a = grown([running(m, "a", list(range(6)))], 3)[0]  # pages 1, 2: room for 8 tokens
     out = m.allocate_slots_batch([a], 3)  # 9 tokens: a third page
     assert [ids(o) for o in out] == [([3],)]
+
+
+@pytest.mark.parametrize("counts", [[1, 1, "x"], [1, 1, 1.5], [1, 1, 1], [1]])
+def test_a_batch_needs_exactly_one_int_count_per_request(counts: list[Any]) -> None:
+    m = manager(32)
+    reqs = grown([running(m, rid, list(range(k * 10, k * 10 + 4))) for k, rid in enumerate("ab")])
+    before = state(m)
+    with pytest.raises(InvalidArgumentError):
+        m.allocate_slots_batch(reqs, counts)
+    assert state(m) == before
