@@ -823,3 +823,10 @@ def test_a_batch_needs_exactly_one_int_count_per_request(counts: list[Any]) -> N
     with pytest.raises(InvalidArgumentError):
         m.allocate_slots_batch(reqs, counts)
     assert state(m) == before
+
+
+def test_an_empty_batch_does_nothing() -> None:
+    m = manager()
+    before = state(m)
+    assert m.allocate_slots_batch([], []) == [] and m.allocate_slots_batch([], 1) == []
+    assert state(m) == before
