@@ -830,3 +830,13 @@ def test_an_empty_batch_does_nothing() -> None:
     before = state(m)
     assert m.allocate_slots_batch([], []) == [] and m.allocate_slots_batch([], 1) == []
     assert state(m) == before
+
+
+@pytest.mark.parametrize("bad", [0, -1, "2", 1.5, exact(np.int64, 0)])
+def test_a_bad_count_in_a_batchs_list_is_rejected_by_name(bad: Any) -> None:
+    m = manager(32)
+    reqs = grown([running(m, rid, list(range(k * 10, k * 10 + 4))) for k, rid in enumerate("ab")])
+    before = state(m)
+    with pytest.raises(InvalidArgumentError, match=named("num_new_tokens")):
+        m.allocate_slots_batch(reqs, [1, bad])
+    assert state(m) == before
