@@ -913,3 +913,19 @@ def test_eagle_lookups_of_a_dp_shard_stay_in_it() -> None:
     for shard, (lo, hi) in ((0, (1, 8)), (1, (8, 16))):
         hits, length = c.find_longest_cache_hit(keys, 16, shard=shard, dp=2)
         assert length == 8 and all(lo <= p < hi for group in hits for p in group), (shard, hits)
+
+
+def test_a_layout_whose_groups_never_cache_has_no_key_page_size() -> None:
+    c = get_kv_cache_coordinator(8, [mamba(64)], 64, False, True)
+    assert c.key_page_size is None and c.keys_needed(64) == 0
+
+
+def test_two_windowed_groups_both_count_the_pages_they_free() -> None:
+    """Two sliding-window groups (window 4, page 4) hold 4 pages each and the pool is empty. The
+    step from 16 to 28 tokens frees pages 0..2 of each group and needs 3 new pages in each: the
+    6 returning pages cover it exactly."""
+    c = get_kv_cache_coordinator(9, [sliding(4, 4), sliding(4, 4)], 64, False, True)
+    assert c.allocate_slots("a", 0, 16, None) == ([1, 2, 3, 4], [5, 6, 7, 8])
+    new = c.allocate_slots("a", 16, 28, None)
+    assert new is not None and sorted(new[0] + new[1]) == [1, 2, 3, 5, 6, 7]
+    assert c.page_pool.get_num_free_pages() == 0
