@@ -929,3 +929,49 @@ def test_two_windowed_groups_both_count_the_pages_they_free() -> None:
     new = c.allocate_slots("a", 16, 28, None)
     assert new is not None and sorted(new[0] + new[1]) == [1, 2, 3, 5, 6, 7]
     assert c.page_pool.get_num_free_pages() == 0
+
+
+def test_a_window_step_fits_on_free_pages_plus_the_pages_it_frees() -> None:
+    """Sliding window 4 (page 4): 4 pages held, 1 free. From 16 to 32 tokens the step needs 4
+    pages and frees 3: 1 + 3 covers it."""
+    c = get_kv_cache_coordinator(6, [sliding(4, 4)], 64, False, True)
+    assert c.allocate_slots("a", 0, 16, None) == ([1, 2, 3, 4],)
+    new = c.allocate_slots("a", 16, 32, None)
+    assert new is not None and sorted(new[0]) == [1, 2, 3, 5]
+    assert c.page_pool.get_num_free_pages() == 0
+
+
+def test_mamba_a_state_page_taken_as_a_hit_is_freed_once_the_state_moves_on() -> None:
+    m = mamba_manager(16)
+    a = Request("a", list(range(9)))
+    step(m, a, 8)
+    step(m, a, 1)  # a holds the state after 8 tokens in page 3
+    b = Request("b", list(range(8)) + [99] * 9)
+    hit, n = m.get_computed_pages(b)
+    assert (hit.get_page_ids()[1], n) == ([3], 8)
+    b.num_computed_tokens = 0
+    m.allocate_slots(b, 1, 8, hit)
+    b.num_computed_tokens = 9
+    held_b = m.get_page_ids("b")[1]
+    assert held_b[0] == 3 and m.page_pool.ref_count(3) == 2
+    step(m, b, 8)  # 17 tokens: b's step starts from its state after 9; the hit state is dropped
+    assert m.get_page_ids("b")[1][0] == 0 and m.page_pool.ref_count(3) == 1
+
+
+def test_mamba_the_state_goes_to_the_slots_end_by_default() -> None:
+    c = get_kv_cache_coordinator(16, [full(4), mamba(8)], 64, False, True, mamba_cache_mode="align")
+    assert c.allocate_slots("a", 0, 9, None) == ([1, 2, 3], [4])  # state after 9 tokens: Mamba page 1
+    assert held(c, "a") == ([1, 2, 3], [0, 4])
+
+
+def test_a_hit_given_back_after_the_request_freed_its_pages_is_checked_by_its_keys() -> None:
+    m = CacheManager(16, [full(4)], 64, hash_seed=1)
+    seed = Request("seed", list(range(9)))
+    m.allocate_slots(seed, 9)
+    m.free(seed)
+    a = Request("a", list(range(9)))
+    hit, n = m.get_computed_pages(a)
+    assert m.allocate_slots(a, 1, n, hit) is not None
+    m.free(a)  # a keeps its keys
+    again, n = m.get_computed_pages(Request("other", list(range(9))))
+    assert n == 8 and m.allocate_slots(a, 1, 8, again) is not None
