@@ -975,3 +975,9 @@ def test_a_hit_given_back_after_the_request_freed_its_pages_is_checked_by_its_ke
     m.free(a)  # a keeps its keys
     again, n = m.get_computed_pages(Request("other", list(range(9))))
     assert n == 8 and m.allocate_slots(a, 1, 8, again) is not None
+
+
+@pytest.mark.parametrize("zero", [0, np.int64(0)])
+def test_mamba_zero_state_tokens_take_no_state_page(zero: Any) -> None:
+    c = get_kv_cache_coordinator(16, [full(4), mamba(8)], 64, False, True, mamba_cache_mode="align")
+    assert c.allocate_slots("a", 0, 4, None, num_state_tokens=zero) == ([1], [])
