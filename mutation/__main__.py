@@ -122,13 +122,23 @@ def measure(module: Module, max_children: int, source: Path = REPO, functions: S
     origin = measured_commit(source)
     root = stage(module, source)
     run_mutmut(root, max_children, [f"verikv.{module.name}.{f}__mutmut_*" for f in functions])
+    write_record(root, module, origin, functions)
+
+
+def write_record(root: Path, module: Module, origin: dict[str, object], functions: Sequence[str] = ()) -> None:
+    """Record the verdicts of the run staged in ``root``, with every undetected mutant's diff.
+    Mutants the run has not reached (an interrupted run, read with ``--record-staged``) are
+    counted as ``not_run`` and RESULTS.md marks the row as a partial run."""
     by_name = verdicts(root, module)
     undetected = diffs_of(root, module, [name for name, verdict in by_name.items() if verdict not in DETECTED])
     counts: dict[str, int] = {}
     for verdict in by_name.values():
         counts[verdict] = counts.get(verdict, 0) + 1
+    meta = json.loads((root / "mutants" / f"{module.path}.meta").read_text())
+    not_run = 0 if functions else sum(code is None for code in meta["exit_code_by_key"].values())
     RESULTS.mkdir(exist_ok=True)
     record = {"module": module.name, **origin, **({"functions": list(functions)} if functions else {}),
+              **({"not_run": not_run} if not_run else {}),
               "killers": killers(module), "counts": counts,
               "verdicts": by_name, "undetected": undetected}
     (RESULTS / f"{module.name}.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
@@ -142,34 +152,59 @@ def recheck(module: Module) -> None:
     mutant is activated (``MUTANT_UNDER_TEST``) for one pytest run of that file, stopping at the
     first failure, one mutant at a time. The other killers already passed on these mutants, so
     only the new checks can change a verdict. The code under test is still that of the run.
+    As mutmut does, each run is a fork of one process that has imported the staged code and the
+    kill tests once (a cold start per mutant costs more than most of the runs).
     """
-    from mutmut.stats import status_by_exit_code
-
     path = RESULTS / f"{module.name}.json"
     record = json.loads(path.read_text())
     mutants = STAGE / module.name / "mutants"
     shutil.copy2(REPO / module.kill_tests, mutants / module.kill_tests)
     settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", *settings["pytest_add_cli_args"],
-               module.kill_tests]
+    args = ["-x", "-q", "-p", "no:randomly", *settings["pytest_add_cli_args"], module.kill_tests]
     triage = load_triage(HERE / "triage.toml")
-    for name, diff in list(record["undetected"].items()):
-        if triage_of(name, diff, triage) is not None:
-            continue  # triaged as equivalent: no test can kill it
-        env = {**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": str(mutants)}
-        try:
-            run = subprocess.run(command, cwd=mutants, env=env, capture_output=True, timeout=RECHECK_TIMEOUT)
-            verdict = status_by_exit_code[run.returncode]
-        except subprocess.TimeoutExpired:  # the mutant made the tests hang: detected, as mutmut counts it
-            verdict = "timeout"
-        if verdict in DETECTED:
-            record["verdicts"][name] = verdict
-            del record["undetected"][name]
+    candidates = [name for name, diff in record["undetected"].items() if triage_of(name, diff, triage) is None]
+    with contextlib.chdir(mutants):
+        sys.path.insert(0, str(mutants))
+        os.environ.pop("MUTANT_UNDER_TEST", None)
+        import pytest
+
+        pytest.main(["--collect-only", "-q", *args[4:]])  # imports the staged code and the tests once
+        for name in candidates:
+            verdict = _forked_run(name, args)
+            if verdict in DETECTED:
+                record["verdicts"][name] = verdict
+                del record["undetected"][name]
     counts: dict[str, int] = {}
     for verdict in record["verdicts"].values():
         counts[verdict] = counts.get(verdict, 0) + 1
     record.update(counts=counts, killers=killers(module), rechecked=measured_commit())
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+
+
+def _forked_run(name: str, args: list[str]) -> str:
+    """mutmut's verdict for one pytest run of ``args`` in a fork with mutant ``name`` active
+    ("timeout" when it runs longer than `RECHECK_TIMEOUT` seconds: the mutant made it hang)."""
+    import time
+
+    from mutmut.stats import status_by_exit_code
+
+    pid = os.fork()
+    if pid == 0:  # the child: activate the mutant, run the kill tests, report pytest's exit code
+        os.environ["MUTANT_UNDER_TEST"] = name
+        import pytest
+
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+            code = int(pytest.main(args))
+        os._exit(code)
+    deadline = time.monotonic() + RECHECK_TIMEOUT
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status_by_exit_code[os.waitstatus_to_exitcode(status)]
+        time.sleep(0.2)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return "timeout"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure another checkout of the repository (default: this one), with these kill tests")
     parser.add_argument("--recheck", action="store_true",
                         help="run the current killers against the undetected mutants of the last run only")
+    parser.add_argument("--record-staged", type=str, default=None, metavar="COMMIT",
+                        help="only record the verdicts of the module's staged run as they stand (an interrupted or "
+                             "resumed mutmut run), stating COMMIT as the commit its code and tests came from")
     parser.add_argument("--functions", nargs="+", default=(), metavar="NAME",
                         help="measure only these functions (mutmut's mangled names, globs allowed, "
                              "e.g. 'x_cdiv' or 'xǁKVCacheManagerǁ*'); recorded in the results")
@@ -191,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"not a core module: {', '.join(unknown)}")
     if not args.report:
         for name in args.modules or list(BY_NAME):
-            if args.recheck:
+            if args.record_staged:
+                write_record(STAGE / name, BY_NAME[name], {"commit": args.record_staged, "uncommitted_changes": False})
+            elif args.recheck:
                 recheck(BY_NAME[name])
             else:
                 measure(BY_NAME[name], args.max_children, args.source, args.functions)

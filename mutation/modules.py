@@ -61,9 +61,12 @@ MODULES: tuple[Module, ...] = (
     _module("single_type_managers", "single_type_managers", "coordinators", "cache_manager",
             "mamba_prefix_caching", "external_computed_tokens", "lookup_options"),
     _module("coordinators", "coordinators", "single_type_managers", "cache_manager", "mamba_prefix_caching",
-            "allocate_slots_batch"),
+            "allocate_slots_batch", "external_computed_tokens", "lookup_options", "esurge_regressions",
+            "reliability", "bad_input"),
     _module("cache_manager", "cache_manager", "bad_input", "esurge_regressions", "reliability",
-            "allocate_slots_batch"),
+            "allocate_slots_batch", "coordinators", "mamba_prefix_caching", "external_computed_tokens",
+            "lookup_options", "lora_identity", "events", "sizing_planner",
+            "mutation_kills_coordinators"),
 )
 
 BY_NAME = {m.name: m for m in MODULES}

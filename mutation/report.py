@@ -58,7 +58,7 @@ def summarize(record: dict[str, Any], triage: list[dict[str, str]], detected: Co
     return {
         "module": record["module"], "commit": record["commit"], "dirty": record["uncommitted_changes"],
         "rechecked": record.get("rechecked"), "kill_tests_from": record.get("kill_tests_from"),
-        "functions": record.get("functions"),
+        "functions": record.get("functions"), "not_run": record.get("not_run", 0),
         "total": len(verdicts), "killed": record["counts"].get("killed", 0),
         "timeout": record["counts"].get("timeout", 0) + record["counts"].get("segfault", 0),
         "survived": record["counts"].get("survived", 0), "no_tests": record["counts"].get("no tests", 0),
@@ -76,6 +76,9 @@ def _table(rows: Iterable[dict[str, Any]]) -> list[str]:
             commit += f" with the kill tests of `{r['kill_tests_from']}`"
         if r["functions"]:
             commit += ", only the functions " + ", ".join(f"`{f}`" for f in r["functions"])
+        if r["not_run"]:
+            commit += (f"; **partial run**: {r['total']} of {r['total'] + r['not_run']} mutants run (mutmut runs the "
+                       "cheapest first), the rest not run")
         if r["rechecked"]:
             commit += f"; survivors rechecked with the kill tests of `{r['rechecked']['commit']}`"
         lines.append(f"| {r['module']} | {commit} | {r['total']} | {r['killed']} | {r['timeout']} | {r['survived']} "
