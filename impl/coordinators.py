@@ -25,7 +25,7 @@ import math
 from collections.abc import Iterable, Sequence
 from itertools import count
 from operator import countOf
-from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, Unpack, cast
 
 from verikv.cache_specs import (
     CacheGroupsConfig,
@@ -713,24 +713,24 @@ class UnitaryCacheCoordinator(CacheCoordinator):
     """Exactly one cache group, prefix caching on."""
 
     def __init__(self, num_pages: int, kv_cache_groups: Sequence[CacheGroupSpec], max_model_len: int,
-                 use_eagle: bool, enable_caching: bool, **pool_options: object) -> None:
+                 use_eagle: bool, enable_caching: bool, **options: Unpack[_CoordinatorOptions]) -> None:
         if not isinstance(kv_cache_groups, Sequence) or len(kv_cache_groups) != 1:
             raise CacheSpecError("UnitaryCacheCoordinator needs exactly one cache group")
-        super().__init__(num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching, **pool_options)  # type: ignore[arg-type]
+        super().__init__(num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching, **options)
 
 
 class HybridCacheCoordinator(CacheCoordinator):
     """Two or more cache groups of any attention types, prefix caching on."""
 
     def __init__(self, num_pages: int, kv_cache_groups: Sequence[CacheGroupSpec], max_model_len: int,
-                 use_eagle: bool, enable_caching: bool, **pool_options: object) -> None:
+                 use_eagle: bool, enable_caching: bool, **options: Unpack[_CoordinatorOptions]) -> None:
         if not isinstance(kv_cache_groups, Sequence) or len(kv_cache_groups) < 2:
             raise CacheSpecError("HybridCacheCoordinator needs at least two cache groups")
-        super().__init__(num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching, **pool_options)  # type: ignore[arg-type]
+        super().__init__(num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching, **options)
 
 
-class _CoordinatorOptions(TypedDict):
-    """The keyword-only options every coordinator takes."""
+class _CoordinatorOptions(TypedDict, total=False):
+    """The keyword-only options every coordinator takes (defaults: `CacheCoordinator.__init__`)."""
 
     free_order: str
     enable_kv_events: bool
@@ -739,26 +739,16 @@ class _CoordinatorOptions(TypedDict):
 
 
 def get_kv_cache_coordinator(
-    num_pages: int,
-    kv_cache_groups: Sequence[CacheGroupSpec],
-    max_model_len: int,
-    use_eagle: bool,
-    enable_caching: bool,
-    *,
-    free_order: str = "esurge",
-    enable_kv_events: bool = False,
-    mamba_cache_mode: str = "none",
-    skip_unreachable_sliding_pages: bool = False,
+    num_pages: int, kv_cache_groups: Sequence[CacheGroupSpec], max_model_len: int, use_eagle: bool,
+    enable_caching: bool, **options: Unpack[_CoordinatorOptions],
 ) -> CacheCoordinator:
     """eSurge's dispatch: caching off (or no group) -> no-prefix-cache; one group -> unitary;
-    otherwise hybrid."""
+    otherwise hybrid. ``options``: `CacheCoordinator`'s keyword-only options, passed on."""
     if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
         raise InvalidArgumentError("use_eagle and enable_caching must be bools")
+    free_order = options.get("free_order", "esurge")
     if not isinstance(free_order, str):  # (the pool checks the name)
         raise InvalidArgumentError(f"free_order must be a str, got {type(free_order).__name__}")
-    options: _CoordinatorOptions = {"free_order": free_order, "enable_kv_events": enable_kv_events,
-                                    "mamba_cache_mode": mamba_cache_mode,
-                                    "skip_unreachable_sliding_pages": skip_unreachable_sliding_pages}
     if not enable_caching or (isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 0):
         return CacheCoordinatorNoPrefixCache(num_pages, kv_cache_groups, max_model_len, use_eagle, False, **options)
     if isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 1:

@@ -32,6 +32,7 @@ from verikv.errors import (
     PageStateError,
     describe,
 )
+from verikv.typed_property import Field
 
 UNLINKED = -1
 MAX_PAGE_ID = 2**29 - 1
@@ -92,6 +93,20 @@ def int_array(values: np.ndarray) -> array[int]:
     return out
 
 
+def _record_field(table: str, checked: Callable[[Any, Any], object]) -> Any:
+    """A `CachePage` property over its records' per-page ``table`` (``"ref"`` or ``"key"``): an
+    assignment checks that the page may change (a lone page, not a pool's), then stores what
+    ``checked(page, value)`` returns (it raises for a bad value)."""
+    def read(page: CachePage) -> Any:
+        return getattr(page._records, table)[page.page_id]
+
+    def write(page: CachePage, value: object) -> None:
+        page._check_mutable()
+        getattr(page._records, table)[page.page_id] = checked(page, value)
+
+    return property(read, write)
+
+
 class CachePage:
     """View of one page: its id, reference count, content key (``page_hash``) and free links.
 
@@ -119,28 +134,17 @@ class CachePage:
         page._records = records
         return page
 
-    @property
-    def ref_cnt(self) -> int:
-        return self._records.ref[self.page_id]
-
-    @ref_cnt.setter
-    def ref_cnt(self, value: int) -> None:
-        self._check_mutable()
-        self._records.ref[self.page_id] = checked_int(value, "ref_cnt", minimum=0)
-
-    @property
-    def page_hash(self) -> Any:
-        return self._records.key[self.page_id]
-
-    @page_hash.setter
-    def page_hash(self, value: Any) -> None:
-        self._check_mutable()
+    def _checked_hash(self, value: Any) -> Any:
+        """``value`` if this page may take it as its first content key."""
         check_key(value)
         if self.is_null:
             raise NullPageError("the null page is never hashed")
         if self._records.key[self.page_id] is not None:
             raise PageStateError(f"page {self.page_id} already has a hash; reset it first")
-        self._records.key[self.page_id] = value
+        return value
+
+    ref_cnt: Field[int, int] = _record_field("ref", lambda page, value: checked_int(value, "ref_cnt", minimum=0))
+    page_hash: Field[Any, Any] = _record_field("key", _checked_hash)
 
     @property
     def is_null(self) -> bool:

@@ -446,6 +446,11 @@ class MambaManager(SingleTypeCacheManager):
     kind = "mamba"
     __slots__ = ()
 
+    def _max_hit_pages(self, keys: Sequence[PageKey], max_length: int, group_ids: Sequence[int]) -> int:
+        """A recurrent state is not a token prefix: no page is ever a hit, so a lookup reads
+        (and checks) nothing (the keys are the attention groups')."""
+        return 0
+
     def cache_pages(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int) -> int:
         """A recurrent state is not a token prefix: nothing is cached."""
         return num_cached
@@ -473,6 +478,8 @@ class MambaAlignManager(MambaManager):
     kind = "mamba_align"
     frees_skipped_pages = True
     __slots__ = ()
+    #: states are looked up like attention pages
+    _max_hit_pages = SingleTypeCacheManager._max_hit_pages
 
     def _longest_hit(self, keys: Sequence[PageKey], n: int, max_length: int, group_ids: Sequence[int],
                      shard: int | None, dp: int | None) -> tuple[list[int], ...]:
