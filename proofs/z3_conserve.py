@@ -100,6 +100,16 @@ def _element(transition: str, step: zp.Step, a: zp.PoolArgs) -> tuple[z3.ArithRe
     return z3.IntVal(NONE), z3.BoolVal(False)
 
 
+def _at_page(s: zp.PoolSym, h: Held, page: z3.ArithRef) -> z3.BoolRef:
+    """The quantified ghost conjuncts instantiated at the element's page: implied by them, so
+    the hypotheses say no more, but stated because whether the solver finds these instances by
+    itself varies (z3-solver 5.4.1 answered "unknown" on ``pool.free``'s held-length goal
+    depending on what the process had built before)."""
+    return z3.Implies(z3.And(1 <= page, page < s.n), z3.And(
+        (h.pos[page] != NONE) == (s.ref[page] > 0),
+        z3.Or(h.pos[page] == NONE, z3.And(0 <= h.pos[page], h.pos[page] < h.length, h.seq[h.pos[page]] == page))))
+
+
 def _hint(s: zp.PoolSym, h: Held, held_refs: int = 1) -> z3.BoolRef:
     """`z3_pool.is_witness` (page 1 held ``held_refs`` times, 2 and 3 free) with the ghost listing page 1."""
     return z3.And(zp.is_witness(s, held_refs), h.length == 1, h.seq == z3.Store(z3.K(z3.IntSort(), z3.IntVal(0)), 0, 1),
@@ -130,7 +140,7 @@ def setup(transition: str, fn: zp.StepFn, null_counted: bool = False) -> Setup:
         page, active = _element(transition, step, a)
         after, ghost = _moved(s, step.post, h, page, active, "t.ghost")
         base = z3.And(zp.well_formed(s, UNBOUNDED), zp.holds(s, UNBOUNDED),
-                      *[c for _, c in invariants(s, h, null_counted)["INV-CONSERVE"]])
+                      *[c for _, c in invariants(s, h, null_counted)["INV-CONSERVE"]], _at_page(s, h, page))
     return Setup(s, h, a, step, after, z3.And(base, step.pre, step.defs, ghost))
 
 
