@@ -79,11 +79,11 @@ def test_mutant_is_caught(mutant) -> None:
 # --- the manager drivers of verikv.proofs.crosshair_manager ------------------------------------
 
 MANAGER_DRIVER_ARGS = {
-    "manager_lookup": (4, True, 0, 1, 5, 0, 1, 0, 1, 1),
-    "manager_allocate_slots": (4, True, 0, 1, 5, 0, 1, 0, 1, 1, True, 0),
-    "manager_cache_pages": (5, False, 0, 1, 5, 0, 1, 0, 1, 1, 4),
-    "manager_free": (5, True, 0, 1, 4, 0, 1, 0, 1, 1),
-    "manager_decode_step": (5, True, 0, 1, 4, 0, 1, 0, 1, 1, 1),
+    "manager_lookup": (4, True, 4, 0, 1, 0, 1),
+    "manager_allocate_slots": (4, True, 4, 0, 1, 0, 1, True, 0),
+    "manager_cache_pages": (4, False, 4, 0, 1, 0, 1, 4),
+    "manager_free": (4, True, 3, 0, 1, 0, 1),
+    "manager_decode_step": (4, True, 3, 0, 1, 0, 1, 1),
 }
 
 
@@ -102,7 +102,7 @@ def test_manager_driver_catches_a_colliding_hash(driver: str, monkeypatch: pytes
     from verikv.proofs.crosshair_targets import Mismatch
 
     monkeypatch.setattr(crosshair_manager, "HASH_SCHEME", lambda: (lambda message: 7))
-    args = (4, True, 0, 1, 5, 1, 1, 1, 1, 1) + MANAGER_DRIVER_ARGS[driver][10:]
+    args = (4, True, 4, 1, 1, 1, 1) + MANAGER_DRIVER_ARGS[driver][7:]
     with pytest.raises(Mismatch):
         getattr(crosshair_manager, driver)(*args)
 
@@ -113,4 +113,18 @@ def test_manager_checks_report_a_budget_not_a_proof() -> None:
     checks = crosshair_manager.checks()
     assert {c.transition for c in checks} >= {"manager.lookup", "manager.allocate_slots", "manager.cache_pages",
                                               "manager.free_request", "manager.allocate_slots (decode)"}
-    assert all("uninteresting iterations" in c.bound for c in checks)
+    assert all("until exhausted" in c.bound for c in checks)
+    assert crosshair_manager.BUDGET.iterations is None  # run() then requires "confirmed"
+
+
+def test_queue_remove_id_driver_sees_a_stale_back_link() -> None:
+    """The driver checks the back links, which the abstraction (the forward walk) does not show."""
+    cap, order = crosshair_targets.queue_choice(3, [1, 1], 0, 0, crosshair_targets.REMOVE_CAPACITY)
+    assert (cap, order) == (3, [1, 2])
+    assert crosshair_targets.queue_remove_id(3, True, True, False, 0, False, 1)
+    crosshair_targets.activate("QueueStalePrevOnUnlink")
+    try:
+        with pytest.raises(crosshair_targets.Mismatch, match="links consistent"):
+            crosshair_targets.queue_remove_id(3, True, True, False, 0, False, 1)  # [1, 2] without 1
+    finally:
+        crosshair_targets._ACTIVE["queue"] = crosshair_targets.FreeCachePageQueue
