@@ -19,22 +19,36 @@ that raises leaves its state unchanged: the implementation must do the same, INV
 Prompts share page-sized
 blocks, so prefix hits, evictions and full-pool failures all occur within the depth.
 
-Reductions (both sound for the properties checked, given the stated assumptions):
+Reductions (sound for the properties checked, under the stated assumptions):
 
 - *state hashing*: breadth-first, so each state is expanded once, at its smallest depth; a
-  state is the spec state (pool, entries, ghost contents and key lists), the machine's own
+  state is the spec state (pool, entries, ghost key lists and ``computed``), the machine's own
   ghost (the content each page holds, which judges INV-HIT-SAFE; it is not determined by the
   spec state) plus, per live request, its tokens, computed count, queue and the
-  implementation's key-list length. After a step that passed the check, the implementation's
-  abstraction equals the spec state, so this also fixes the implementation's abstraction.
-  Assumption: what the implementation keeps outside its abstraction (its last lookup result,
-  caching schedule, decode-path capacity) is determined by that state; two histories reaching
-  one state are explored once;
+  implementation's key-list length (`_state`). After a step that passed the check, the
+  implementation's abstraction equals the spec state, so this also fixes the implementation's
+  abstraction. Assumption: what the implementation keeps outside its abstraction (its last
+  lookup result, caching schedule, decode-path capacity) is determined by that state; two
+  histories reaching one state are explored once. Left out as dead or redundant: the ghosts of
+  a free page without a key (nothing reads them before an allocation erases them) and the spec's
+  ``content`` ghost (equal to the keys, INV-HIT-SAFE). Sets are spelled sorted, so the run does
+  not depend on the interpreter's string-hash seed. States are stored as 128-bit digests (hash
+  compaction);
 - *symmetry*: request ids are dropped from the state (requests are an unordered multiset of
-  their descriptions), since nothing the manager does depends on an id's spelling.
+  their descriptions), since nothing the manager does depends on an id's spelling; and page
+  ids are renamed canonically within each DP shard (`_page_renaming`), so states one renaming
+  apart (two requests admitted in either order) are one. Assumption: the implementation treats
+  page ids as names (its behaviour commutes with a renaming that keeps each page in its shard);
+  the free list's order is part of the state, so LRU order is not lost.
 
-Each node's implementation is a ``copy.deepcopy`` of its parent's (measured faster than
-replaying from the root at these depths: see proofs/TIMINGS.md).
+No partial-order reduction: two operations on one pool never commute in general (each moves
+pages through the shared free list), and where they commute up to a page renaming the symmetry
+above already merges the end states, so commuting pairs cost transitions, not states.
+
+Each frontier node keeps its implementation (the adapter, the manager and the engine requests)
+pickled, and each child unpickles a fresh copy (about four times faster than ``copy.deepcopy``
+and a few kB per state); an implementation that cannot be pickled (a planted mutant's one-off
+classes) is deep-copied instead. Measured costs: proofs/TIMINGS.md.
 """
 
 from __future__ import annotations
@@ -124,23 +138,23 @@ MAMBA_ALIGN = spec.GroupLayout("mamba_align", PAGE)
 """Mamba in align mode: a state page per step, cached at page-aligned computed counts."""
 
 CASES: tuple[Case, ...] = (
-    Case("full", (FULL,), 6, 4),
-    Case("sliding", (SLIDING,), 6, 4),
-    Case("chunked", (CHUNKED,), 6, 4),
-    Case("mamba", (MAMBA,), 4, 5),
+    Case("full", (FULL,), 6, 6),
+    Case("sliding", (SLIDING,), 6, 6),
+    Case("chunked", (CHUNKED,), 6, 6),
+    Case("mamba", (MAMBA,), 4, 7),
     Case("full+mamba(align)", (FULL, MAMBA_ALIGN), 8, 5),
-    Case("full+sliding", (FULL, SLIDING), 8, 5),
-    Case("sliding-first(window<=page)+full", (SLIDING_SMALL, FULL), 7, 4),
-    Case("full+sliding+chunked", (FULL, SLIDING, CHUNKED), 8, 5),
+    Case("full+sliding", (FULL, SLIDING), 8, 6),
+    Case("sliding-first(window<=page)+full", (SLIDING_SMALL, FULL), 7, 6),
+    Case("full+sliding+chunked", (FULL, SLIDING, CHUNKED), 8, 7),
     Case("dp2", (FULL,), 8, 4, data_parallel_size=2),
-    Case("eagle(full)", (FULL,), 6, 4, use_eagle=True),
-    Case("eagle(full+sliding)", (FULL, SLIDING), 7, 5, use_eagle=True),
-    Case("lookahead", (FULL,), 6, 4, lookahead=2),
-    Case("delayed-caching", (FULL,), 6, 4, delay=True),
-    Case("unhashed-first(full+sliding)", (FULL, SLIDING), 7, 4, free_order="unhashed-first"),
+    Case("eagle(full)", (FULL,), 6, 5, use_eagle=True),
+    Case("eagle(full+sliding)", (FULL, SLIDING), 7, 6, use_eagle=True),
+    Case("lookahead", (FULL,), 6, 6, lookahead=2),
+    Case("delayed-caching", (FULL,), 6, 5, delay=True),
+    Case("unhashed-first(full+sliding)", (FULL, SLIDING), 7, 5, free_order="unhashed-first"),
     Case("builtin-hash", (FULL,), 7, 4, hash_scheme="builtin"),
     Case("xxh3-hash", (FULL,), 7, 4, hash_scheme="xxh3_128"),
-    Case("key-failure(full+sliding)", (FULL, SLIDING), 8, 4, key_failures=True),
+    Case("key-failure(full+sliding)", (FULL, SLIDING), 8, 5, key_failures=True),
 )
 """Every layout of issue 18 (full, sliding, chunked, Mamba, hybrids, DP, EAGLE, lookahead,
 delayed caching, both free orders, each hash scheme), with the depth that fits the budget."""
@@ -255,12 +269,21 @@ def _state(node: Any, rename_pages: bool) -> str:
         return tuple(label[p] for p in pages)
 
     by_label = sorted(label, key=label.__getitem__)
-    per_page = tuple((pool.ref[p], pool.key_of[p], s.content[p], s.computed[p], node.computed.get(p))
-                     for p in by_label)
+    per_page = tuple((pool.ref[p], pool.key_of[p]) if _dead(pool, p) else
+                     (pool.ref[p], pool.key_of[p], s.computed[p], node.computed.get(p)) for p in by_label)
     cached = sorted((repr(key), relabel(ids)) for key, ids in pool.cached)
     held = [(unlabelled, tuple(relabel(g) for g in pages)) for unlabelled, pages in requests]
     finished_keys = sorted(repr(k) for rid, k in s.keys if rid not in node.requests)
     return repr((per_page, relabel(pool.free), cached, held, finished_keys))
+
+
+def _dead(pool: Any, p: int) -> bool:
+    """Whether page ``p``'s ghosts are dead: a free page without a key is in no table and no
+    lookup can return it, and the allocation that hands it out again erases both ghosts (the
+    spec's ``computed``, the machine's content) before anything reads them. The spec's other
+    ghost, ``content``, equals ``key_of`` on every page (INV-HIT-SAFE's state form, checked at
+    every step), so it is never part of the state."""
+    return pool.ref[p] == 0 and pool.key_of[p] is None
 
 
 def _page_renaming(s: spec.ManagerState, tables: list[tuple[tuple[int, ...], ...]]) -> dict[int, int]:
