@@ -23,12 +23,13 @@ the exhaustive refinement checks (``refine:*``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from verikv.proofs.crosshair_common import Budget, run_check, untraced
 from verikv.proofs.crosshair_targets import Mismatch
-from verikv.proofs.registry import Check, Outcome
+from verikv.proofs.registry import Check, Mutant, Outcome
 from verikv.spec import manager as spec
 from verikv.spec.abstraction import abstract_manager
 
@@ -65,9 +66,16 @@ class IdealHash:
         return self.numbers.setdefault(message, len(self.numbers) + 1)
 
 
-HASH_SCHEME: Callable[[], Callable[[Any], int]] = IdealHash
-"""Makes each manager's hash scheme (a test replaces it with a colliding one to show the
-drivers catch a false hit)."""
+def colliding_hash() -> Callable[[Any], int]:
+    """A hash scheme under which every message collides: pages of other contents hit."""
+    return lambda message: 7
+
+
+COLLIDING_ENV = "VERIKV_CROSSHAIR_COLLIDING_HASH"
+"""Set (to anything) in a CrossHair run's environment: the managers use `colliding_hash` (the
+mutant `crosshair:manager-colliding-hash`, which the exhaustive checks must catch)."""
+HASH_SCHEME: Callable[[], Callable[[Any], int]] = colliding_hash if os.environ.get(COLLIDING_ENV) else IdealHash
+"""Makes each manager's hash scheme."""
 
 
 class _Pair:
@@ -268,8 +276,8 @@ BUDGET = Budget(per_condition=60, iterations=None, per_path=10)
 """No iteration cap: the search runs until every path is explored (or the CPU cap, then "unknown")."""
 
 
-def run(function: str) -> Outcome:
-    return run_check((f"{__name__}.{function}",), BUDGET, require_confirmed=True)
+def run(function: str, env: dict[str, str] | None = None) -> Outcome:
+    return run_check((f"{__name__}.{function}",), BUDGET, require_confirmed=True, env=env)
 
 
 def checks() -> list[Check]:
@@ -277,3 +285,15 @@ def checks() -> list[Check]:
     return [Check(f"crosshair:{function}", "crosshair", "REFINEMENT", transition, f"{DOMAIN}; {BUDGET.describe()}",
                   lambda function=function: run(function))  # type: ignore[misc]
             for function, transition in TRANSITIONS.items()]
+
+
+def _detect_colliding_hash() -> list[str]:
+    """The manager checks that fail when every key collides (the lookup-based ones must)."""
+    return [f"crosshair:{function}" for function in ("manager_lookup", "manager_allocate_slots")
+            if run(function, {COLLIDING_ENV: "1"}).status == "failed"]
+
+
+def mutants() -> list[Mutant]:
+    """A hash scheme whose keys all collide: the exhaustive manager checks must find the false hit."""
+    return [Mutant("crosshair:manager-colliding-hash", "impl", "INV-HIT-SAFE", colliding_hash.__doc__ or "",
+                   _detect_colliding_hash)]

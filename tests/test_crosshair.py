@@ -128,3 +128,12 @@ def test_queue_remove_id_driver_sees_a_stale_back_link() -> None:
             crosshair_targets.queue_remove_id(3, True, True, False, 0, False, 1)  # [1, 2] without 1
     finally:
         crosshair_targets._ACTIVE["queue"] = crosshair_targets.FreeCachePageQueue
+
+
+def test_exhaustive_manager_checks_catch_a_colliding_hash() -> None:
+    """The CrossHair runs themselves (not only the drivers) find the false hit of a colliding hash."""
+    from verikv.proofs import crosshair_manager
+
+    (mutant,) = crosshair_manager.mutants()
+    assert mutant.name in {m.name for m in discover_mutants()}
+    assert mutant.detect() == ["crosshair:manager_lookup", "crosshair:manager_allocate_slots"]
