@@ -262,19 +262,21 @@ class IdLinks:
         prev[pid] = UNLINKED
         self.lengths[li] -= 1
 
-    def link_back(self, li: int, ids: Iterable[int]) -> None:
-        """Append unlinked ids at the tail of list ``li``, in order."""
+    def link_back(self, li: int, ids: Iterable[int], *, end: int | None = None) -> None:
+        """Link unlinked ids, in order, into list ``li`` just before node ``end``: by default
+        its tail sentinel (an append; `link_front` passes the list's first node)."""
         nxt, prev = self.next, self.prev
-        tail = self.capacity + 2 * li + 1
-        last = prev[tail]
+        if end is None:
+            end = self.capacity + 2 * li + 1
+        last = prev[end]
         count = 0
         for pid in ids:
             nxt[last] = pid
             prev[pid] = last
             last = pid
             count += 1
-        nxt[last] = tail
-        prev[tail] = last
+        nxt[last] = end
+        prev[end] = last
         self.lengths[li] += count
 
     def link_back_array(self, li: int, ids: np.ndarray) -> None:
@@ -295,19 +297,7 @@ class IdLinks:
 
     def link_front(self, li: int, ids: Iterable[int]) -> None:
         """Insert unlinked ids before the head of list ``li``, keeping their order."""
-        nxt, prev = self.next, self.prev
-        head = self.capacity + 2 * li
-        old_first = nxt[head]
-        last = head
-        count = 0
-        for pid in ids:
-            nxt[last] = pid
-            prev[pid] = last
-            last = pid
-            count += 1
-        nxt[last] = old_first
-        prev[old_first] = last
-        self.lengths[li] += count
+        self.link_back(li, ids, end=self.next[self.capacity + 2 * li])
 
     def ids(self, li: int) -> list[int]:
         """The ids of list ``li``, head to tail (O(length)).

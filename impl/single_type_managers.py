@@ -4,8 +4,8 @@ A `SingleTypeCacheManager` holds no per-request state: the coordinator's `Reques
 owns each request's page list per group (ordered ids; the null page 0 stands for a page a
 window no longer needs) and how many leading pages are registered in the prefix cache, and
 passes the group's list (and count) in. The subclasses differ in three rules: the prefix-cache
-hit they accept (`find_longest_cache_hit`), the pages a request can drop as its context moves
-on (`skipped_range`), and whether pages are cached.
+hit they accept (`_longest_hit`, behind `find_longest_cache_hit`), the pages a request can
+drop as its context moves on (`skipped_range`), and whether pages are cached.
 
 Keys: a request's content keys are computed at the smallest page size of the manager
 (``key_page_size``); a group whose page size is ``k`` times that uses key ``(j + 1) * k - 1``
@@ -93,6 +93,9 @@ class SingleTypeCacheManager:
     #: (true of the prefix, rightmost-window and no-hit rules; not of chunked-local attention,
     #: whose null prefix depends on where max_length falls)
     hit_is_stable: bool = True
+    #: the spec field holding the attention type's span (window or chunk), copied to the
+    #: manager's attribute of the same name; None when the type has no span
+    span_field: str | None = None
 
     __slots__ = (
         "_stride",
@@ -124,11 +127,13 @@ class SingleTypeCacheManager:
         self.page_pool: PagePool = page_pool
         self.key_page_size: int = key_ps
         self._stride: int = ps // key_ps
+        if self.span_field is not None:
+            setattr(self, self.span_field, getattr(kv_cache_spec, self.span_field))
 
     @property
     def layout(self) -> tuple[str, int, int]:
         """``(kind, page_size, span)`` as the spec's group layout (span: window or chunk, else 0)."""
-        return (self.kind, self.page_size, 0)
+        return (self.kind, self.page_size, 0 if self.span_field is None else getattr(self, self.span_field))
 
     def group_key(self, key: PageKey) -> PageHashWithGroupId:
         """The pool key of a page of this group holding the content ``key``."""
@@ -156,8 +161,29 @@ class SingleTypeCacheManager:
         per group of ``group_ids`` (groups of the same type, looked up together: a position
         hits only if it hits in every group). Pure: no reference count changes.
 
-        The base rule, kept by Mamba (a recurrent state is not a prefix): never a hit."""
+        The arguments are checked here; the type's rule (`_longest_hit`) then reads only the
+        ``n`` pages a hit may span."""
+        return self._longest_hit(keys, self._max_hit_pages(keys, max_length, group_ids), max_length, group_ids,
+                                 shard, dp)
+
+    def _longest_hit(self, keys: Sequence[PageKey], n: int, max_length: int, group_ids: Sequence[int],
+                     shard: int | None, dp: int | None) -> tuple[list[int], ...]:
+        """The hit rule over the first ``n`` pages. The base rule, kept by Mamba (a recurrent
+        state is not a prefix): never a hit."""
         return tuple([] for _ in group_ids)
+
+    def _hit_run(self, hits: tuple[list[int], ...], keys: Sequence[PageKey], start: int, stop: int,
+                 group_ids: Sequence[int], shard: int | None, dp: int | None) -> tuple[list[int], ...]:
+        """``hits`` (one list per group) with the joint hits of pages ``start, start + 1, ...``
+        appended, up to the first miss or page ``stop``."""
+        stride = self._stride
+        for j in range(start, stop):
+            found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)
+            if found is None:
+                break
+            for lst, page in zip(hits, found):
+                lst.append(page)
+        return hits
 
     def _joint_hit(
         self, key: PageKey, group_ids: Sequence[int], shard: int | None, dp: int | None
@@ -326,28 +352,14 @@ class FullAttentionManager(SingleTypeCacheManager):
     kind = "full"
     __slots__ = ()
 
-    def find_longest_cache_hit(
-        self,
-        keys: Sequence[PageKey],
-        max_length: int,
-        group_ids: Sequence[int],
-        shard: int | None = None,
-        dp: int | None = None,
-    ) -> tuple[list[int], ...]:
+    def _longest_hit(self, keys: Sequence[PageKey], n: int, max_length: int, group_ids: Sequence[int],
+                     shard: int | None, dp: int | None) -> tuple[list[int], ...]:
         """Longest run of consecutive hits from page 0 (the first-inserted page per key)."""
-        n = self._max_hit_pages(keys, max_length, group_ids)
         stride = self._stride
         if len(group_ids) == 1:  # one call: the pool looks the keys up to the first miss
             return (self.page_pool.lookup_run_ids(zip(keys[stride - 1:n * stride:stride], repeat(group_ids[0])),
                                                   dp_shard_hint=shard, data_parallel_size=dp),)  # (lazy pairs)
-        result: tuple[list[int], ...] = tuple([] for _ in group_ids)
-        for j in range(n):
-            found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)
-            if found is None:
-                break
-            for lst, page in zip(result, found):
-                lst.append(page)
-        return result
+        return self._hit_run(tuple([] for _ in group_ids), keys, 0, n, group_ids, shard, dp)
 
     def get_num_common_prefix_pages(self, pages: Sequence[int], num_running_requests: int) -> int:
         """Leading pages of ``pages`` held by at least ``num_running_requests`` requests (eSurge's ``>=``)."""
@@ -367,31 +379,15 @@ class SlidingWindowManager(SingleTypeCacheManager):
     spec_type: type[CacheSpec] = SlidingWindowSpec
     frees_skipped_pages = True
     kind = "sliding"
+    span_field = "sliding_window"
+    sliding_window: int
     __slots__ = ("sliding_window",)
 
-    def __init__(
-        self, kv_cache_spec: CacheSpec, page_pool: PagePool, kv_cache_group_id: int, key_page_size: int | None = None
-    ) -> None:
-        super().__init__(kv_cache_spec, page_pool, kv_cache_group_id, key_page_size)
-        self.sliding_window: int = kv_cache_spec.sliding_window  # type: ignore[attr-defined]
-
-    @property
-    def layout(self) -> tuple[str, int, int]:
-        """``("sliding", page_size, window)``."""
-        return (self.kind, self.page_size, self.sliding_window)
-
-    def find_longest_cache_hit(
-        self,
-        keys: Sequence[PageKey],
-        max_length: int,
-        group_ids: Sequence[int],
-        shard: int | None = None,
-        dp: int | None = None,
-    ) -> tuple[list[int], ...]:
+    def _longest_hit(self, keys: Sequence[PageKey], n: int, max_length: int, group_ids: Sequence[int],
+                     shard: int | None, dp: int | None) -> tuple[list[int], ...]:
         """Rightmost run of ``cdiv(sw - 1, ps)`` consecutive hits (earlier pages become null
         placeholders); if no such run exists, the run of hits starting at page 0."""
         need = cdiv(self.sliding_window - 1, self.page_size)
-        n = self._max_hit_pages(keys, max_length, group_ids)
         stride = self._stride
         result = tuple([NULL_PAGE] * n for _ in group_ids)
         run = 0
@@ -424,40 +420,17 @@ class ChunkedLocalAttentionManager(SingleTypeCacheManager):
     frees_skipped_pages = True
     kind = "chunked"
     hit_is_stable = False
+    span_field = "attention_chunk_size"
+    attention_chunk_size: int
     __slots__ = ("attention_chunk_size",)
 
-    def __init__(
-        self, kv_cache_spec: CacheSpec, page_pool: PagePool, kv_cache_group_id: int, key_page_size: int | None = None
-    ) -> None:
-        super().__init__(kv_cache_spec, page_pool, kv_cache_group_id, key_page_size)
-        self.attention_chunk_size: int = kv_cache_spec.attention_chunk_size  # type: ignore[attr-defined]
-
-    @property
-    def layout(self) -> tuple[str, int, int]:
-        """``("chunked", page_size, chunk)``."""
-        return (self.kind, self.page_size, self.attention_chunk_size)
-
-    def find_longest_cache_hit(
-        self,
-        keys: Sequence[PageKey],
-        max_length: int,
-        group_ids: Sequence[int],
-        shard: int | None = None,
-        dp: int | None = None,
-    ) -> tuple[list[int], ...]:
+    def _longest_hit(self, keys: Sequence[PageKey], n: int, max_length: int, group_ids: Sequence[int],
+                     shard: int | None, dp: int | None) -> tuple[list[int], ...]:
         """Null placeholders for the pages before the current chunk, then consecutive hits."""
-        n = self._max_hit_pages(keys, max_length, group_ids)
         chunk = self.attention_chunk_size
         start_page = ((max_length // chunk) * chunk) // self.page_size if max_length > 0 else 0
-        stride = self._stride
-        result = tuple([NULL_PAGE] * start_page for _ in group_ids)
-        for j in range(start_page, n):
-            found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)
-            if found is None:
-                break
-            for lst, page in zip(result, found):
-                lst.append(page)
-        return result
+        return self._hit_run(tuple([NULL_PAGE] * start_page for _ in group_ids), keys, start_page, n, group_ids,
+                             shard, dp)
 
     def skipped_range(self, pages: Sequence[int], num_computed_tokens: int) -> tuple[int, int]:
         """Pages before the current chunk: index < ((n // C) * C) // ps."""
@@ -501,17 +474,10 @@ class MambaAlignManager(MambaManager):
     frees_skipped_pages = True
     __slots__ = ()
 
-    def find_longest_cache_hit(
-        self,
-        keys: Sequence[PageKey],
-        max_length: int,
-        group_ids: Sequence[int],
-        shard: int | None = None,
-        dp: int | None = None,
-    ) -> tuple[list[int], ...]:
+    def _longest_hit(self, keys: Sequence[PageKey], n: int, max_length: int, group_ids: Sequence[int],
+                     shard: int | None, dp: int | None) -> tuple[list[int], ...]:
         """The right-most cached state within ``max_length`` tokens, null placeholders before it
         (it restores the whole prefix); no cached state: no hit."""
-        n = self._max_hit_pages(keys, max_length, group_ids)
         stride = self._stride
         for j in range(n - 1, -1, -1):
             found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)

@@ -577,8 +577,8 @@ class _LinksBatchReversed(IdLinks):
 
     __slots__ = ()
 
-    def link_back(self, li: int, ids: Any) -> None:
-        super().link_back(li, list(ids)[::-1])
+    def link_back(self, li: int, ids: Any, *, end: int | None = None) -> None:
+        super().link_back(li, list(ids)[::-1] if end is None else ids, end=end)  # (link_front unchanged)
 
 
 class QueueAppendReversed(FreeCachePageQueue):
