@@ -19,18 +19,20 @@ from dataclasses import dataclass
 
 from verikv.proofs.crosshair_common import Budget, run_check
 from verikv.proofs.crosshair_targets import (
+    APPEND_CAPACITY,
     KEYS,
     MAX_POOL_PAGES,
     MAX_QUEUE_CAPACITY,
     MAX_REF,
     MUTANT_ENV,
     MUTANTS,
-    REMOVE_CAPACITY,
+    SMALL_QUEUE_CAPACITY,
 )
 from verikv.proofs.registry import Check, Mutant, Outcome
 
 TARGETS = "verikv.proofs.crosshair_targets"
 _QUEUE = f"queue ids < {MAX_QUEUE_CAPACITY}"
+_SMALL_QUEUE = f"queue ids < {SMALL_QUEUE_CAPACITY}, every id 0..capacity"
 _POOL = f"pool <= {MAX_POOL_PAGES} pages, ref <= {MAX_REF}, {KEYS} keys"
 
 
@@ -83,8 +85,9 @@ SPECS: tuple[Spec, ...] = (
          _POOL, _budget(8)),
     _target("queue_popleft_ids", "queue", "refines-spec", "FreeCachePageQueue.popleft_ids", _QUEUE, 40),
     _target("queue_remove_id", "queue", "INV-FREE-DISTINCT", "FreeCachePageQueue.remove_id (links consistent)",
-            f"queue ids < {REMOVE_CAPACITY}, every id 0..capacity", None),
-    _target("queue_append_ids", "queue", "refines-spec", "FreeCachePageQueue.append_ids", _QUEUE + ", 2 ids", 150),
+            _SMALL_QUEUE, None),
+    _target("queue_append_ids", "queue", "refines-spec", "FreeCachePageQueue.append_ids",
+            f"queue ids < {APPEND_CAPACITY}, every id 0..capacity, 2 ids", None),
     _target("pool_get_new_page_ids", "pool", "refines-spec", "PagePool.get_new_page_ids (pool.allocate)", _POOL, 30),
     _target("pool_free_page_ids", "pool", "refines-spec", "PagePool.free_page_ids (pool.free)", _POOL + ", 2 ids", 60),
     _target("full_hit", "full", "hit-rule:full", "FullAttentionManager.find_longest_cache_hit",

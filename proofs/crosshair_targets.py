@@ -274,36 +274,48 @@ def queue_popleft_ids(queue: FreeCachePageQueue, n: int) -> bool:
     return queue_refines(queue, "popleft_ids", _pick(n, -1, MAX_QUEUE_CAPACITY))
 
 
-def queue_append_ids(queue: FreeCachePageQueue, a: int, b: int, count: int) -> bool:
+def queue_append_ids(capacity: int, free1: bool, free2: bool, rotate: int, backwards: bool, a: int, b: int,
+                     count: int) -> bool:
     """`FreeCachePageQueue.append_ids` on ``[a, b][:count]``: unlinked ids join the tail in order.
+    Over every queue with capacity <= `APPEND_CAPACITY` (`queue_choice`) and ids 0..capacity.
 
     post: __return__
     """
-    ids = [_pick(a, 0, MAX_QUEUE_CAPACITY), _pick(b, 0, MAX_QUEUE_CAPACITY)][:_pick(count, 0, 2)]
-    return queue_refines(queue, "append_ids", ids)
+    cap, order = queue_choice(capacity, [free1, free2], rotate, backwards, APPEND_CAPACITY)
+    ids = [_pick(a, 0, cap), _pick(b, 0, cap)][:_pick(count, 0, 2)]
+    with untraced():
+        return queue_refines(_small_queue(cap, order), "append_ids", ids)
 
 
-REMOVE_CAPACITY = 4
-"""`queue_remove_id`'s bound: ids 1..3, so queues of up to three ids (small enough to exhaust)."""
+def _small_queue(capacity: int, order: list[int]) -> FreeCachePageQueue:
+    queue = build_queue(capacity, order)
+    if queue is None:
+        raise Mismatch(f"queue_choice picked an invalid queue: capacity {capacity}, ids {order}")
+    return queue
+
+
+SMALL_QUEUE_CAPACITY = 4
+"""The bound of `queue_remove_id`: ids 1..3, so queues of up to three ids (small enough for
+CrossHair to explore every path)."""
+APPEND_CAPACITY = 3
+"""The bound of `queue_append_ids`: ids 1..2 (two ids appended to every queue of up to two ids:
+at capacity 4 the paths took 24 CPU s to exhaust, against 1-5 s for each other exhaustive check)."""
 
 
 def queue_remove_id(capacity: int, free1: bool, free2: bool, free3: bool, rotate: int, backwards: bool,
                     pid: int) -> bool:
     """`FreeCachePageQueue.remove_id` (a cache hit revives a free page from anywhere in the list):
     the id leaves the list, the others keep their order, and every back link stays consistent
-    (a stale ``prev`` would corrupt a later unlink). Over every queue
-    with capacity <= `REMOVE_CAPACITY` (`queue_choice`) and every id 0..capacity (the null page and one out of
+    (a stale ``prev`` would corrupt a later unlink). Over every queue with capacity <=
+    `SMALL_QUEUE_CAPACITY` (`queue_choice`) and every id 0..capacity (the null page and one out of
     range included).
 
     post: __return__
     """
-    cap, order = queue_choice(capacity, [free1, free2, free3], rotate, backwards, REMOVE_CAPACITY)
+    cap, order = queue_choice(capacity, [free1, free2, free3], rotate, backwards, SMALL_QUEUE_CAPACITY)
     page = _pick(pid, 0, cap)
     with untraced():
-        queue = build_queue(cap, order)
-        if queue is None:
-            raise Mismatch(f"queue_choice picked an invalid queue: capacity {cap}, ids {order}")
-        return queue_refines(queue, "remove_id", page)
+        return queue_refines(_small_queue(cap, order), "remove_id", page)
 
 
 def spec_step(state: spec_pool.PoolState, transition: str, *args: Any) -> tuple[spec_pool.PoolState, Any]:

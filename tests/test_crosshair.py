@@ -56,7 +56,7 @@ def test_a_missing_target_is_an_error_not_a_pass() -> None:
 def test_targets_hold_on_concrete_examples() -> None:
     queue = crosshair_targets.build_queue(5, [3, 1, 4])
     assert queue is not None and crosshair_targets.queue_popleft_ids(queue, 2) and queue.ids() == [4]
-    assert crosshair_targets.queue_append_ids(queue, 1, 2, 2) and queue.ids() == [4, 1, 2]
+    assert crosshair_targets.queue_append_ids(3, True, False, 0, False, 2, 0, 1)  # [1] + [2]
     pool = PagePool(4)
     pool.get_new_page_ids(2)
     assert crosshair_targets.pool_free_page_ids(pool, 1, 1, 2)  # a double free: rejected by both, state kept
@@ -119,7 +119,7 @@ def test_manager_checks_report_a_budget_not_a_proof() -> None:
 
 def test_queue_remove_id_driver_sees_a_stale_back_link() -> None:
     """The driver checks the back links, which the abstraction (the forward walk) does not show."""
-    cap, order = crosshair_targets.queue_choice(3, [1, 1], 0, 0, crosshair_targets.REMOVE_CAPACITY)
+    cap, order = crosshair_targets.queue_choice(3, [1, 1], 0, 0, crosshair_targets.SMALL_QUEUE_CAPACITY)
     assert (cap, order) == (3, [1, 2])
     assert crosshair_targets.queue_remove_id(3, True, True, False, 0, False, 1)
     crosshair_targets.activate("QueueStalePrevOnUnlink")
