@@ -17,8 +17,9 @@ Read-only introspection used by the abstraction function and the conformance har
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable, Sequence
-from itertools import repeat
+import sys
+from collections.abc import Sequence
+from itertools import compress
 from operator import attrgetter, countOf
 from typing import Any, ClassVar, Literal, overload
 
@@ -33,7 +34,7 @@ from verikv.errors import (
 )
 from verikv.events import Describer, KVEvent, PrefixCacheStats, StoreContext, describe_run
 from verikv.free_queue import CachePage
-from verikv.hashing import PageHasher, PageKey
+from verikv.hashing import PageHasher, PageKey, _plain
 from verikv.page_pool import PagePool
 from verikv.request import Request, RequestStatus
 from verikv.single_type_managers import NULL_PAGE
@@ -166,17 +167,9 @@ class _NoNewPages(CachePages):
 
     __slots__ = ()
 
-    @overload
-    def get_page_ids(self, allow_none: Literal[False] = False, *,
-                     group_ids: Sequence[int] | None = None) -> tuple[list[int], ...]: ...
-
-    @overload
-    def get_page_ids(self, allow_none: bool, *,
-                     group_ids: Sequence[int] | None = None) -> tuple[list[int], ...] | None: ...
-
-    def get_page_ids(self, allow_none: bool = False, *,
-                     group_ids: Sequence[int] | None = None) -> tuple[list[int], ...] | None:
-        """``([],)``: a fresh empty list (None when ``allow_none``)."""
+    def get_page_ids(self, allow_none: bool = False, *, group_ids: Sequence[int] | None = None) -> Any:
+        """``([],)``: a fresh empty list (None when ``allow_none``). (Callers see `CachePages`'
+        overloaded signature: this shortcut of its common call returns exactly what it does.)"""
         if allow_none is False and group_ids is None:
             return ([],)
         return super().get_page_ids(allow_none, group_ids=group_ids)
@@ -186,7 +179,6 @@ _PREEMPTED = RequestStatus.PREEMPTED
 #: what the decode test reads for an id without a record: it describes no request
 _NO_RECORD = RequestState(None)
 _REQUEST_ID = attrgetter("_request_id")
-_STATUS = attrgetter("_status")
 _ZERO = 0  # `x is _ZERO`: x is the plain int 0 (a fast-path guard; anything else takes the checked path)
 
 
@@ -226,6 +218,8 @@ class CacheManager:
     ``mamba_cache_mode`` is how Mamba groups are cached: ``"none"`` (default: one state page per
     request, never a hit) or ``"align"`` (states at page-aligned positions are cached and hit;
     the engine must keep the state contract of docs/semantics.md, "Mamba prefix caching").
+    ``skip_unreachable_sliding_pages`` (default off) leaves uncached the sliding-window pages
+    that can never serve a hit in a hybrid model (vLLM 0.33's policy; docs/semantics.md).
     """
 
     def __init__(
@@ -242,6 +236,7 @@ class CacheManager:
         enable_kv_events: bool = False,
         data_parallel_size: int | None = None,
         mamba_cache_mode: str = "none",
+        skip_unreachable_sliding_pages: bool = False,
     ) -> None:
         if not isinstance(enable_caching, bool) or not isinstance(use_eagle, bool):
             raise InvalidArgumentError("enable_caching and use_eagle must be bools")
@@ -250,6 +245,7 @@ class CacheManager:
         self.coordinator: CacheCoordinator = get_kv_cache_coordinator(
             num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching,
             free_order=free_order, enable_kv_events=enable_kv_events, mamba_cache_mode=mamba_cache_mode,
+            skip_unreachable_sliding_pages=skip_unreachable_sliding_pages,
         )
         coordinator = self.coordinator
         self.page_pool: PagePool = coordinator.page_pool
@@ -258,6 +254,8 @@ class CacheManager:
         self.max_model_len: int = coordinator.max_model_len
         self.enable_caching: bool = coordinator.enable_caching  # False when there is no group
         self.use_eagle: bool = use_eagle
+        #: whether sliding-window pages that can never serve a hit are left uncached
+        self.skip_unreachable_sliding_pages: bool = skip_unreachable_sliding_pages
         #: eSurge's attribute: the first group's page size when caching, else None
         self.page_size: int | None = self.kv_cache_groups[0].kv_cache_spec.page_size if self.enable_caching else None
         self._caching_key_size = coordinator.key_page_size is not None  # False: only Mamba groups, "none" mode
@@ -267,6 +265,11 @@ class CacheManager:
         #: without new full pages: caching is then due at every call (`_cache`)
         self._mamba_align = bool(coordinator._mamba_align)
         self._key_page_size = coordinator.key_page_size or 1
+        #: the hasher's key of one full page from its parent's key (`PageHasher.hash_request`'s
+        #: loop body, with no extra keys), for a decode step's one new key: ~6x cheaper than a
+        #: `hash_request` call for that page (its set-up is per call). The page's bytes are the
+        #: token array's own slice, so only on little-endian hosts (`hashing._page_bytes`)
+        self._next_page_key = self.hasher._page_key if sys.byteorder == "little" else None
         self._page_sizes = tuple(g.kv_cache_spec.page_size for g in self.kv_cache_groups)
         self._windowed_groups = tuple(m.frees_skipped_pages for m in coordinator.single_type_managers)
         #: the decode step's result when it needs no new page: shared and immutable
@@ -397,6 +400,17 @@ class CacheManager:
             return []
         return self.hasher.hash_request(  # (request, page_size, start, parent, stop)
             req, self._key_page_size, have, keys[-1] if keys else None, count)
+
+    def _step_keys(self, req: Request, rec: RequestState | None, num_tokens: int, stale: bool) -> list[PageKey]:
+        """`_caching_keys` for a step of the request whose record (if any) is ``rec``: when the
+        one key due is that of the page after the kept keys and the request has no extra keys
+        (no salt, LoRA or multimodal items), one `_next_page_key` call on that page's bytes."""
+        kept = None if stale or rec is None else rec.keys
+        page_key, size = self._next_page_key, self._key_page_size
+        if kept and page_key is not None and self.coordinator.keys_needed(num_tokens) == len(kept) + 1 and _plain(req):
+            start = len(kept) * size
+            return [page_key(kept[-1], req._token_array[start:start + size].tobytes(), None, b"")]
+        return self._caching_keys(req, num_tokens, stale)
 
     def _store_keys(self, req: Request, new: list[PageKey]) -> tuple[RequestState, list[PageKey]]:
         """Append keys from `_pending_keys` to the request's list (the record and the list are
@@ -714,7 +728,24 @@ class CacheManager:
             self.coordinator.cache_held(rec, keys, num_tokens, req._num_computed_tokens)
             return
         self.coordinator.cache_held(rec, keys, num_tokens)
+        self._cached_up_to(rec, num_tokens)
+
+    def _cached_up_to(self, rec: RequestState, num_tokens: int) -> None:
+        """Caching is next due at the end of the key page after ``num_tokens`` tokens."""
         rec.cache_at = max(rec.cache_at, (num_tokens // self._key_page_size + 1) * self._key_page_size)
+
+    def _cache_batch(self, records: list[RequestState], reqs: list[Request], num_tokens: list[int],
+                     new_keys: list[list[PageKey]]) -> None:
+        """`_cache` for each of distinct records in order, the pages registered together
+        (`CacheCoordinator.cache_held_batch`)."""
+        if self._mamba_align:
+            for rec, req, n, keys in zip(records, reqs, num_tokens, new_keys):
+                self._cache(rec, req, n, keys)
+            return
+        key_lists = [self._store_keys(req, keys)[1] for req, keys in zip(reqs, new_keys)]
+        self.coordinator.cache_held_batch(records, key_lists, num_tokens)
+        for rec, n in zip(records, num_tokens):
+            self._cached_up_to(rec, n)
 
     def cache_pages(self, request: Request, num_computed_tokens: int) -> None:
         """Register the request's full pages up to ``num_computed_tokens`` tokens (e.g. after a
@@ -860,7 +891,7 @@ class CacheManager:
                                                data_parallel_size)
             work = list(range(len(reqs)))
             lookahead = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
-        else:  # (`_decode_work` checked the types, the ids and the statuses)
+        else:  # (`_decode_work` checked the types and the ids; `_planned_calls` checks the work)
             reqs = requests  # type: ignore[assignment]
             counts = [num_new_tokens] * len(reqs) if type(num_new_tokens) is int else num_new_tokens  # type: ignore[assignment]
             lookahead = 0
@@ -877,8 +908,8 @@ class CacheManager:
 
     def _decode_work(self, requests: object, num_new_tokens: object) -> list[int] | None:
         """For a batch in its plain form (a list of `Request`, plain int counts >= 1, distinct
-        ids, none finished), the positions whose single call may do something
-        (`CacheCoordinator.decode_work`); every other call returns the shared "no new page"
+        ids), the positions whose single call may do something or raises (a finished request:
+        `CacheCoordinator.decode_work`); every other call returns the shared "no new page"
         result and changes nothing. None when the batch is not in that form (the checked path
         then decides). Pure."""
         if type(requests) is not list or countOf(map(type, requests), Request) != len(requests):
@@ -887,16 +918,12 @@ class CacheManager:
         if type(num_new_tokens) is int:
             if num_new_tokens < 1:
                 return None
-            counts: Iterable[int] = repeat(num_new_tokens, n)
-        elif (type(num_new_tokens) is list and len(num_new_tokens) == n
-              and countOf(map(type, num_new_tokens), int) == n and (not n or min(num_new_tokens) >= 1)):
-            counts = num_new_tokens
-        else:
+        elif not (type(num_new_tokens) is list and len(num_new_tokens) == n
+                  and countOf(map(type, num_new_tokens), int) == n and (not n or min(num_new_tokens) >= 1)):
             return None
-        ids = list(map(_REQUEST_ID, requests))
-        if len(set(ids)) != n or (n and max(map(_STATUS, requests)) > _PREEMPTED):
+        if len(set(map(_REQUEST_ID, requests))) != n:
             return None
-        return self.coordinator.decode_work(list(map(self.coordinator.records.get, ids)), requests, counts)
+        return self.coordinator.decode_work(requests, num_new_tokens)
 
     def _planned_calls(self, reqs: list[Request], counts: list[int], work: list[int], num_lookahead_tokens: int,
                        delay_cache_pages: bool, data_parallel_size: int | None) -> list[_Call]:
@@ -913,7 +940,7 @@ class CacheManager:
             rec = records.get(req._request_id)
             num_tokens = req._num_computed_tokens + n
             if (rec is not None and rec.pages is not None and rec.request is req and num_tokens <= max_model_len
-                    and data_parallel_size is None):  # running, within bounds: nothing else to check
+                    and req._status <= _PREEMPTED and data_parallel_size is None):  # running, within bounds
                 held: RequestState | None = rec
                 stale, cache_at = rec.keys is not None and rec.keys_version != req._identity_version, rec.cache_at
             else:
@@ -922,7 +949,7 @@ class CacheManager:
                 stale = self._stale_keys(req)
                 cache_at = initial_cache_at if held is None else held.cache_at
             cached = min(num_tokens, len(req._tokens))
-            keys = self._caching_keys(req, cached, stale) if caching and cached >= cache_at else None
+            keys = self._step_keys(req, held, cached, stale) if caching and cached >= cache_at else None
             calls.append((req, held, num_tokens, min(num_tokens + num_lookahead_tokens, max_model_len), cached,
                           keys, stale))
         return calls
@@ -949,18 +976,21 @@ class CacheManager:
         """Apply planned calls that are all decode steps of running requests, their new pages
         taken at once (`CacheCoordinator.decode_steps`), then their caching in order; False
         (nothing changed) when the coordinator does not take them so."""
-        if data_parallel_size is not None or any(held is None or num_slots != num_tokens
-                                                 for _, held, num_tokens, num_slots, _, _, _ in calls):
+        if data_parallel_size is not None or not calls:
             return False
-        news = self.coordinator.decode_steps([call[1] for call in calls],  # type: ignore[misc]  # all held
-                                             [call[2] for call in calls])
+        reqs, helds, num_tokens, num_slots, cached, keys, _ = map(list, zip(*calls))  # (one column per field)
+        if None in helds or num_slots != num_tokens:  # a request holding nothing, or lookahead slots
+            return False
+        news = self.coordinator.decode_steps(helds, num_tokens)
         if news is None:
             return False
         pool, no_new_page = self.page_pool, self._no_new_page
-        for i, (req, held, _, _, cached, keys, _), new in zip(work, calls, news):
+        for i, new in zip(work, news):
             results[i] = CachePages._of((new,), pool) if new else no_new_page
-            if keys is not None:
-                self._cache(held, req, cached, keys)  # type: ignore[arg-type]  # (held, checked above)
+        if keys.count(None) < len(keys):
+            due = [k is not None for k in keys]  # the calls whose caching is due
+            self._cache_batch(list(compress(helds, due)), list(compress(reqs, due)), list(compress(cached, due)),
+                              list(compress(keys, due)))
         return True
 
     def _checked_batch(

@@ -25,7 +25,7 @@ import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -163,17 +163,42 @@ class AttentionSpec(CacheSpec):
     dtype: Any
     use_mla: bool
 
+    #: the first part of `type_id`
+    _type_name: ClassVar[str]
+    #: the field holding the attention span (window or chunk) when the type has one: validated
+    #: last, and part of `type_id`
+    _span_field: ClassVar[str | None] = None
+
     def __post_init__(self) -> None:
         super().__post_init__()
         _set_spec_ints(self, "num_kv_heads", "head_size")
         object.__setattr__(self, "dtype", _canonical_dtype(self.dtype))
         object.__setattr__(self, "use_mla", _spec_bool(self.use_mla, "use_mla"))
+        if self._span_field is not None:
+            _set_spec_ints(self, self._span_field)
+
+    @property
+    def type_id(self) -> str:
+        """``<type name>[_<span>]_<page size>_<page bytes>``, eSurge's identifiers."""
+        span = "" if self._span_field is None else f"_{getattr(self, self._span_field)}"
+        return f"{self._type_name}{span}_{self.page_size}_{self.page_size_bytes}"
 
     @property
     def page_size_bytes(self) -> int:
         """K and V per token (one latent under MLA) times ``page_size`` tokens."""
         tensors = 1 if self.use_mla else 2
         return tensors * self.page_size * self.num_kv_heads * self.head_size * dtype_size_bytes(self.dtype)
+
+    def max_memory_usage_bytes(
+        self, max_model_len: int | None = None, max_num_batched_tokens: int | None = None
+    ) -> int:
+        """`_max_pages` pages (``max_model_len`` is required; the batch limit defaults to it)."""
+        return self._max_pages(*_token_limits(max_model_len, max_num_batched_tokens)) * self.page_size_bytes
+
+    @abstractmethod
+    def _max_pages(self, model_len: int, batch: int) -> int:
+        """Most pages a request of up to ``model_len`` tokens holds at once, ``batch`` tokens
+        being scheduled per step."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +211,7 @@ class FullAttentionSpec(AttentionSpec):
 
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
+    _type_name = "full_attention"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -193,16 +219,9 @@ class FullAttentionSpec(AttentionSpec):
         if self.sliding_window is not None and self.attention_chunk_size is not None:
             raise CacheSpecError("a full-attention spec cannot record both a sliding window and a chunk size")
 
-    @property
-    def type_id(self) -> str:
-        return f"full_attention_{self.page_size}_{self.page_size_bytes}"
-
-    def max_memory_usage_bytes(
-        self, max_model_len: int | None = None, max_num_batched_tokens: int | None = None
-    ) -> int:
-        """One page per ``page_size`` tokens of ``max_model_len``."""
-        model_len, _ = _token_limits(max_model_len, max_num_batched_tokens)
-        return -(-model_len // self.page_size) * self.page_size_bytes
+    def _max_pages(self, model_len: int, batch: int) -> int:
+        """One page per ``page_size`` tokens of ``model_len``."""
+        return -(-model_len // self.page_size)
 
     @classmethod
     def merge(cls, specs: Sequence[CacheSpec]) -> FullAttentionSpec:
@@ -228,25 +247,18 @@ class SlidingWindowSpec(AttentionSpec):
     """Sliding-window attention over the last ``sliding_window`` tokens (MLA not supported)."""
 
     sliding_window: int
+    _type_name = "sliding_window"
+    _span_field = "sliding_window"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set_spec_ints(self, "sliding_window")
         if self.use_mla:
             raise CacheSpecError("sliding-window attention does not support MLA")
 
-    @property
-    def type_id(self) -> str:
-        return f"sliding_window_{self.sliding_window}_{self.page_size}_{self.page_size_bytes}"
-
-    def max_memory_usage_bytes(
-        self, max_model_len: int | None = None, max_num_batched_tokens: int | None = None
-    ) -> int:
+    def _max_pages(self, model_len: int, batch: int) -> int:
         """Pages for the window plus one step's tokens, plus one page for a window that starts
         mid-page."""
-        model_len, batch = _token_limits(max_model_len, max_num_batched_tokens)
-        tokens = min(self.sliding_window - 1 + batch, model_len)
-        return (-(-tokens // self.page_size) + 1) * self.page_size_bytes
+        return -(-min(self.sliding_window - 1 + batch, model_len) // self.page_size) + 1
 
 
 @dataclass(frozen=True)
@@ -254,22 +266,12 @@ class ChunkedLocalAttentionSpec(AttentionSpec):
     """Chunked local attention: tokens attend within their ``attention_chunk_size`` chunk."""
 
     attention_chunk_size: int
+    _type_name = "local_attention"
+    _span_field = "attention_chunk_size"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _set_spec_ints(self, "attention_chunk_size")
-
-    @property
-    def type_id(self) -> str:
-        return f"local_attention_{self.attention_chunk_size}_{self.page_size}_{self.page_size_bytes}"
-
-    def max_memory_usage_bytes(
-        self, max_model_len: int | None = None, max_num_batched_tokens: int | None = None
-    ) -> int:
+    def _max_pages(self, model_len: int, batch: int) -> int:
         """Pages for one chunk plus one step's tokens, at most the whole request."""
-        model_len, batch = _token_limits(max_model_len, max_num_batched_tokens)
-        tokens = min(self.attention_chunk_size + batch, model_len)
-        return -(-tokens // self.page_size) * self.page_size_bytes
+        return -(-min(self.attention_chunk_size + batch, model_len) // self.page_size)
 
 
 @dataclass(frozen=True)

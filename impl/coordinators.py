@@ -22,10 +22,10 @@ the classes exist for eSurge's names and dispatch (`get_kv_cache_coordinator`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import count
 from operator import countOf
-from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, Unpack, cast
 
 from verikv.cache_specs import (
     CacheGroupsConfig,
@@ -45,10 +45,13 @@ from verikv.errors import (
 from verikv.free_queue import MAX_PAGE_ID
 from verikv.hashing import PageKey
 from verikv.page_pool import PagePool
+from verikv.request import RequestStatus
 from verikv.single_type_managers import (
     NULL_PAGE,
     MambaAlignManager,
     SingleTypeCacheManager,
+    SlidingWindowManager,
+    cdiv,
     get_manager_for_kv_cache_spec,
 )
 
@@ -122,6 +125,7 @@ class CacheCoordinator:
         free_order: str = "esurge",
         enable_kv_events: bool = False,
         mamba_cache_mode: str = "none",
+        skip_unreachable_sliding_pages: bool = False,
     ) -> None:
         checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_PAGE_ID + 1)  # the pool's bound, checked first
         _check_mamba_cache_mode(mamba_cache_mode)
@@ -148,6 +152,10 @@ class CacheCoordinator:
         self._windowed = tuple(m for m in self.single_type_managers if m.frees_skipped_pages)
         self._lcm_page_size = math.lcm(*sizes, 1)
         self._max_page_size = max(sizes, default=1)
+        #: group id -> ``(pages per hit unit, pages a hit needs)`` of each sliding group whose
+        #: pages that can never serve a hit are left uncached (`sliding_page_can_hit`)
+        self._sparse_sliding = _sparse_sliding_groups(self.single_type_managers, self._lcm_page_size,
+                                                      skip_unreachable_sliding_pages)
         managers = self.single_type_managers
         #: the one group's manager when `decode_step` can decide a step alone (a single group
         #: that never drops pages), else None
@@ -515,7 +523,29 @@ class CacheCoordinator:
             if isinstance(m, MambaAlignManager):  # the state of the request's computed count
                 cached[gid] = m.cache_states(pages[gid], cached[gid], keys, num_tokens, num_computed_tokens)
             else:
-                cached[gid] = m.cache_pages(pages[gid], cached[gid], keys, num_tokens)
+                cached[gid] = m.cache_pages(self._hittable(gid, pages[gid]), cached[gid], keys, num_tokens)
+
+    def _hittable(self, gid: int, pages: list[int]) -> list[int]:
+        """The pages of group ``gid`` to cache: with `skip_unreachable_sliding_pages`, a sliding
+        group's pages that can never serve a hit become null placeholders (never hashed)."""
+        sparse = self._sparse_sliding.get(gid)
+        if sparse is None:
+            return pages
+        per, need = sparse
+        return [p if sliding_page_can_hit(j, per, need) else NULL_PAGE for j, p in enumerate(pages)]
+
+    def cache_held_batch(self, records: list[RequestState], keys: list[list[PageKey]], num_tokens: list[int]) -> None:
+        """`cache_held` for each of distinct records in order (each holds pages), with one group
+        (not Mamba align) as one registration (`SingleTypeCacheManager.cache_pages_batch`)."""
+        managers = self.single_type_managers
+        if len(managers) != 1 or self._mamba_align:
+            for rec, request_keys, n in zip(records, keys, num_tokens):
+                self.cache_held(rec, request_keys, n)
+            return
+        lists: list[list[int]] = [rec.pages[0] for rec in records]  # type: ignore[index]  # all hold pages
+        counts = managers[0].cache_pages_batch(lists, [rec.num_cached[0] for rec in records], keys, num_tokens)
+        for rec, cached in zip(records, counts):
+            rec.num_cached[0] = cached
 
     def free(self, request_id: str) -> None:
         """Release the request's pages, group by group, each last page first. No-op for a
@@ -547,22 +577,28 @@ class CacheCoordinator:
 
     # ---- the batched decode step (`CacheManager.allocate_slots_batch`) ----------------------------
 
-    def decode_work(self, records: list[RequestState | None], requests: list[Request], counts: Iterable[int]
-                    ) -> list[int]:
-        """The positions of a decode batch (``records[i]``: the record of ``requests[i]``'s id,
-        if any; ``counts[i]`` >= 1 new tokens) whose `allocate_slots` call may do something.
-        Every other one is a request that holds pages under this very object, one group that
-        never drops pages (`decode_step` decides its step alone), with room in its pages for
-        ``computed + count <= max_model_len`` tokens and below its next caching point: its call
-        returns "no new page" and changes nothing. Pure; one pass over the batch."""
+    def decode_work(self, requests: list[Request], counts: int | list[int]) -> list[int]:
+        """The positions of a decode batch (``counts``: >= 1 new tokens for each request, or one
+        int for all) whose `allocate_slots` call may do something. Every other one is a request
+        that holds pages under this very object, one group that never drops pages (`decode_step`
+        decides its step alone), with room in its pages for ``computed + count <= max_model_len``
+        tokens and below its next caching point: its call returns "no new page" and changes
+        nothing. A finished request is one of the positions (its call raises). Pure; one pass over
+        the batch, the only one that reads every request's record (the walrus names keep it one
+        expression per request: the record and the token count)."""
         solo = self._solo
         if solo is None:
             return list(range(len(requests)))
-        page_size, limit = solo.page_size, self.max_model_len
-        return [i for i, req, rec, c in zip(count(), requests, records, counts)
-                if rec is None or rec.request is not req or rec.pages is None
-                or not rec.cache_at > req._num_computed_tokens + c <= len(rec.pages[0]) * page_size
-                or req._num_computed_tokens + c > limit]
+        page_size, limit, get = solo.page_size, self.max_model_len, self.records.get
+        if isinstance(counts, int):  # the common step: one count for all (no second sequence to zip)
+            return [i for i, req in enumerate(requests)
+                    if (rec := get(req._request_id, _NO_RECORD)).request is not req or rec.pages is None
+                    or not rec.cache_at > (n := req._num_computed_tokens + counts) <= len(rec.pages[0]) * page_size
+                    or n > limit or req._status > _PREEMPTED]
+        return [i for i, req, c in zip(count(), requests, counts)
+                if (rec := get(req._request_id, _NO_RECORD)).request is not req or rec.pages is None
+                or not rec.cache_at > (n := req._num_computed_tokens + c) <= len(rec.pages[0]) * page_size
+                or n > limit or req._status > _PREEMPTED]
 
     def decode_steps(self, records: list[RequestState], num_tokens: list[int]) -> list[list[int]] | None:
         """`decode_step` for each record in order (each holds pages, within ``max_model_len``),
@@ -596,6 +632,10 @@ class CacheCoordinator:
         return out
 
 
+#: every status above this one is a finished request's
+_PREEMPTED = RequestStatus.PREEMPTED
+#: the record of an id that has none (its ``request`` is never a request's object)
+_NO_RECORD = RequestState(None)
 #: `decode_step`'s "no new page" (never changed: the caller returns a shared empty result)
 _NO_PAGE: list[int] = []
 
@@ -619,6 +659,31 @@ def _new_pool(num_pages: int, enable_caching: bool, free_order: str, enable_kv_e
 def _check_mamba_cache_mode(mode: object) -> None:
     if not isinstance(mode, str) or mode not in MAMBA_CACHE_MODES:
         raise InvalidArgumentError(f"mamba_cache_mode must be one of {MAMBA_CACHE_MODES}, got {describe(mode)}")
+
+
+def _sparse_sliding_groups(managers: tuple[SingleTypeCacheManager, ...], hit_unit: int,
+                           skip_unreachable_sliding_pages: object) -> dict[int, tuple[int, int]]:
+    """``{group id: (pages per hit unit, pages a hit needs)}`` of the sliding groups whose
+    unreachable pages are skipped (none unless the option is on)."""
+    if not isinstance(skip_unreachable_sliding_pages, bool):
+        raise InvalidArgumentError("skip_unreachable_sliding_pages must be a bool")
+    if not skip_unreachable_sliding_pages:
+        return {}
+    return {m.kv_cache_group_id: (hit_unit // m.page_size, sliding_pages_for_hit(m))
+            for m in managers if isinstance(m, SlidingWindowManager)}
+
+
+def sliding_pages_for_hit(m: SlidingWindowManager) -> int:
+    """Consecutive pages a sliding-window hit needs (the lookup's rule, at least one)."""
+    return max(1, cdiv(m.sliding_window - 1, m.page_size))
+
+
+def sliding_page_can_hit(j: int, per: int, need: int) -> bool:
+    """Whether page ``j`` of a sliding group can ever serve a hit (vLLM 0.33's reachable-page
+    mask, dense retention): a hit ends on a multiple of the hit unit (the lcm of the page
+    sizes, ``per`` pages of this group) and uses the ``need`` pages before it, so only the last
+    ``need`` pages of each unit can be part of one (all of them when ``need >= per``)."""
+    return need >= per or j % per >= per - need
 
 
 def _check_flags(use_eagle: object, enable_caching: object) -> None:
@@ -667,54 +732,50 @@ class CacheCoordinatorNoPrefixCache(CacheCoordinator):
                    num_computed_tokens: int = 0) -> None:
         """Caching is off: nothing to register."""
 
+    def cache_held_batch(self, records: list[RequestState], keys: list[list[PageKey]], num_tokens: list[int]) -> None:
+        """Caching is off: nothing to register."""
+
 
 class UnitaryCacheCoordinator(CacheCoordinator):
     """Exactly one cache group, prefix caching on."""
 
     def __init__(self, num_pages: int, kv_cache_groups: Sequence[CacheGroupSpec], max_model_len: int,
-                 use_eagle: bool, enable_caching: bool, **pool_options: object) -> None:
+                 use_eagle: bool, enable_caching: bool, **options: Unpack[_CoordinatorOptions]) -> None:
         if not isinstance(kv_cache_groups, Sequence) or len(kv_cache_groups) != 1:
             raise CacheSpecError("UnitaryCacheCoordinator needs exactly one cache group")
-        super().__init__(num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching, **pool_options)  # type: ignore[arg-type]
+        super().__init__(num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching, **options)
 
 
 class HybridCacheCoordinator(CacheCoordinator):
     """Two or more cache groups of any attention types, prefix caching on."""
 
     def __init__(self, num_pages: int, kv_cache_groups: Sequence[CacheGroupSpec], max_model_len: int,
-                 use_eagle: bool, enable_caching: bool, **pool_options: object) -> None:
+                 use_eagle: bool, enable_caching: bool, **options: Unpack[_CoordinatorOptions]) -> None:
         if not isinstance(kv_cache_groups, Sequence) or len(kv_cache_groups) < 2:
             raise CacheSpecError("HybridCacheCoordinator needs at least two cache groups")
-        super().__init__(num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching, **pool_options)  # type: ignore[arg-type]
+        super().__init__(num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching, **options)
 
 
-class _CoordinatorOptions(TypedDict):
-    """The keyword-only options every coordinator takes."""
+class _CoordinatorOptions(TypedDict, total=False):
+    """The keyword-only options every coordinator takes (defaults: `CacheCoordinator.__init__`)."""
 
     free_order: str
     enable_kv_events: bool
     mamba_cache_mode: str
+    skip_unreachable_sliding_pages: bool
 
 
 def get_kv_cache_coordinator(
-    num_pages: int,
-    kv_cache_groups: Sequence[CacheGroupSpec],
-    max_model_len: int,
-    use_eagle: bool,
-    enable_caching: bool,
-    *,
-    free_order: str = "esurge",
-    enable_kv_events: bool = False,
-    mamba_cache_mode: str = "none",
+    num_pages: int, kv_cache_groups: Sequence[CacheGroupSpec], max_model_len: int, use_eagle: bool,
+    enable_caching: bool, **options: Unpack[_CoordinatorOptions],
 ) -> CacheCoordinator:
     """eSurge's dispatch: caching off (or no group) -> no-prefix-cache; one group -> unitary;
-    otherwise hybrid."""
+    otherwise hybrid. ``options``: `CacheCoordinator`'s keyword-only options, passed on."""
     if not isinstance(use_eagle, bool) or not isinstance(enable_caching, bool):
         raise InvalidArgumentError("use_eagle and enable_caching must be bools")
+    free_order = options.get("free_order", "esurge")
     if not isinstance(free_order, str):  # (the pool checks the name)
         raise InvalidArgumentError(f"free_order must be a str, got {type(free_order).__name__}")
-    options: _CoordinatorOptions = {"free_order": free_order, "enable_kv_events": enable_kv_events,
-                                    "mamba_cache_mode": mamba_cache_mode}
     if not enable_caching or (isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 0):
         return CacheCoordinatorNoPrefixCache(num_pages, kv_cache_groups, max_model_len, use_eagle, False, **options)
     if isinstance(kv_cache_groups, Sequence) and len(kv_cache_groups) == 1:

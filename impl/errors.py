@@ -8,6 +8,7 @@ A raised error always means the call changed nothing.
 from __future__ import annotations
 
 import reprlib
+from dataclasses import KW_ONLY, dataclass
 
 _REPR = reprlib.Repr()
 _REPR.maxlevel = 3
@@ -79,6 +80,7 @@ class DoesNotFitError(VeriKVError):
     """Not even one request of ``max_model_len`` fits in the device budget."""
 
 
+@dataclass(eq=False, repr=False)  # (an exception: identity equality, the builtin repr)
 class KVCacheDoesNotFitError(DoesNotFitError):
     """The planned KV cache cannot hold one request of ``max_model_len``; carries the numbers.
 
@@ -86,22 +88,14 @@ class KVCacheDoesNotFitError(DoesNotFitError):
     geometry and page size (0 when not even one page fits).
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        max_model_len: int,
-        largest_max_model_len: int,
-        pages_per_request: int,
-        num_pages: int,
-        budget_bytes: int,
-        page_bytes: int,
-    ) -> None:
-        super().__init__(message)
-        self.max_model_len = max_model_len
-        self.largest_max_model_len = largest_max_model_len
-        self.pages_per_request = pages_per_request
-        self.num_pages = num_pages
-        self.budget_bytes = budget_bytes
-        self.page_bytes = page_bytes
+    message: str
+    _: KW_ONLY
+    max_model_len: int
+    largest_max_model_len: int
+    pages_per_request: int
+    num_pages: int
+    budget_bytes: int
+    page_bytes: int
 
+    def __post_init__(self) -> None:
+        super().__init__(self.message)

@@ -4,7 +4,8 @@
 (`get_cached_page`) and registers a request's pages itself (`cache_full_pages`); those two
 methods live here, written against the pool's public id-level API, and `PagePool` inherits
 them so eSurge callers keep their call shapes. A group's key for a page is
-``PageHashWithGroupId(page_hash, group_id)``, the key the single-type managers store.
+`verikv.hashing.group_pool_key` ``(page_hash, group_id)`` (the key itself in group 0,
+``PageHashWithGroupId(page_hash, group_id)`` in any other), the key the single-type managers store.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from verikv.dp_sharding import checked_int
 from verikv.errors import InvalidArgumentError, describe
 from verikv.free_queue import CachePage, check_key, page_list
-from verikv.hashing import PageHasher, PageHashWithGroupId, PageKey, default_hasher
+from verikv.hashing import PageHasher, PageKey, default_hasher, group_pool_key
 
 if TYPE_CHECKING:
     from verikv.page_pool import PagePool
@@ -37,13 +38,14 @@ class ESurgePoolMethods:
                         data_parallel_size: int | None = None) -> list[CachePage] | None:
         """One cached page per group for ``page_hash``, or ``None`` if any group misses.
 
-        Each is the oldest page under ``(page_hash, group)`` (inside the hinted shard, if any).
+        Each is the oldest page under the group's pool key for ``page_hash`` (inside the hinted
+        shard, if any).
         Counted in `prefix_cache_stats` as one query.
         """
         pool = cast("PagePool", self)
         group_ids = [checked_int(g, "kv_cache_group_id", minimum=0)
                      for g in page_list(kv_cache_group_ids, "kv_cache_group_ids")]
-        keys: list[Hashable] = [PageHashWithGroupId(page_hash, gid) for gid in group_ids]
+        keys: list[Hashable] = [group_pool_key(page_hash, gid) for gid in group_ids]
         found = pool.lookup_all_ids(keys, dp_shard_hint=dp_shard_hint, data_parallel_size=data_parallel_size)
         return None if found is None else [pool.page(pid) for pid in found]
 
@@ -76,7 +78,7 @@ class ESurgePoolMethods:
             new_hashes = (hasher or default_hasher()).hash_request(
                 request, size, len(page_hashes), page_hashes[-1] if page_hashes else None, last)
         hashes = (page_hashes + new_hashes)[first:last]
-        keys = [(pid, PageHashWithGroupId(h, group_id)) for pid, h in zip(ids, hashes) if pid != NULL_PAGE_ID]
+        keys = [(pid, group_pool_key(h, group_id)) for pid, h in zip(ids, hashes) if pid != NULL_PAGE_ID]
         for _, key in keys:  # every key is known hashable before the first change
             check_key(key)
         page_hashes.extend(new_hashes)

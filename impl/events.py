@@ -18,10 +18,9 @@ path pays nothing otherwise. docs/events.md describes the model.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -84,8 +83,11 @@ _HASH_WIDTH = 32
 
 
 def split_group(key: object) -> tuple[object, int | None]:
-    """``(content key, group id)`` of a pool key: a key paired with its cache group
+    """``(content key, group id)`` of a pool key: a ``bytes`` key is the content key of a page
+    of group 0 (`verikv.hashing.group_pool_key`), a key paired with its cache group
     (`PageHashWithGroupId`, or any ``(key, int)`` pair) is split, any other key has no group."""
+    if type(key) is bytes:
+        return key, 0
     gid = getattr(key, "group_id", None)
     if type(gid) is int and gid >= 0 and hasattr(key, "page_hash"):
         return key.page_hash, gid
@@ -346,15 +348,7 @@ class EventLog:
         """``method`` (a manager call whose first parameter is ``request``) as one call of this
         log: its reports become its events when it returns or raises, and the runs it stores
         are described by ``describer_for(request)``."""
-        @functools.wraps(method)
-        def recorded(*args: Any, **kwargs: Any) -> _R:
-            self.begin_call()
-            try:
-                self.set_store_context(describer_for(args[0] if args else kwargs.get("request")))
-                return method(*args, **kwargs)
-            finally:
-                self.end_call()
-        return recorded
+        return _RecordedCall(self, method, describer_for)
 
     def take(self) -> list[KVEvent]:
         """Every event since the last take, oldest first; the buffer is emptied."""
@@ -392,6 +386,28 @@ class EventLog:
         return PageStored(hashes, parent, tuple(context.token_ids), context.page_size, group_id,
                           context.lora_id, context.lora_name, None if extra is None else tuple(extra),
                           self.medium, ids, context.spec_kind, context.sliding_window)
+
+
+class _RecordedCall(Generic[_R]):
+    """A manager method recorded as one call of an `EventLog` (`EventLog.recording`). An object
+    rather than a closure so that ``copy.deepcopy`` of a manager copies it with the manager:
+    the copy's bound method and log, not the original's (a closure would be shared)."""
+
+    __slots__ = ("__wrapped__", "describer_for", "log")
+
+    def __init__(self, log: EventLog, method: Callable[..., _R], describer_for: Callable[[Any], Describer]) -> None:
+        self.log = log
+        self.__wrapped__ = method
+        self.describer_for = describer_for
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _R:
+        log = self.log
+        log.begin_call()
+        try:
+            log.set_store_context(self.describer_for(args[0] if args else kwargs.get("request")))
+            return self.__wrapped__(*args, **kwargs)
+        finally:
+            log.end_call()
 
 
 def _same_run(a: _Report, b: _Report) -> bool:

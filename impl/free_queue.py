@@ -32,6 +32,7 @@ from verikv.errors import (
     PageStateError,
     describe,
 )
+from verikv.typed_property import Field
 
 UNLINKED = -1
 MAX_PAGE_ID = 2**29 - 1
@@ -92,6 +93,20 @@ def int_array(values: np.ndarray) -> array[int]:
     return out
 
 
+def _record_field(table: str, checked: Callable[[Any, Any], object]) -> Any:
+    """A `CachePage` property over its records' per-page ``table`` (``"ref"`` or ``"key"``): an
+    assignment checks that the page may change (a lone page, not a pool's), then stores what
+    ``checked(page, value)`` returns (it raises for a bad value)."""
+    def read(page: CachePage) -> Any:
+        return getattr(page._records, table)[page.page_id]
+
+    def write(page: CachePage, value: object) -> None:
+        page._check_mutable()
+        getattr(page._records, table)[page.page_id] = checked(page, value)
+
+    return property(read, write)
+
+
 class CachePage:
     """View of one page: its id, reference count, content key (``page_hash``) and free links.
 
@@ -119,28 +134,17 @@ class CachePage:
         page._records = records
         return page
 
-    @property
-    def ref_cnt(self) -> int:
-        return self._records.ref[self.page_id]
-
-    @ref_cnt.setter
-    def ref_cnt(self, value: int) -> None:
-        self._check_mutable()
-        self._records.ref[self.page_id] = checked_int(value, "ref_cnt", minimum=0)
-
-    @property
-    def page_hash(self) -> Any:
-        return self._records.key[self.page_id]
-
-    @page_hash.setter
-    def page_hash(self, value: Any) -> None:
-        self._check_mutable()
+    def _checked_hash(self, value: Any) -> Any:
+        """``value`` if this page may take it as its first content key."""
         check_key(value)
         if self.is_null:
             raise NullPageError("the null page is never hashed")
         if self._records.key[self.page_id] is not None:
             raise PageStateError(f"page {self.page_id} already has a hash; reset it first")
-        self._records.key[self.page_id] = value
+        return value
+
+    ref_cnt: Field[int, int] = _record_field("ref", lambda page, value: checked_int(value, "ref_cnt", minimum=0))
+    page_hash: Field[Any, Any] = _record_field("key", _checked_hash)
 
     @property
     def is_null(self) -> bool:
@@ -200,13 +204,17 @@ class IdLinks:
     the owner's job, done before any mutation) and cost O(1) per id.
     """
 
-    __slots__ = ("capacity", "lengths", "next", "prev")
+    __slots__ = ("capacity", "lengths", "next", "next_np", "prev", "prev_np")
 
     def __init__(self, capacity: int, num_lists: int = 1) -> None:
         size = capacity + 2 * num_lists
         self.capacity: int = capacity
         self.prev: array[int] = int_array(np.full(size, UNLINKED, dtype=np.intc))
         self.next: array[int] = int_array(np.full(size, UNLINKED, dtype=np.intc))
+        #: NumPy views of the link arrays (no copy; the arrays are never resized, and cannot be
+        #: while viewed), kept so that a bulk link is its scatters only
+        self.prev_np: np.ndarray = np.frombuffer(self.prev, dtype=np.intc)
+        self.next_np: np.ndarray = np.frombuffer(self.next, dtype=np.intc)
         self.lengths: list[int] = [0] * num_lists
         for li in range(num_lists):
             head, tail = capacity + 2 * li, capacity + 2 * li + 1
@@ -219,8 +227,7 @@ class IdLinks:
             return
         head, tail = self.capacity + 2 * li, self.capacity + 2 * li + 1
         ids = np.arange(first, stop, dtype=np.intc)
-        prev = np.frombuffer(self.prev, dtype=np.intc)
-        nxt = np.frombuffer(self.next, dtype=np.intc)
+        prev, nxt = self.prev_np, self.next_np
         prev[first + 1:stop] = ids[:-1]
         nxt[first:stop - 1] = ids[1:]
         prev[first], nxt[stop - 1] = head, tail
@@ -279,21 +286,33 @@ class IdLinks:
         prev[end] = last
         self.lengths[li] += count
 
-    def link_back_array(self, li: int, ids: np.ndarray) -> None:
-        """`link_back` for a NumPy array of unlinked, distinct ids: the inner links are two
-        vectorized stores into NumPy views of the link arrays (which are never resized)."""
+    def link_back_distinct(self, li: int, ids: np.ndarray, first_id: int, last_id: int) -> bool:
+        """Append the unlinked ids of the NumPy array ``ids`` (int32 or uint32; ``first_id`` and ``last_id`` its
+        ends, as ints) at the tail of list ``li``, in order, if they are distinct; otherwise
+        change nothing and return False. The inner links are vectorized scatters, and they are
+        also the distinctness check: once every link is stored (the last id's link to the tail
+        included), id ``ids[i]`` links to ``ids[i + 1]`` for every ``i`` exactly when no id is
+        listed twice (a repeated id keeps only its last link, and following the repeats to the
+        end of the array reaches the last id, whose link is the tail, not an id). One gather
+        and a byte comparison (no ufunc call), instead of a Python-level set of the ids."""
         count = len(ids)
         if count == 0:
-            return
+            return True
         nxt, prev = self.next, self.prev
         tail = self.capacity + 2 * li + 1
-        last, first_id, last_id = prev[tail], int(ids[0]), int(ids[-1])
-        nxt[last], prev[first_id] = first_id, last
+        last = prev[tail]
         inner, following = ids[:-1], ids[1:]
-        np.frombuffer(nxt, dtype=np.intc)[inner] = following  # type: ignore[call-overload, unused-ignore]
-        np.frombuffer(prev, dtype=np.intc)[following] = inner  # type: ignore[call-overload, unused-ignore]
+        self.next_np[inner] = following
+        self.prev_np[following] = inner
+        nxt[last], prev[first_id] = first_id, last
         nxt[last_id], prev[tail] = tail, last_id
-        self.lengths[li] += count
+        if count == 1 or self.next_np[inner].tobytes() == following.tobytes():  # (ids < 2**31)
+            self.lengths[li] += count
+            return True
+        self.next_np[ids] = UNLINKED  # an id listed twice: the ids were unlinked, and are again
+        self.prev_np[ids] = UNLINKED
+        nxt[last], prev[tail] = tail, last
+        return False
 
     def link_front(self, li: int, ids: Iterable[int]) -> None:
         """Insert unlinked ids before the head of list ``li``, keeping their order."""

@@ -44,6 +44,8 @@ from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLink
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
 #: frees of at least this many ids take the vectorized path (`PagePool._free_bulk`)
 _BULK_FREE = 64
+#: one int32 reference count of 1, as bytes: ``_ONE_INTC * n`` is n pages held once each
+_ONE_INTC = np.ones(1, dtype=np.intc).tobytes()
 NULL_PAGE_ID = 0
 _log = logging.getLogger(__name__)
 _log.addHandler(logging.NullHandler())  # a library logs only where the application asks it to
@@ -74,10 +76,15 @@ class PagePool(ESurgePoolMethods):
         self._records: PageRecords = PageRecords.for_pool(n, owned=True)
         self._ref: MutableSequence[int] | MutableMapping[int, int] = self._records.ref
         self._key: MutableSequence[Any] | MutableMapping[int, Any] = self._records.key
+        #: a NumPy view of ``ref`` for bulk frees (`_free_bulk`; the array is never resized)
+        self._ref_np: np.ndarray = np.frombuffer(self._ref, dtype=np.intc)  # type: ignore[call-overload]
         self._views: dict[int, CachePage] = {}
         self.free_page_queue: FreeCachePageQueue = FreeCachePageQueue.for_range(self._records, 1, n, self._view)
         self._free: IdLinks = self.free_page_queue.links
         self._cached: dict[Hashable, int | dict[int, None]] = {}
+        #: how many entries of ``_cached`` are dicts (several pages of equal content): while none
+        #: is, every entry a lookup reads is the page itself, and no entry needs resolving
+        self._num_shared: int = 0
         self.null_page: CachePage = self._view(NULL_PAGE_ID)
         self._dp: int | None = None
         self._pps: int = 0
@@ -238,24 +245,38 @@ class PagePool(ESurgePoolMethods):
 
     def _free_bulk(self, ids: list[int]) -> bool:
         """`free_page_ids` for a long list, as NumPy gathers and scatters over views of the
-        ``ref`` and link arrays (no copy): the held counts are read once, and that one read is
-        both the double-free check and the decrement. Returns False, having changed nothing,
-        when the list needs the scalar path: a bad id or page (that path raises the precise
-        error), duplicates, DP shard lists or the ``"unhashed-first"`` order."""
-        if (self._shards is not None or self.free_order != "esurge" or countOf(map(type, ids), int) != len(ids)
-                or min(ids) <= NULL_PAGE_ID or max(ids) >= self.num_pages or len(set(ids)) != len(ids)):
+        ``ref`` and link arrays (no copy). Returns False, having changed nothing, when the list
+        needs the scalar path: a bad id or page (that path raises the precise error), pages
+        listed twice, DP shard lists or the ``"unhashed-first"`` order.
+
+        Each check rides on a pass the free needs anyway, so the ids are walked at Python level
+        only twice (their types, then their conversion to uint32, which rejects a negative id):
+        the gather of the held counts rejects an id past the pool, and its values are the
+        double-free check (the null page's count is 0); the link scatters are the check that
+        no page is listed twice (`IdLinks.link_back_distinct`). After ``gc.collect()`` every
+        pass and NumPy call starts from cold caches, which is what a long list's free costs.
+        """
+        if self._shards is not None or self.free_order != "esurge" or countOf(map(type, ids), int) != len(ids):
             return False
-        pages = np.frombuffer(array("I", ids), dtype=np.uint32)  # (ids checked: in range)
-        ref = np.frombuffer(self._ref, dtype=np.intc)  # type: ignore[call-overload]
-        left = ref[pages] - 1
-        if not left.any():  # every page was held once (a request's own pages): all reach 0
-            zeroed = pages
-        elif left.min() < 0:
+        ref = self._ref_np
+        try:
+            pages = np.frombuffer(array("I", ids), dtype=np.uint32)  # OverflowError: a negative id
+            held = ref[pages]  # IndexError: an id past the pool
+        except (OverflowError, IndexError):
             return False
-        else:
-            zeroed = pages[left == 0]
+        if held.tobytes() == _ONE_INTC * len(ids):  # every page held once (a request's own): all reach 0
+            ref[pages] = 0
+            if self._free.link_back_distinct(0, pages, ids[0], ids[-1]):  # (also the repeats check)
+                return True
+            ref[pages] = 1  # a page listed twice: undone, for the scalar path to report
+            return False
+        if held.min() < 1 or len(set(ids)) != len(ids):  # shared pages: a set finds repeats
+            return False
+        left = held - 1
+        zeroed = pages[left == 0]
         ref[pages] = left
-        self._free.link_back_array(0, zeroed)
+        if len(zeroed):
+            self._free.link_back_distinct(0, zeroed, int(zeroed[0]), int(zeroed[-1]))  # (distinct: checked)
         return True
 
     def cache_page_id(self, page_id: int, key: Hashable) -> None:
@@ -283,6 +304,7 @@ class PagePool(ESurgePoolMethods):
         if entry is not page_id:  # equal pages already cached: this one joins them, last
             if isinstance(entry, int):  # stored entries are exact ints or dicts
                 self._cached[key] = {entry: None, page_id: None}
+                self._num_shared += 1
             else:
                 entry[page_id] = None
         self._key[page_id] = key
@@ -376,7 +398,7 @@ class PagePool(ESurgePoolMethods):
             queries = len(found)
         else:
             queries = len(found) + 1  # the miss that ended the run counts
-        if bounds is not None or dict in map(type, found):  # a shard, or equal pages: resolve each
+        if bounds is not None or (self._num_shared and dict in map(type, found)):  # a shard, or equal pages
             for i, entry in enumerate(found):
                 pid = self._resolve(entry, bounds)
                 if pid is None:
@@ -426,6 +448,7 @@ class PagePool(ESurgePoolMethods):
             for pid in _ids_of(entry):
                 key[pid] = None
         self._cached.clear()
+        self._num_shared = 0
         self.key_version += 1
         self.prefix_cache_stats.reset = True
         if self._events is not None:
@@ -546,7 +569,11 @@ class PagePool(ESurgePoolMethods):
             entry = self._pop_changed_key(key)
         if not isinstance(entry, int):  # equal pages: put the others back
             del entry[pid]
-            self._cached[key] = next(iter(entry)) if len(entry) == 1 else entry
+            if len(entry) == 1:
+                self._cached[key] = next(iter(entry))
+                self._num_shared -= 1
+            else:
+                self._cached[key] = entry
         self._key[pid] = None
         if self._events is not None:
             self._events.removed(pid, key)

@@ -25,9 +25,9 @@ import enum
 import numbers
 import operator
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter, countOf
-from typing import TYPE_CHECKING, ClassVar, overload
+from typing import Any, ClassVar, overload
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import InvalidArgumentError, describe
@@ -38,6 +38,7 @@ from verikv.hashing import (
     key_text,
     mm_feature,
 )
+from verikv.typed_property import Field, ReadOnly
 
 
 class RequestStatus(enum.IntEnum):
@@ -105,7 +106,7 @@ class TokenView(Sequence[int]):
 def _checked_tokens(tokens: object, what: str) -> tuple[list[int], array[int]]:
     """The token ids as a list of exact Python ints in ``[0, 2**64)`` and as the ``array('Q')``
     of the same values, or InvalidArgumentError."""
-    if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
+    if type(tokens) is not list and (isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable)):
         raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(tokens).__name__}")
     try:
         out = list(tokens)
@@ -180,6 +181,21 @@ def _checked_lora_text(value: object, what: str) -> str | None:
     return key_text(value, what)
 
 
+def _field(slot: str, setter: Callable[[Any, Any], None] | None, doc: str) -> Any:
+    """A `Request` property (typed by a `Field` or `ReadOnly` annotation): read at C level from
+    ``slot`` (an attrgetter, no Python frame: schedulers read these every step), assigned
+    through ``setter`` (which validates), if any."""
+    return property(attrgetter(slot), setter, doc=doc)
+
+
+def _identity_field(slot: str, checked: Callable[[Any], object], doc: str) -> Any:
+    """A `_field` for an identity field: the value ``checked`` returns is stored by
+    `Request._set_identity`."""
+    def set_checked(request: Request, value: object) -> None:
+        request._set_identity(slot, checked(value))
+    return _field(slot, set_checked, doc)
+
+
 class Request:
     """A generation request: prompt, generated tokens, progress, status, cache identity.
 
@@ -232,7 +248,8 @@ class Request:
         path = _checked_lora_text(lora_path, "lora_path")
         if path is not None and name is None:
             raise InvalidArgumentError(f"request {rid!r}: lora_path {path!r} needs a lora_name")
-        features = _checked_features(mm_features, len(tokens))
+        # (no items, the default: no ABC check, no list, no sort)
+        features = () if type(mm_features) is tuple and not mm_features else _checked_features(mm_features, len(tokens))
         if not isinstance(prompt_logprobs, bool):
             raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(prompt_logprobs).__name__}")
         self._request_id = rid
@@ -267,46 +284,13 @@ class Request:
         setattr(self, slot, value)
         self._identity_version += 1
 
-    def _set_request_id(self, value: str) -> None:
-        self._set_identity("_request_id", _checked_request_id(value))
-
-    # Each `if TYPE_CHECKING` block states what the C-level property in its `else` reads and
-    # accepts: a property built from attrgetter is typed Any by the checkers otherwise.
-    if TYPE_CHECKING:
-        @property
-        def request_id(self) -> str: ...
-
-        @request_id.setter
-        def request_id(self, value: str) -> None: ...
-    else:
-        request_id = property(attrgetter("_request_id"), _set_request_id,
-                              doc="The request's id (a non-empty str); fixed while it holds pages.")
-
-    def _set_cache_salt(self, value: str | bytes | None) -> None:
-        self._set_identity("_cache_salt", _checked_salt(value))
-
-    if TYPE_CHECKING:
-        @property
-        def cache_salt(self) -> str | bytes | None: ...
-
-        @cache_salt.setter
-        def cache_salt(self, value: str | bytes | None) -> None: ...
-    else:
-        cache_salt = property(attrgetter("_cache_salt"), _set_cache_salt,
-                              doc="Per-tenant isolation salt (str, bytes or None), mixed into the first page's key.")
-
-    def _set_lora_id(self, value: int | None) -> None:
-        self._set_identity("_lora_id", _checked_lora(value))
-
-    if TYPE_CHECKING:
-        @property
-        def lora_id(self) -> int | None: ...
-
-        @lora_id.setter
-        def lora_id(self, value: int | None) -> None: ...
-    else:
-        lora_id = property(attrgetter("_lora_id"), _set_lora_id,
-                           doc="The LoRA adapter id (an int >= 0, or None), part of every page's key.")
+    request_id: Field[str, str] = _identity_field(
+        "_request_id", _checked_request_id, "The request's id (a non-empty str); fixed while it holds pages.")
+    cache_salt: Field[str | bytes | None, str | bytes | None] = _identity_field(
+        "_cache_salt", _checked_salt,
+        "Per-tenant isolation salt (str, bytes or None), mixed into the first page's key.")
+    lora_id: Field[int | None, int | None] = _identity_field(
+        "_lora_id", _checked_lora, "The LoRA adapter id (an int >= 0, or None), part of every page's key.")
 
     def _set_lora_name(self, value: str | None) -> None:
         name = _checked_lora_text(value, "lora_name")
@@ -314,15 +298,8 @@ class Request:
             raise InvalidArgumentError("lora_name cannot be None while lora_path is set")
         self._set_identity("_lora_name", name)
 
-    if TYPE_CHECKING:
-        @property
-        def lora_name(self) -> str | None: ...
-
-        @lora_name.setter
-        def lora_name(self, value: str | None) -> None: ...
-    else:
-        lora_name = property(attrgetter("_lora_name"), _set_lora_name,
-                             doc="The LoRA adapter's name (a non-empty str, or None), part of every page's key.")
+    lora_name: Field[str | None, str | None] = _field(
+        "_lora_name", _set_lora_name, "The LoRA adapter's name (a non-empty str, or None), part of every page's key.")
 
     def _set_lora_path(self, value: str | None) -> None:
         path = _checked_lora_text(value, "lora_path")
@@ -330,60 +307,30 @@ class Request:
             raise InvalidArgumentError("lora_path needs a lora_name")
         self._set_identity("_lora_path", path)
 
-    if TYPE_CHECKING:
-        @property
-        def lora_path(self) -> str | None: ...
-
-        @lora_path.setter
-        def lora_path(self, value: str | None) -> None: ...
-    else:
-        lora_path = property(attrgetter("_lora_path"), _set_lora_path,
-                             doc="Where the named adapter's weights are (a non-empty str, or None), part of the keys.")
+    lora_path: Field[str | None, str | None] = _field(
+        "_lora_path", _set_lora_path,
+        "Where the named adapter's weights are (a non-empty str, or None), part of the keys.")
 
     def _set_mm_features(self, value: Iterable[MMFeature | tuple[str | bytes | int, int, int]]) -> None:
         self._set_identity("_mm_features", _checked_features(value, self._num_prompt_tokens))
 
-    if TYPE_CHECKING:
-        @property
-        def mm_features(self) -> tuple[MMFeature, ...]: ...
-
-        @mm_features.setter
-        def mm_features(self, value: Iterable[MMFeature | tuple[str | bytes | int, int, int]]) -> None: ...
-    else:
-        mm_features = property(attrgetter("_mm_features"), _set_mm_features,
-                               doc="Multimodal items as `MMFeature` tuples sorted by offset, inside the prompt.")
+    mm_features: Field[tuple[MMFeature, ...], Iterable[MMFeature | tuple[str | bytes | int, int, int]]] = _field(
+        "_mm_features", _set_mm_features, "Multimodal items as `MMFeature` tuples sorted by offset, inside the prompt.")
 
     def _set_prompt_logprobs(self, value: bool) -> None:
         if not isinstance(value, bool):
             raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(value).__name__}")
         self._prompt_logprobs = value
 
-    if TYPE_CHECKING:
-        @property
-        def prompt_logprobs(self) -> bool: ...
-
-        @prompt_logprobs.setter
-        def prompt_logprobs(self, value: bool) -> None: ...
-    else:
-        prompt_logprobs = property(attrgetter("_prompt_logprobs"), _set_prompt_logprobs,
-                                   doc="Whether prompt logprobs are wanted (such requests skip the prefix lookup).")
-
-    # Hot getters are C-level attrgetters (no Python frame): schedulers read them every step.
-    if TYPE_CHECKING:
-        @property
-        def all_token_ids(self) -> TokenView: ...
-    else:
-        all_token_ids = property(attrgetter("_view"),
-                                 doc="Prompt followed by the generated tokens, as a read-only view.")
-
-    if TYPE_CHECKING:
-        @property
-        def token_array(self) -> array[int]: ...
-    else:
-        token_array = property(attrgetter("_token_array"), doc=(
-            "Internal API for page hashing: every token id (prompt then output) as the request's "
-            "own ``array('Q')``, each validated to be an int in [0, 2**64). Not a copy: read it, "
-            "never change it (the request appends to it as tokens are added)."))
+    prompt_logprobs: Field[bool, bool] = _field(
+        "_prompt_logprobs", _set_prompt_logprobs,
+        "Whether prompt logprobs are wanted (such requests skip the prefix lookup).")
+    all_token_ids: ReadOnly[TokenView] = _field(
+        "_view", None, "Prompt followed by the generated tokens, as a read-only view.")
+    token_array: ReadOnly[array[int]] = _field("_token_array", None, (
+        "Internal API for page hashing: every token id (prompt then output) as the request's "
+        "own ``array('Q')``, each validated to be an int in [0, 2**64). Not a copy: read it, "
+        "never change it (the request appends to it as tokens are added)."))
 
     @property
     def prompt_token_ids(self) -> TokenView:
@@ -417,30 +364,17 @@ class Request:
             raise InvalidArgumentError(f"num_computed_tokens must be >= 0, got {describe(value)}")
         self._num_computed_tokens = value
 
-    if TYPE_CHECKING:
-        @property
-        def num_computed_tokens(self) -> int: ...
-
-        @num_computed_tokens.setter
-        def num_computed_tokens(self, value: int) -> None: ...
-    else:
-        num_computed_tokens = property(
-            attrgetter("_num_computed_tokens"), _set_num_computed_tokens,
-            doc="Tokens whose KV is computed (or scheduled this step); set by the scheduler (validated).")
+    num_computed_tokens: Field[int, int] = _field(
+        "_num_computed_tokens", _set_num_computed_tokens,
+        "Tokens whose KV is computed (or scheduled this step); set by the scheduler (validated).")
 
     def _set_status(self, value: RequestStatus) -> None:
         if not isinstance(value, RequestStatus):
             raise InvalidArgumentError(f"status must be a RequestStatus, got {describe(value)}")
         self._status = value
 
-    if TYPE_CHECKING:
-        @property
-        def status(self) -> RequestStatus: ...
-
-        @status.setter
-        def status(self, value: RequestStatus) -> None: ...
-    else:
-        status = property(attrgetter("_status"), _set_status, doc="Where the request is in its lifecycle (validated).")
+    status: Field[RequestStatus, RequestStatus] = _field(
+        "_status", _set_status, "Where the request is in its lifecycle (validated).")
 
     def is_finished(self) -> bool:
         """True once the request reached a FINISHED_* status."""
@@ -454,8 +388,8 @@ class Request:
                 self._tokens.append(token)
                 self._token_array.append(token)
                 return
-        if isinstance(token_ids, numbers.Integral) and not isinstance(token_ids, bool):
-            token = operator.index(token_ids)
+        if type(token_ids) is int or (isinstance(token_ids, numbers.Integral) and not isinstance(token_ids, bool)):
+            token = operator.index(token_ids)  # (a plain int skips the ABC check: a sampled token, each step)
             if not 0 <= token < TOKEN_ID_LIMIT:
                 raise InvalidArgumentError(f"token id must be in [0, 2**64), got {describe(token)}")
             self._tokens.append(token)

@@ -10,7 +10,8 @@ drop as its context moves on (`skipped_range`), and whether pages are cached.
 Keys: a request's content keys are computed at the smallest page size of the manager
 (``key_page_size``); a group whose page size is ``k`` times that uses key ``(j + 1) * k - 1``
 for its page ``j`` (the key of the last small page it covers), composed with its group id
-(`group_key`) into the key the pool stores. The pool never sees a group id.
+(`group_key`, `verikv.hashing.group_pool_key`: group 0 stores the key itself) into the key the
+pool stores. The pool never sees a group id.
 
 Every method works on ints and costs O(pages it touches); none scans the free list or a
 request's whole page list. Queries change nothing; the mutators (`remove_skipped_pages`,
@@ -42,7 +43,7 @@ from verikv.errors import (
     OutOfPagesError,
     describe,
 )
-from verikv.hashing import PageHashWithGroupId, PageKey
+from verikv.hashing import PageHashWithGroupId, PageKey, PoolKey, group_pool_key
 
 if TYPE_CHECKING:
     from verikv.page_pool import PagePool
@@ -135,13 +136,16 @@ class SingleTypeCacheManager:
         """``(kind, page_size, span)`` as the spec's group layout (span: window or chunk, else 0)."""
         return (self.kind, self.page_size, 0 if self.span_field is None else getattr(self, self.span_field))
 
-    def group_key(self, key: PageKey) -> PageHashWithGroupId:
+    def group_key(self, key: PageKey) -> PoolKey:
         """The pool key of a page of this group holding the content ``key``."""
-        return tuple.__new__(PageHashWithGroupId, (key, self.kv_cache_group_id))  # (no NamedTuple __new__ frame)
+        return group_pool_key(key, self.kv_cache_group_id)
 
-    def group_keys(self, keys: Sequence[PageKey]) -> list[PageHashWithGroupId]:
+    def group_keys(self, keys: Sequence[PageKey]) -> list[PoolKey]:
         """`group_key` of each of ``keys``, in order (C-level: no per-key Python frame)."""
-        return list(map(tuple.__new__, repeat(PageHashWithGroupId), zip(keys, repeat(self.kv_cache_group_id))))
+        gid = self.kv_cache_group_id
+        if gid == 0:
+            return list(keys)
+        return list(map(tuple.__new__, repeat(PageHashWithGroupId), zip(keys, repeat(gid))))
 
     def key_index(self, page_index: int) -> int:
         """Index in the request's key list of the key of this group's page ``page_index``."""
@@ -192,7 +196,7 @@ class SingleTypeCacheManager:
         lookup = self.page_pool.lookup_id
         out = []
         for gid in group_ids:
-            page = lookup(PageHashWithGroupId(key, gid), dp_shard_hint=shard, data_parallel_size=dp)
+            page = lookup(group_pool_key(key, gid), dp_shard_hint=shard, data_parallel_size=dp)
             if page is None:
                 return None
             out.append(page)
@@ -215,7 +219,7 @@ class SingleTypeCacheManager:
         stored = self.page_pool.keys_of_ids(hits)
         stride, num_keys = self._stride, len(keys)
         m = len(hits)
-        if stride == 1 and m <= num_keys and stored == list(zip(keys[:m], repeat(self.kv_cache_group_id))):
+        if stride == 1 and m <= num_keys and stored == self.group_keys(keys[:m]):
             return None  # every page holds this request's key at its position (C speed)
         for j, page in enumerate(hits):
             k = (j + 1) * stride - 1
@@ -290,6 +294,28 @@ class SingleTypeCacheManager:
         when they were popped), so each gets its first key here. ``keys`` must cover the last
         full page (the caller extends the request's key list first).
         """
+        num_full = self._full_to_cache(pages, num_cached, keys, num_tokens)
+        if num_full > num_cached:
+            self._register(pages, keys, num_cached, num_full)
+        return num_full
+
+    def cache_pages_batch(self, page_lists: list[list[int]], num_cached: list[int], keys: list[list[PageKey]],
+                          num_tokens: list[int]) -> list[int]:
+        """`cache_pages` for several requests (``page_lists[i]`` with ``num_cached[i]``,
+        ``keys[i]``, ``num_tokens[i]``; distinct lists of held pages), every argument checked
+        before the first page is registered; then each request's new pages are registered as
+        its own call registers them (the same pool calls in the same order, so the pool ends as
+        after the calls in order, its key version included). Returns the new cached counts.
+        """
+        counts = list(map(self._full_to_cache, page_lists, num_cached, keys, num_tokens))
+        for pages, first, request_keys, stop in zip(page_lists, num_cached, keys, counts):
+            if stop > first:
+                self._register(pages, request_keys, first, stop)
+        return counts
+
+    def _full_to_cache(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int) -> int:
+        """The cached count after `cache_pages` (pure): ``num_cached``, or the full pages of
+        ``num_tokens`` tokens when more, their pages held and their keys checked."""
         if type(num_tokens) is not int or num_tokens < 0:  # (inline checks: this runs once per filled page)
             num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
         num_full = num_tokens // self.page_size
@@ -304,7 +330,6 @@ class SingleTypeCacheManager:
                 f"keys; the request has {len(pages)} pages and {len(keys)} keys")
         if countOf(map(type, keys[num_cached * stride:num_full * stride]), PageKey) != (num_full - num_cached) * stride:
             _key_list(keys[num_cached * stride:num_full * stride])  # only the keys read here: raises
-        self._register(pages, keys, num_cached, num_full)
         return num_full
 
     def _register(self, pages: list[int], keys: Sequence[PageKey], first: int, stop: int) -> None:
@@ -317,10 +342,9 @@ class SingleTypeCacheManager:
         stride = self._stride
         if stop - first < _BATCH_FROM:
             cache, gid = self.page_pool.cache_page_id, self.kv_cache_group_id
-            new_key = tuple.__new__  # PageHashWithGroupId(...) without the NamedTuple's Python __new__
             for j in range(first, stop):
                 if pages[j] != NULL_PAGE:
-                    cache(pages[j], new_key(PageHashWithGroupId, (keys[(j + 1) * stride - 1], gid)))
+                    cache(pages[j], group_pool_key(keys[(j + 1) * stride - 1], gid))
             return
         ids = pages[first:stop]
         group_keys = self.group_keys(keys[(first + 1) * stride - 1:stop * stride:stride])
@@ -337,8 +361,11 @@ class SingleTypeCacheManager:
 
     def free(self, pages: list[int]) -> None:
         """Release ``pages`` (a request's list, which the caller gives up), last page first, so
-        chain tails are evicted first; null placeholders are skipped."""
-        if NULL_PAGE in _page_list(pages):  # window placeholders: only windowed groups have them
+        chain tails are evicted first; null placeholders (windowed groups) are skipped. Another
+        group's list holds no null page, so it is not searched for one (a pass over a long
+        list): the pool refuses the null page (`NullPageError`) if one is there by mistake."""
+        pages = _page_list(pages)
+        if self.frees_skipped_pages and NULL_PAGE in pages:  # window placeholders
             pages = [p for p in pages if p != NULL_PAGE]
         pages.reverse()  # the list is the caller's to give up: reverse in place, no copy
         if pages:
@@ -357,8 +384,10 @@ class FullAttentionManager(SingleTypeCacheManager):
         """Longest run of consecutive hits from page 0 (the first-inserted page per key)."""
         stride = self._stride
         if len(group_ids) == 1:  # one call: the pool looks the keys up to the first miss
-            return (self.page_pool.lookup_run_ids(zip(keys[stride - 1:n * stride:stride], repeat(group_ids[0])),
-                                                  dp_shard_hint=shard, data_parallel_size=dp),)  # (lazy pairs)
+            own = keys[stride - 1:n * stride:stride]
+            gid = group_ids[0]  # group 0's pool keys are the keys themselves; others' are built lazily
+            return (self.page_pool.lookup_run_ids(own if gid == 0 else zip(own, repeat(gid)),
+                                                  dp_shard_hint=shard, data_parallel_size=dp),)
         return self._hit_run(tuple([] for _ in group_ids), keys, 0, n, group_ids, shard, dp)
 
     def get_num_common_prefix_pages(self, pages: Sequence[int], num_running_requests: int) -> int:
@@ -446,9 +475,19 @@ class MambaManager(SingleTypeCacheManager):
     kind = "mamba"
     __slots__ = ()
 
+    def _max_hit_pages(self, keys: Sequence[PageKey], max_length: int, group_ids: Sequence[int]) -> int:
+        """A recurrent state is not a token prefix: no page is ever a hit, so a lookup reads
+        (and checks) nothing (the keys are the attention groups')."""
+        return 0
+
     def cache_pages(self, pages: list[int], num_cached: int, keys: Sequence[PageKey], num_tokens: int) -> int:
         """A recurrent state is not a token prefix: nothing is cached."""
         return num_cached
+
+    def cache_pages_batch(self, page_lists: list[list[int]], num_cached: list[int], keys: list[list[PageKey]],
+                          num_tokens: list[int]) -> list[int]:
+        """Nothing is cached (as `cache_pages`)."""
+        return list(num_cached)
 
     def keys_needed(self, num_tokens: int) -> int:
         """Mamba pages are never cached, so they need no keys."""
@@ -473,6 +512,8 @@ class MambaAlignManager(MambaManager):
     kind = "mamba_align"
     frees_skipped_pages = True
     __slots__ = ()
+    #: states are looked up like attention pages
+    _max_hit_pages = SingleTypeCacheManager._max_hit_pages
 
     def _longest_hit(self, keys: Sequence[PageKey], n: int, max_length: int, group_ids: Sequence[int],
                      shard: int | None, dp: int | None) -> tuple[list[int], ...]:

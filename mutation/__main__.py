@@ -28,7 +28,7 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
-from mutation.modules import BY_NAME, MODULES, Module
+from mutation.modules import BY_NAME, MODULES, SLOW, Module
 from mutation.report import load_triage, triage_of, write_report
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,7 +73,7 @@ def staged_pyproject(module: Module) -> str:
     text = (REPO / "pyproject.toml").read_text()
     settings = tomllib.loads(text)["tool"]["mutmut"]
     settings["only_mutate"] = [module.path]
-    settings["pytest_add_cli_args_test_selection"] = killers(module)
+    settings["pytest_add_cli_args_test_selection"] = [*killers(module), *(f"--deselect={test}" for test in SLOW)]
     table = "\n".join(f"{key} = {json.dumps(value)}" for key, value in settings.items())
     without = re.sub(r"^\[tool\.mutmut\]\n(?:(?!\[).*\n?)*", "", text, flags=re.MULTILINE)
     return f"{without}\n[tool.mutmut]\n{table}\n"

@@ -375,7 +375,8 @@ class _HitPool:
 
     def lookup_id(self, key: Any, *, dp_shard_hint: int | None = None,
                   data_parallel_size: int | None = None) -> int | None:
-        j, rest = divmod(int.from_bytes(key[0], "little") + 1, self.stride)  # (PageKey, group id), maybe a plain tuple
+        content = key if type(key) is bytes else key[0]  # group 0's pool key is the PageKey itself, else a pair
+        j, rest = divmod(int.from_bytes(content, "little") + 1, self.stride)
         return j if rest == 0 and 1 <= j <= len(self.hit) and self.hit[j - 1] else None
 
     def lookup_run_ids(self, keys: Any, *, group_id: int | None = None, dp_shard_hint: int | None = None,
@@ -632,8 +633,9 @@ class SlidingNeedsOneMore(SlidingWindowManager):
 class HasherWithoutExtraKeys(PageHasher):
     """Page keys ignore the extra keys (salt, LoRA, multimodal): tenants share cached pages."""
 
-    def _chain(self, parent: Any, pages: list[bytes], extras: Any, first: int, page_size: int) -> list[Any]:
-        return super()._chain(parent, pages, None, first, page_size)
+    def _chain(self, parent: Any, pages: list[bytes], extras: Any, first: int, page_size: int,
+               ids: Any = None) -> list[Any]:
+        return super()._chain(parent, pages, None, first, page_size, ids)
 
 
 _ACTIVE: dict[str, Any] = {

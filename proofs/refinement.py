@@ -102,12 +102,14 @@ class Case:
     """Also admit requests while the hash backend fails (INV-ATOMIC under key failure)."""
     rename_pages: bool = True
     """Merge states one page renaming (within DP shards) apart."""
+    skip_unreachable_sliding_pages: bool = False
     _config: spec.ManagerConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_config", spec.ManagerConfig(
             self.groups, self.num_pages, MAX_MODEL_LEN, enable_caching=self.enable_caching,
-            use_eagle=self.use_eagle, data_parallel_size=self.data_parallel_size, free_order=self.free_order))
+            use_eagle=self.use_eagle, data_parallel_size=self.data_parallel_size, free_order=self.free_order,
+            skip_unreachable_sliding_pages=self.skip_unreachable_sliding_pages))
 
     @property
     def config(self) -> spec.ManagerConfig:
@@ -182,12 +184,12 @@ def build_manager(case: Case) -> MakeManager:
 # `CacheManager`. Calls whose exact shape matters (the plain ``allocate_slots(request, n)``
 # without DP arguments, which may take the implementation's decode fast path) go to the manager.
 
-def _root(case: Case, make_manager: MakeManager) -> Any:
+def _root(case: Case, make_manager: MakeManager, machine_class: type | None = None) -> Any:
     from verikv.testing.adapter import CacheManagerAdapter
     from verikv.testing.manager_machine import Layout, ManagerMachine
 
-    machine = ManagerMachine(Layout(case.name, case.config),
-                             lambda config: CacheManagerAdapter(config, make_manager))
+    machine = (machine_class or ManagerMachine)(Layout(case.name, case.config),
+                                                lambda config: CacheManagerAdapter(config, make_manager))
     machine.check()
     return machine
 
@@ -585,27 +587,28 @@ def _crash_names(before: Any, after: Any, exc: Exception) -> list[str]:
     return names + ["INV-ATOMIC"] if changed else names
 
 
-def explore(case: Case, make_manager: MakeManager | None = None) -> Result:
+def explore(case: Case, make_manager: MakeManager | None = None, machine_class: type | None = None) -> Result:
     """Breadth-first over every operation sequence of ``case`` up to its depth; stops at the
-    first failure (the shortest trace, since the search is breadth-first)."""
+    first failure (the shortest trace, since the search is breadth-first). ``machine_class``:
+    a `ManagerMachine` subclass whose ``check`` judges more (default: `ManagerMachine`)."""
     make = make_manager or build_manager(case)
     result = Result()
     logger = logging.getLogger("verikv")
     level = logger.level
     logger.setLevel(logging.ERROR)  # refused resets are expected here, thousands of times
     try:
-        _search(case, make, result)
+        _search(case, make, result, machine_class)
     finally:
         logger.setLevel(level)
     return result
 
 
-def _search(case: Case, make: MakeManager, result: Result) -> None:
+def _search(case: Case, make: MakeManager, result: Result, machine_class: type | None = None) -> None:
     """Fill ``result``: one breadth-first level per depth, each new state expanded once."""
     from verikv.testing.manager_machine import ConformanceFailure
 
     try:
-        root = _root(case, make)
+        root = _root(case, make, machine_class)
     except ConformanceFailure as failure:
         result.failure = (failure.names, (), str(failure))
         return
@@ -638,9 +641,9 @@ def _describe(trace: tuple[Op, ...]) -> str:
     return " ; ".join(" ".join(str(x) for x in op if x is not None) for op in trace)
 
 
-def run_case(case: Case, make_manager: MakeManager | None = None) -> Outcome:
+def run_case(case: Case, make_manager: MakeManager | None = None, machine_class: type | None = None) -> Outcome:
     start = time.perf_counter()
-    result = explore(case, make_manager)
+    result = explore(case, make_manager, machine_class)
     if result.failure is not None:
         names, trace, detail = result.failure
         return Outcome("failed", f"{', '.join(names)} after [{_describe(trace)}]: {detail}")
@@ -648,9 +651,9 @@ def run_case(case: Case, make_manager: MakeManager | None = None) -> Outcome:
                              f"({time.perf_counter() - start:.1f} s)")
 
 
-def failed_checks(case: Case, make_manager: MakeManager) -> list[str]:
+def failed_checks(case: Case, make_manager: MakeManager, machine_class: type | None = None) -> list[str]:
     """Names of the checks an implementation fails on ``case`` (empty: it passes)."""
-    result = explore(case, make_manager)
+    result = explore(case, make_manager, machine_class)
     return [] if result.failure is None else result.failure[0]
 
 

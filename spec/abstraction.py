@@ -123,6 +123,8 @@ def abstract_manager(manager: ManagerLike,
         use_eagle=manager.use_eagle,
         data_parallel_size=manager.data_parallel_size,
         free_order=pool.free_order,
+        # (an option of verikv's manager; a manager without it caches every sliding page)
+        skip_unreachable_sliding_pages=getattr(manager, "skip_unreachable_sliding_pages", False),
     )
     entries = frozenset(
         (rid, Entry(tuple(tuple(ids) for ids in manager.get_page_ids(rid)),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from verikv.spec import manager, pool
+from verikv.spec import events, manager, pool
 
 POOL_INVARIANTS: Mapping[str, Callable[[pool.PoolState], bool]] = {
     "INV-NULL": pool.inv_null,
@@ -56,8 +56,11 @@ LOOKUP_INVARIANTS: Mapping[str, Callable[[manager.ManagerState, manager.RequestV
 
 TRANSITION_INVARIANTS: Mapping[str, Callable[[manager.ManagerState, manager.ManagerState, object], bool]] = {
     "INV-ATOMIC": manager.inv_atomic,
+    "INV-EVENTS-REPLAY": events.inv_events_replay_step,
 }
-"""Predicates over (pre-state, post-state, result) of `manager.allocate_slots`."""
+"""Predicates over (pre-state, post-state, result) of one manager call: INV-ATOMIC over an
+`manager.allocate_slots` and its result, INV-EVENTS-REPLAY over any call and the KV events it
+emitted (`verikv.spec.events`)."""
 
 
 def violated_manager_invariants(s: manager.ManagerState, ghost: bool = False) -> list[str]:

@@ -39,6 +39,7 @@ only once that state is computed: `cache_pages` keys the page of the request's c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, cast
@@ -49,7 +50,8 @@ from verikv.spec.pool import NULL_PAGE, Bounds, FreeOrder, PoolState, Preconditi
 
 RequestId = str
 Content = tuple[Any, tuple[Any, ...]]
-"""``(cache_salt, ((page tokens, lora_id, multimodal items), ...))`` for each base page."""
+"""``(cache_salt, ((page tokens, LoRA identity, multimodal items), ...))`` for each base page
+(the identity: `lora_identity`)."""
 PoolKey = tuple[Content, int]
 """``(content, group id)``: the spec's pool key of a cached page."""
 
@@ -75,6 +77,8 @@ class ManagerConfig:
     use_eagle: bool = False
     data_parallel_size: int = 1
     free_order: FreeOrder = "esurge"
+    skip_unreachable_sliding_pages: bool = False
+    """Leave uncached the sliding-window pages that can never serve a hit (`sliding_page_can_hit`)."""
 
     @property
     def caching_groups(self) -> tuple[int, ...]:
@@ -102,10 +106,22 @@ class RequestView:
     """Multimodal items as ``(identifier, offset, length)`` in token positions."""
     prompt_logprobs: bool = False
     finished: bool = False
+    lora_name: str | None = None
+    lora_path: str | None = None
+    """A LoRA adapter named as vLLM's ``LoRARequest`` names it (a path only with a name)."""
 
     @property
     def num_tokens(self) -> int:
         return len(self.tokens)
+
+
+def lora_identity(req: RequestView) -> Hashable:
+    """The LoRA identity every page key of ``req`` covers: ``(name, path)`` for an adapter known
+    by name (the weights it names: re-pointing the name at other weights is another identity,
+    and the int id, which only numbers the adapter in one instance, is left out), else the
+    ``lora_id`` (None: no adapter). Two requests with equal tokens and salt have equal keys
+    exactly when their identities are equal."""
+    return (req.lora_name, req.lora_path) if req.lora_name is not None else req.lora_id
 
 
 @dataclass(frozen=True)
@@ -209,14 +225,15 @@ def init(config: ManagerConfig) -> ManagerState:
 def content_of(req: RequestView, num_tokens: int, base_page_size: int) -> Content:
     """The exact content the first ``num_tokens`` tokens stand for, base page by base page.
 
-    Each base page contributes its tokens, the LoRA id and the multimodal items overlapping it
-    (identifier, offset relative to the page); the salt is the request's tenant.
+    Each base page contributes its tokens, the LoRA identity (`lora_identity`) and the
+    multimodal items overlapping it (identifier, offset relative to the page); the salt is the
+    request's tenant.
     """
     pages = []
     for i in range(num_tokens // base_page_size):
         lo, hi = i * base_page_size, (i + 1) * base_page_size
         mm = tuple((ident, off - lo) for ident, off, length in req.mm_features if off < hi and off + length > lo)
-        pages.append((req.tokens[lo:hi], req.lora_id, mm))
+        pages.append((req.tokens[lo:hi], lora_identity(req), mm))
     return (req.cache_salt, tuple(pages))
 
 
@@ -349,6 +366,27 @@ def mamba_cacheable_page(layout: GroupLayout, req: RequestView, num_tokens: int)
     return c // layout.page_size - 1
 
 
+# --- sliding window: pages that can never serve a hit --------------------------------------------
+
+def sliding_page_can_hit(cfg: ManagerConfig, g: int, j: int) -> bool:
+    """Whether `cache_pages` keys page ``j`` of group ``g``: always, unless the group is a
+    sliding window and ``cfg.skip_unreachable_sliding_pages`` is set (vLLM 0.33's policy).
+
+    Then: a hit ends on a multiple of the hit unit ``U`` (the lcm of every group's page size:
+    `common_hit_length` only returns lengths every group accepts) and the sliding group's part
+    of it is the ``need = max(1, cdiv(window - 1, page_size))`` pages before that end (a shorter
+    run from page 0 is never a whole unit when ``need < U / page_size``). So only the last
+    ``need`` pages of each unit can ever be part of a hit; the others are left unkeyed, and no
+    lookup changes.
+    """
+    layout = cfg.groups[g]
+    if not cfg.skip_unreachable_sliding_pages or layout.kind != "sliding":
+        return True
+    per = math.lcm(*(other.page_size for other in cfg.groups)) // layout.page_size
+    need = max(1, -(-(layout.span - 1) // layout.page_size))
+    return need >= per or j % per >= per - need
+
+
 def mamba_hit_shape_ok(pages: tuple[int, ...]) -> bool:
     """A Mamba align hit is empty or null placeholders then exactly one state page (its last)."""
     return not pages or (pages[-1] != NULL_PAGE and all(q == NULL_PAGE for q in pages[:-1]))
@@ -385,8 +423,9 @@ def cache_pages(s: ManagerState, req: RequestView, num_tokens: int) -> ManagerSt
     request's key list, except null placeholders (never hashed) and pages that already have a
     key (never re-keyed); ``num_cached`` never decreases (a lower count is a no-op). A Mamba
     align group keys at most its `mamba_cacheable_page` and counts pages up to the computed
-    tokens. The ghost records each newly keyed page's content from the request's tokens. No-op
-    when caching is off.
+    tokens; a sliding group keys only the pages `sliding_page_can_hit` allows. The ghost
+    records each newly keyed page's content from the request's tokens. No-op when caching is
+    off.
     pre: the request has an entry; ``0 <= num_tokens <= req.num_tokens``; every group holds
     the pages to cache.
     """
@@ -415,7 +454,7 @@ def cache_pages(s: ManagerState, req: RequestView, num_tokens: int) -> ManagerSt
             continue
         for j in range(num_cached[g], full):
             page = e.pages[g][j]
-            if page == NULL_PAGE or p.key_of[page] is not None:
+            if page == NULL_PAGE or p.key_of[page] is not None or not sliding_page_can_hit(cfg, g, j):
                 continue
             p = pool.cache(p, page, (keys[(j + 1) * k - 1], g))
             content[page] = page_key(s, req, g, j)

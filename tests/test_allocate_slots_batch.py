@@ -306,6 +306,23 @@ def test_decode_steps_shaped_like_the_benchmark(events: bool) -> None:
     assert refused > 0
 
 
+@pytest.mark.parametrize("same_tokens", [False, True])
+def test_many_pages_filled_in_one_step_are_registered_as_single_calls_leave_them(same_tokens: bool) -> None:
+    """48 decodes fill a page in the same step (more pages than a long run of one request, which
+    goes to the pool in one call); the pool ends as after the single calls, key version
+    included. With ``same_tokens`` the 48 keys are equal and join one entry in request order."""
+    cfg = config(FULL16, num_pages=48 * 5 + 1 + 8, max_model_len=256)
+    a, b = twins(cfg)
+    for i in range(48):
+        tokens = [k if same_tokens else (i * 131 + k * 7) % 1000 for k in range(79)]
+        for twin in (a, b):
+            admit(twin, f"f{i}", tokens, None)  # 79 computed, one sampled: the next token fills page 5
+    version = a.manager.page_pool.key_version
+    batch, _ = run_step(a, b, Step([f"f{i}" for i in range(48)], [1] * 48))
+    assert batch.count(None) == 0
+    assert a.manager.page_pool.key_version == version + 48  # (48 pages registered, one by one)
+
+
 def test_kv_events_come_in_the_order_of_single_calls() -> None:
     """A step that caches a page (b) before a step that takes a page evicting a cached one (a):
     single calls store, then remove; so must the batch."""

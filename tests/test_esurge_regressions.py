@@ -17,7 +17,7 @@ from verikv import (
     Request,
     SlidingWindowSpec,
 )
-from verikv.hashing import PageHasher, PageHashWithGroupId
+from verikv.hashing import PageHasher, group_pool_key
 from verikv.spec.abstraction import abstract_manager
 
 KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
@@ -58,7 +58,7 @@ def test_q1_window_nulling_never_breaks_the_hash_chain(groups):
     # A's second page is keyed with A's real chain: parent = key of [1, 2, 3, 4]
     chain = PageHasher("sha256", seed=0).hash_request(Request("x", list(range(1, 9))), 4)
     page = m.get_page_ids("A")[sliding_gid][1]
-    assert m.page_pool.key_of(page) == PageHashWithGroupId(chain[1], sliding_gid)
+    assert m.page_pool.key_of(page) == group_pool_key(chain[1], sliding_gid)
 
 
 def test_q2_refused_multi_group_allocation_leaves_nothing_behind_and_retry_with_hits_works():

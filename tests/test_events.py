@@ -22,7 +22,7 @@ from verikv.events import (
     split_group,
     wire_hash,
 )
-from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId
+from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, group_pool_key
 
 
 @pytest.mark.parametrize("fields", [dict(requests=-1), dict(queries="4"), dict(queries=1, hits=2),
@@ -72,6 +72,8 @@ def test_wire_hash_of_every_key_shape() -> None:
     assert split_group(PageHashWithGroupId(page, 3)) == (page, 3)
     assert split_group((b"k", 2)) == (b"k", 2) and split_group((b"k", -1)) == ((b"k", -1), None)
     assert split_group(page) == (page, None)
+    # group 0's pool key is the content key itself (hashing.group_pool_key); other groups pair it
+    assert split_group(group_pool_key(b"k", 0)) == (b"k", 0) and split_group(group_pool_key(b"k", 2)) == (b"k", 2)
 
 
 def test_outside_a_call_each_report_is_its_own_event() -> None:

@@ -332,6 +332,8 @@ LONG_FREES = [
     list(range(101, 151)) + list(range(181, 200)),  # now valid: 101..150 reach 0
     list(range(181, 200)) * 4,  # duplicates of pages held once: double free
     list(range(1, 80)),  # all free already: double free
+    [-1] + list(range(151, 220)),  # a negative id (no uint32 conversion)
+    list(range(151, 200)) + [2**40],  # an id past uint32
 ]
 
 
@@ -341,3 +343,16 @@ def test_long_frees_take_the_vectorized_path_with_the_same_results(monkeypatch: 
     errors = scalar[2]
     assert errors[0] is None and errors[1] is None and errors[6] is None  # (the valid frees succeeded)
     assert all(e is not None for i, e in enumerate(errors) if i not in (0, 1, 6))  # (every bad one raised)
+
+
+@pytest.mark.parametrize("ids", [
+    list(range(1, 100)) + list(range(60, 100)),  # pages held once, the tail listed again
+    list(range(1, 100)) + [50] + list(range(180, 190)),  # one listed again mid-list
+    list(range(1, 100)) + [99],  # the last one listed twice in a row
+    [*range(1, 50), *range(1, 50)],  # the whole list twice
+])
+def test_a_page_held_once_and_listed_twice_is_a_double_free_on_both_paths(
+        ids: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    scalar = _pool_after([ids], False, monkeypatch)
+    assert _pool_after([ids], True, monkeypatch) == scalar
+    assert scalar[2][0] is not None and scalar[2][0][0] == "DoubleFreeError"

@@ -89,3 +89,39 @@ def test_events_carry_the_adapters_name_and_id() -> None:
     assert isinstance(stored, PageStored)
     assert (stored.lora_name, stored.lora_id) == ("sql", 4)
     assert stored.extra_keys == ((("lora", "sql", "/w1"),),) * 3
+
+
+# --- the spec's LoRA identity and the exhaustive check of verikv prove ---------------------------
+
+def test_the_spec_identity_is_name_and_path_else_the_id() -> None:
+    from verikv.spec.manager import RequestView, content_of, lora_identity
+
+    named = RequestView("a", (1, 2), lora_id=7, lora_name="sql", lora_path="/w1")
+    assert lora_identity(named) == ("sql", "/w1")
+    assert lora_identity(RequestView("a", (1, 2), lora_id=7)) == 7
+    assert lora_identity(RequestView("a", (1, 2))) is None
+    same_weights = RequestView("b", (1, 2), lora_id=9, lora_name="sql", lora_path="/w1")
+    assert content_of(named, 2, 2) == content_of(same_weights, 2, 2)  # the id only numbers the adapter
+    re_pointed = RequestView("b", (1, 2), lora_id=7, lora_name="sql", lora_path="/w2")
+    assert content_of(named, 2, 2) != content_of(re_pointed, 2, 2)
+
+
+def test_the_lora_keys_check_passes_and_covers_hits_across_identities() -> None:
+    from verikv.proofs import lora_keys
+
+    (check,) = lora_keys.checks()
+    outcome = check.run()
+    assert outcome.status == "passed", outcome.detail
+    assert f"{len(lora_keys.IDENTITIES) ** 2 * len(lora_keys.PROMPTS) ** 2} request pairs" in outcome.detail
+
+
+@pytest.mark.parametrize("name", ["impl:lora_key_ignores_path", "impl:lora_key_keeps_id",
+                                  "spec:lora-identity-ignores-path"])
+def test_each_lora_key_mutant_is_caught(name: str) -> None:
+    from verikv.proofs import lora_keys
+    from verikv.proofs.registry import discover_mutants
+
+    (mutant,) = [m for m in lora_keys.mutants() if m.name == name]
+    assert mutant.detect() == [f"{lora_keys.NAME}: INV-HIT-SAFE"]
+    assert name in {m.name for m in discover_mutants()}
+    assert lora_keys.checks()[0].run().ok  # the patch is undone

@@ -394,3 +394,25 @@ def test_hit_safety_alone_catches_a_state_restored_at_an_unaligned_position(bug:
     with pytest.raises(ConformanceFailure) as failure:
         run_state_machine_as_test(factory, settings=settings(detection_settings(), max_examples=600))  # type: ignore[arg-type]
     assert failure.value.names == ["INV-HIT-SAFE"]
+
+
+# --- the Z3 theorem: a state is hit only at an aligned position, with its exact prefix ----------
+
+def test_the_mamba_state_theorem_proves_unbounded_with_reachable_branches() -> None:
+    from verikv.proofs import z3_mamba
+
+    outcomes = {c.name: c.run() for c in z3_mamba.checks()}
+    assert outcomes["manager.mamba_align/INV-HIT-SAFE"].status == "proved"
+    assert outcomes["manager.mamba_align/INV-HIT-SAFE"].vacuity_checked
+    assert all(o.ok for o in outcomes.values()), outcomes
+    assert sum(name.startswith("witness:manager.mamba_align:") for name in outcomes) == 4
+
+
+@pytest.mark.parametrize("fault", ["mamba-state-keyed-unaligned", "mamba-hit-next-prefix", "mamba-hit-unaligned"])
+def test_the_mamba_state_theorem_catches_each_spec_mutant(fault: str) -> None:
+    from verikv.proofs import z3_mamba
+    from verikv.proofs.registry import discover_mutants
+
+    (mutant,) = [m for m in z3_mamba.mutants() if m.name == f"spec:z3-{fault}"]
+    assert "manager.mamba_align/INV-HIT-SAFE" in mutant.detect()
+    assert mutant.name in {m.name for m in discover_mutants()}

@@ -19,7 +19,7 @@ from verikv.errors import (
     PageStateError,
 )
 from verikv.events import AllPagesCleared, PageRemoved, PageStored, wire_hash
-from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, PageKey
+from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, PageKey, group_pool_key
 from verikv.page_pool import PagePool
 from verikv.spec.abstraction import abstract_pool
 
@@ -224,10 +224,10 @@ def test_cache_full_pages_computes_missing_keys_and_skips_null_placeholders() ->
     page_hashes = hasher.hash_request(req, 4, stop=1)
     pool.cache_full_pages(req, pages, page_hashes, 0, 2, 4, 0, hasher=hasher)
     assert page_hashes == hasher.hash_request(req, 4, stop=2)
-    assert [pool.key_of(p.page_id) for p in pages] == [PageHashWithGroupId(h, 0) for h in page_hashes] + [None]
+    assert [pool.key_of(p.page_id) for p in pages] == [group_pool_key(h, 0) for h in page_hashes] + [None]
     with_null = [pool.null_page, pages[1], pages[2]]
     pool.cache_full_pages(req, with_null, page_hashes, 2, 3, 4, 0, hasher=hasher)
-    assert len(page_hashes) == 3 and pool.key_of(pages[2].page_id) == PageHashWithGroupId(page_hashes[2], 0)
+    assert len(page_hashes) == 3 and pool.key_of(pages[2].page_id) == page_hashes[2]  # group 0: the key itself
     assert pool.key_of(0) is None
 
 
@@ -579,3 +579,28 @@ def test_cache_full_pages_rejects_bad_arguments_before_any_change(bad: dict) -> 
     assert _full_state(pool) == before and hashes == [] and pool.take_events() == []
     pool.cache_full_pages(**args)  # the same call with valid arguments caches both pages
     assert len(hashes) == 2 and all(pool.key_of(p.page_id) is not None for p in args["pages"])
+
+
+def test_shared_entry_count_follows_equal_pages_through_cache_evict_and_reset() -> None:
+    # lookup_run_ids resolves entries only while some key is held by several pages: the count of
+    # such entries must follow every promotion (a second equal page), demotion and reset
+    pool = PagePool(10)
+    ids = pool.get_new_page_ids(6)  # pages 1-6; 7, 8, 9 stay free
+
+    def shared() -> int:
+        return sum(isinstance(entry, dict) for entry in pool._cached.values())
+
+    for pid in ids[:3]:
+        pool.cache_page_id(pid, b"same")
+    pool.cache_page_id(ids[3], b"other")
+    pool.cache_page_id(ids[4], b"other")
+    assert pool._num_shared == shared() == 2
+    assert pool.lookup_run_ids([b"same", b"other"]) == [ids[0], ids[3]]  # the oldest of each
+    pool.free_page_ids([ids[3], ids[0]])
+    pool.get_new_page_ids(3)  # pages 7, 8, 9: nothing evicted yet
+    assert pool._num_shared == shared() == 2
+    pool.get_new_page_ids(2)  # evicts ids[3] ("other" keeps one page) and ids[0] ("same" keeps two)
+    assert pool._num_shared == shared() == 1
+    assert pool.lookup_run_ids([b"same", b"other"]) == [ids[1], ids[4]]
+    pool.free_page_ids([p for p in range(1, 10) if pool.ref_count(p)])
+    assert pool.reset_prefix_cache() and pool._num_shared == shared() == 0

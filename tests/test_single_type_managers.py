@@ -21,7 +21,7 @@ from verikv import (
     Request,
     SlidingWindowSpec,
 )
-from verikv.hashing import PageHasher, PageHashWithGroupId
+from verikv.hashing import PageHasher, PageHashWithGroupId, group_pool_key
 from verikv.single_type_managers import (
     ChunkedLocalAttentionManager,
     FullAttentionManager,
@@ -54,7 +54,7 @@ def cache_positions(pool: PagePool, keys: list, positions: list[int], gid: int =
     """Put one fresh page per position in the cache (then free it, so it is evictable)."""
     ids = pool.get_new_page_ids(len(positions))
     for page, j in zip(ids, positions):
-        pool.cache_page_id(page, PageHashWithGroupId(keys[(j + 1) * stride - 1], gid))
+        pool.cache_page_id(page, group_pool_key(keys[(j + 1) * stride - 1], gid))
     pool.free_page_ids(ids)
     return ids
 
@@ -80,7 +80,7 @@ def test_full_hit_is_the_prefix_run_and_is_pure():
     p0, p1, _, p3 = cache_positions(pool, keys, [0, 1, 2, 3])
     m = FullAttentionManager(full(), pool, 0)
     before = (pool.free_list_ids(), [pool.ref_count(p) for p in range(12)])
-    assert m.find_longest_cache_hit(keys, 19, [0]) == ([p0, p1, pool.lookup_id(PageHashWithGroupId(keys[2], 0)), p3],)
+    assert m.find_longest_cache_hit(keys, 19, [0]) == ([p0, p1, pool.lookup_id(group_pool_key(keys[2], 0)), p3],)
     assert m.find_longest_cache_hit(keys, 11, [0])[0] == [p0, p1]  # capped by max_length
     assert (pool.free_list_ids(), [pool.ref_count(p) for p in range(12)]) == before
     other = keys_of([0, 1, 2, 3, 9, 9, 9, 9])
@@ -170,7 +170,7 @@ def test_cache_pages_is_monotone_and_keys_fresh_pages_only():
     assert [pool.key_of(p) is not None for p in new] == [True, True, False, False]
     assert m.cache_pages(pages, 2, keys, 4) == 2  # lower: no-op (eSurge Q4 lowered the count)
     assert m.cache_pages(pages, 2, keys, 12) == 3
-    assert pool.key_of(new[2]) == PageHashWithGroupId(keys[2], 0)
+    assert pool.key_of(new[2]) == group_pool_key(keys[2], 0)
     assert m.keys_needed(12) == 3
 
 
@@ -192,7 +192,7 @@ def test_cache_pages_registers_a_long_run_as_one_step_with_the_group_keys():
             m.cache_pages(pages, 0, keys, 33 * 4)
         assert pool.cached_items() == before  # pages 0-19 were not registered either
         assert m.cache_pages(pages, 0, keys, 8) == 2  # a short run: per-page calls
-        assert [pool.key_of(p) for p in new[:2]] == [PageHashWithGroupId(k, 2) for k in keys[:2]]
+        assert [pool.key_of(p) for p in new[:2]] == [group_pool_key(k, 2) for k in keys[:2]]
 
 
 def test_sliding_window_drops_pages_and_skips_placeholders_when_caching():
@@ -209,7 +209,7 @@ def test_sliding_window_drops_pages_and_skips_placeholders_when_caching():
     assert pool.free_list_ids()[-3:] == [pages[2], pages[1], pages[0]]  # descending index order
     assert m.skipped_range(held, 16) == (3, 3)  # already dropped: nothing new
     assert m.cache_pages(held, 0, keys, 20) == 5  # placeholders are never hashed (eSurge Q3)
-    assert pool.key_of(0) is None and pool.key_of(pages[4]) == PageHashWithGroupId(keys[4], 0)
+    assert pool.key_of(0) is None and pool.key_of(pages[4]) == group_pool_key(keys[4], 0)
     m.free(held)
     assert pool.free_list_ids()[-2:] == [pages[4], pages[3]]
 

@@ -58,66 +58,46 @@ class Kernel:
         return self.layout in ("tpu-mla", "gpu-mla")
 
 
-_TPU_FLOATS = ("float32", "bfloat16", "float16", "fp8_e4m3", "fp8_e5m2")
+#: every float KV dtype; the 16-bit floats with fp8 e4m3 (most GPU backends)
+_FLOATS = ("float32", "bfloat16", "float16", "fp8_e4m3", "fp8_e5m2")
+_HALF_AND_FP8 = ("bfloat16", "float16", "fp8_e4m3")
+
+
+def _tpu(name: str, layout: Layout, page_multiple: int, default_page_size: int, source: str, **rules: Any) -> Kernel:
+    """A tpu-inference kernel: every float KV dtype, slots addressed as flat int32."""
+    return Kernel(name, "tpu", layout, _FLOATS, page_multiple, default_page_size, flat_int32_slots=True,
+                  source=source, **rules)
+
+
+def _gpu(name: str, layout: Layout, kv_dtypes: tuple[str, ...], block: int, source: str, **rules: Any) -> Kernel:
+    """A vLLM GPU backend whose kernel block is ``block`` tokens: the page size is a multiple of
+    it and defaults to it."""
+    return Kernel(name, "gpu", layout, kv_dtypes, block, block, source=source, **rules)
+
 
 KERNELS: dict[str, Kernel] = {
     k.name: k
     for k in (
-        Kernel(
-            "tpu-rpa-v3", "tpu", "rpa-v3", _TPU_FLOATS, page_multiple=0, default_page_size=128,
-            flat_int32_slots=True,
-            source="tpu-inference kernels/ragged_paged_attention/v3 (get_kv_cache_shape, static_validate_inputs)",
-        ),
-        Kernel(
-            "tpu-mla", "tpu", "tpu-mla", _TPU_FLOATS, page_multiple=1, default_page_size=1024,
-            token_packing=32, flat_int32_slots=True,
-            source="tpu-inference kernels/mla/v2 (MLA_KV_PACKING_SIZE default 32)",
-        ),
-        Kernel(
-            "tpu-mla-v1", "tpu", "tpu-mla", _TPU_FLOATS, page_multiple=1, default_page_size=128,
-            token_packing=0, flat_int32_slots=True,
-            source="tpu-inference kernels/mla/v1 and EasyDeL mla_ragged_page (packing 32 // bits)",
-        ),
-        Kernel(
-            "flash-attn", "gpu", "gpu-kv-first", ("bfloat16", "float16", "fp8_e4m3"),
-            page_multiple=16, default_page_size=16, head_dim_multiple=8, head_dim_max=256,
-            source="vLLM v1/attention/backends/flash_attn.py",
-        ),
-        Kernel(
-            "flashinfer", "gpu", "gpu-page-first", ("bfloat16", "float16", "fp8_e4m3", "fp8_e5m2"),
-            page_multiple=16, default_page_size=16, head_dims=(64, 128, 256), workspace_bytes=256 * MIB,
-            source="vLLM v1/attention/backends/flashinfer.py (kernel blocks 16/32/64, 256 MiB workspace)",
-        ),
-        Kernel(
-            "triton", "gpu", "gpu-page-first", ("float32", "bfloat16", "float16", "fp8_e4m3", "fp8_e5m2"),
-            page_multiple=16, default_page_size=16, head_dim_min=32,
-            source="vLLM v1/attention/backends/triton_attn.py",
-        ),
-        Kernel(
-            "rocm-attn", "gpu", "gpu-kv-first", ("bfloat16", "float16", "fp8_e4m3"),
-            page_multiple=16, default_page_size=16, head_dim_min=32, head_dim_max=256,
-            source="vLLM v1/attention/backends/rocm_attn.py (kernel blocks 16/32)",
-        ),
-        Kernel(
-            "flashmla", "gpu", "gpu-mla", ("bfloat16", "float16", "fp8_e4m3"),
-            page_multiple=64, default_page_size=64,
-            source="vLLM v1/attention/backends/mla/flashmla.py (block 64)",
-        ),
-        Kernel(
-            "flashmla-sparse", "gpu", "gpu-mla", ("fp8_ds_mla",),
-            page_multiple=64, default_page_size=64, allowed_page_sizes=(64,),
-            source="vLLM FlashMLA sparse (fp8_ds_mla, 656 B/token, block 64)",
-        ),
-        Kernel(
-            "cutlass-mla", "gpu", "gpu-mla", ("bfloat16", "float16", "fp8_e4m3"),
-            page_multiple=128, default_page_size=128,
-            source="vLLM platforms/cuda.py (CUTLASS MLA forces block 128)",
-        ),
-        Kernel(
-            "triton-mla", "gpu", "gpu-mla", ("bfloat16", "float16"),
-            page_multiple=1, default_page_size=16,
-            source="vLLM v1/attention/backends/mla/common.py",
-        ),
+        _tpu("tpu-rpa-v3", "rpa-v3", 0, 128,
+             "tpu-inference kernels/ragged_paged_attention/v3 (get_kv_cache_shape, static_validate_inputs)"),
+        _tpu("tpu-mla", "tpu-mla", 1, 1024, "tpu-inference kernels/mla/v2 (MLA_KV_PACKING_SIZE default 32)",
+             token_packing=32),
+        _tpu("tpu-mla-v1", "tpu-mla", 1, 128,
+             "tpu-inference kernels/mla/v1 and EasyDeL mla_ragged_page (packing 32 // bits)", token_packing=0),
+        _gpu("flash-attn", "gpu-kv-first", _HALF_AND_FP8, 16, "vLLM v1/attention/backends/flash_attn.py",
+             head_dim_multiple=8, head_dim_max=256),
+        _gpu("flashinfer", "gpu-page-first", (*_HALF_AND_FP8, "fp8_e5m2"), 16,
+             "vLLM v1/attention/backends/flashinfer.py (kernel blocks 16/32/64, 256 MiB workspace)",
+             head_dims=(64, 128, 256), workspace_bytes=256 * MIB),
+        _gpu("triton", "gpu-page-first", _FLOATS, 16, "vLLM v1/attention/backends/triton_attn.py", head_dim_min=32),
+        _gpu("rocm-attn", "gpu-kv-first", _HALF_AND_FP8, 16,
+             "vLLM v1/attention/backends/rocm_attn.py (kernel blocks 16/32)", head_dim_min=32, head_dim_max=256),
+        _gpu("flashmla", "gpu-mla", _HALF_AND_FP8, 64, "vLLM v1/attention/backends/mla/flashmla.py (block 64)"),
+        _gpu("flashmla-sparse", "gpu-mla", ("fp8_ds_mla",), 64,
+             "vLLM FlashMLA sparse (fp8_ds_mla, 656 B/token, block 64)", allowed_page_sizes=(64,)),
+        _gpu("cutlass-mla", "gpu-mla", _HALF_AND_FP8, 128, "vLLM platforms/cuda.py (CUTLASS MLA forces block 128)"),
+        Kernel("triton-mla", "gpu", "gpu-mla", ("bfloat16", "float16"), page_multiple=1, default_page_size=16,
+               source="vLLM v1/attention/backends/mla/common.py"),
     )
 }
 

@@ -145,6 +145,7 @@ def build_cache_manager(config: ManagerConfig, **options: Any) -> Any:
     return CacheManager(config.num_pages, [CacheGroupSpec(kv_spec(g)) for g in config.groups],
                         config.max_model_len, enable_caching=config.enable_caching,
                         use_eagle=config.use_eagle, free_order=config.free_order,
+                        skip_unreachable_sliding_pages=config.skip_unreachable_sliding_pages,
                         data_parallel_size=config.data_parallel_size, **options)
 
 
@@ -164,6 +165,7 @@ class CacheManagerAdapter:
 
         salt = cast("str | bytes | None", view.cache_salt)  # Request rejects any other salt, typed
         return Request(view.request_id, view.tokens, cache_salt=salt, lora_id=view.lora_id,
+                       lora_name=view.lora_name, lora_path=view.lora_path,
                        mm_features=view.mm_features, prompt_logprobs=view.prompt_logprobs)
 
     def lookup(self, request: Any, dp_shard_hint: int | None = None,
