@@ -21,6 +21,7 @@ Exit code 0 alone is never taken as a result. With ``plugin=True`` the child als
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import inspect
@@ -32,6 +33,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from verikv.proofs.registry import Outcome
 
@@ -89,6 +91,15 @@ class Verdict:
     @property
     def unsatisfiable(self) -> bool:
         return self.level == "info" and self.text.startswith("Unable to meet precondition")
+
+
+def untraced() -> contextlib.AbstractContextManager[Any]:
+    """Run the rest of a driver concretely, once its symbolic inputs are realised by branching:
+    faster, and code CrossHair cannot trace (numpy-backed state) runs as it is (outside
+    CrossHair: nothing to do)."""
+    from crosshair import tracers
+
+    return tracers.NoTracing() if tracers.is_tracing() else contextlib.nullcontext()
 
 
 def _die_with_parent() -> None:

@@ -19,17 +19,20 @@ from dataclasses import dataclass
 
 from verikv.proofs.crosshair_common import Budget, run_check
 from verikv.proofs.crosshair_targets import (
+    APPEND_CAPACITY,
     KEYS,
     MAX_POOL_PAGES,
     MAX_QUEUE_CAPACITY,
     MAX_REF,
     MUTANT_ENV,
     MUTANTS,
+    SMALL_QUEUE_CAPACITY,
 )
 from verikv.proofs.registry import Check, Mutant, Outcome
 
 TARGETS = "verikv.proofs.crosshair_targets"
 _QUEUE = f"queue ids < {MAX_QUEUE_CAPACITY}"
+_SMALL_QUEUE = f"queue ids < {SMALL_QUEUE_CAPACITY}, every id 0..capacity"
 _POOL = f"pool <= {MAX_POOL_PAGES} pages, ref <= {MAX_REF}, {KEYS} keys"
 
 
@@ -46,21 +49,27 @@ class Spec:
     budget: Budget
 
     def run(self, mutant: str | None = None) -> Outcome:
-        return run_check(self.targets, self.budget, plugin=True, env={MUTANT_ENV: mutant} if mutant else None)
+        """One ``crosshair check`` run; an exhaustive budget (no iteration cap) must end in
+        "confirmed" (anything less is "unknown", a failure)."""
+        return run_check(self.targets, self.budget, plugin=True, env={MUTANT_ENV: mutant} if mutant else None,
+                         require_confirmed=self.budget.iterations is None)
 
     def check(self) -> Check:
         return Check(self.name, "crosshair", self.invariant, self.transition,
                      f"{self.domain}; {self.budget.describe()}", self.run)
 
 
-def _target(function: str, role: str, invariant: str, transition: str, domain: str, iterations: int) -> Spec:
+def _target(function: str, role: str, invariant: str, transition: str, domain: str, iterations: int | None) -> Spec:
     """A check of one function of `crosshair_targets`."""
     return Spec(f"crosshair:{function}", (f"{TARGETS}.{function}",), role, invariant, transition, domain,
                 _budget(iterations))
 
 
-def _budget(iterations: int) -> Budget:
-    """``iterations`` uninteresting iterations, capped at 10 CPU s per condition, 2 s per path."""
+def _budget(iterations: int | None) -> Budget:
+    """``iterations`` uninteresting iterations, capped at 10 CPU s per condition, 2 s per path;
+    None: until every path is explored (a domain small enough to exhaust), capped at 60 CPU s."""
+    if iterations is None:
+        return Budget(per_condition=60, iterations=None, per_path=10)
     return Budget(per_condition=10, iterations=iterations, per_path=2)
 
 
@@ -75,7 +84,10 @@ SPECS: tuple[Spec, ...] = (
          "pool", "refines-spec", "PagePool: " + ", ".join(_POOL_METHODS) + " (PEP 316 contracts)",
          _POOL, _budget(8)),
     _target("queue_popleft_ids", "queue", "refines-spec", "FreeCachePageQueue.popleft_ids", _QUEUE, 40),
-    _target("queue_append_ids", "queue", "refines-spec", "FreeCachePageQueue.append_ids", _QUEUE + ", 2 ids", 150),
+    _target("queue_remove_id", "queue", "INV-FREE-DISTINCT", "FreeCachePageQueue.remove_id (links consistent)",
+            _SMALL_QUEUE, None),
+    _target("queue_append_ids", "queue", "refines-spec", "FreeCachePageQueue.append_ids",
+            f"queue ids < {APPEND_CAPACITY}, every id 0..capacity, 2 ids", None),
     _target("pool_get_new_page_ids", "pool", "refines-spec", "PagePool.get_new_page_ids (pool.allocate)", _POOL, 30),
     _target("pool_free_page_ids", "pool", "refines-spec", "PagePool.free_page_ids (pool.free)", _POOL + ", 2 ids", 60),
     _target("full_hit", "full", "hit-rule:full", "FullAttentionManager.find_longest_cache_hit",

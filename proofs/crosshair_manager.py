@@ -8,31 +8,38 @@ abstraction of the manager (`verikv.spec.abstraction.abstract_manager`) with the
 successor. The implementation's keys are digests and the spec's are contents, so states are
 compared up to a key renaming that must be a bijection (`same_up_to_key_renaming`).
 
-Domain (the bound every check states): one full-attention group, page size 2, `max_model_len`
-6, pools of 3..6 pages, prompts of 1..5 tokens over {0, 1}, a warm-up request of 4 tokens or
-none. Symbolic values are mapped into the domain by branching (`_pick`), as in
-`crosshair_targets`, so the search enumerates the domain's cases path by path; "confirmed" is
-reported only when CrossHair says every path was explored. The hash scheme is an ideal
+Domain (the bound every check states, `DOMAIN`): one full-attention group, page size 2,
+`max_model_len` 5 (a 4-token prompt plus one token reaches it; its last page is partly beyond
+it), pools of 3..4 pages (full-pool failures and evictions of the warm-up's cached pages occur),
+prompts of 1..4 tokens over {0, 1}, a finished warm-up request (0, 1, 0, 1) or none. Symbolic
+values are mapped into the domain by branching (`_pick`), as in `crosshair_targets`, so the
+search enumerates the domain path by path (the prompt's length is chosen before its tokens, so
+unused tokens add no paths). The domain is small enough for CrossHair to exhaust: each check
+runs without an iteration cap and requires "Confirmed over all paths" (anything less is
+reported "unknown", a failure), measured at 1-5 CPU s per check against a 60 CPU s cap. The hash scheme is an ideal
 (injective) one, `IdealHash`: hashlib is opaque to CrossHair; the real schemes are covered by
 the exhaustive refinement checks (``refine:*``).
 """
 
 from __future__ import annotations
 
-import contextlib
+import os
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from verikv.proofs.crosshair_common import Budget, run_check
+from verikv.proofs.crosshair_common import Budget, run_check, untraced
 from verikv.proofs.crosshair_targets import Mismatch
-from verikv.proofs.registry import Check, Outcome
+from verikv.proofs.registry import Check, Mutant, Outcome
 from verikv.spec import manager as spec
 from verikv.spec.abstraction import abstract_manager
 
 PAGE = 2
-MAX_MODEL_LEN = 6
-DOMAIN = ("1 full group, page size 2, max_model_len 6, N=3..6, prompts 1..5 tokens over {0,1}, "
-          "warm-up request of 4 tokens or none")
+MAX_MODEL_LEN = 5
+MIN_PAGES, MAX_PAGES = 3, 4
+MAX_PROMPT = 4
+WARM_UP = (0, 1, 0, 1)
+DOMAIN = (f"1 full group, page size {PAGE}, max_model_len {MAX_MODEL_LEN}, N={MIN_PAGES}..{MAX_PAGES}, "
+          f"prompts of 1..{MAX_PROMPT} tokens over {{0,1}}, a finished warm-up request {WARM_UP} or none")
 
 
 def _pick(value: int, lo: int, hi: int) -> int:
@@ -59,9 +66,16 @@ class IdealHash:
         return self.numbers.setdefault(message, len(self.numbers) + 1)
 
 
-HASH_SCHEME: Callable[[], Callable[[Any], int]] = IdealHash
-"""Makes each manager's hash scheme (a test replaces it with a colliding one to show the
-drivers catch a false hit)."""
+def colliding_hash() -> Callable[[Any], int]:
+    """A hash scheme under which every message collides: pages of other contents hit."""
+    return lambda message: 7
+
+
+COLLIDING_ENV = "VERIKV_CROSSHAIR_COLLIDING_HASH"
+"""Set (to anything) in a CrossHair run's environment: the managers use `colliding_hash` (the
+mutant `crosshair:manager-colliding-hash`, which the exhaustive checks must catch)."""
+HASH_SCHEME: Callable[[], Callable[[Any], int]] = colliding_hash if os.environ.get(COLLIDING_ENV) else IdealHash
+"""Makes each manager's hash scheme."""
 
 
 class _Pair:
@@ -123,43 +137,35 @@ def abstract_manager_renamed(s: spec.ManagerState, rename: dict[Hashable, Hashab
 
 
 def _prompt(length: int, tokens: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(_bit(t) for t in tokens)[:_pick(length, 1, 5)]
+    """The prompt's length first, then only the tokens it uses: a token past the length would
+    double the paths without changing the run."""
+    return tuple(_bit(t) for t in tokens[:_pick(length, 1, MAX_PROMPT)])
 
 
-def _untraced() -> contextlib.AbstractContextManager[Any]:
-    """Run the rest concretely: the inputs are realised by then, and the manager's numpy-backed
-    free list cannot run under CrossHair's tracing (outside CrossHair: nothing to do)."""
-    from crosshair import tracers
-
-    return tracers.NoTracing() if tracers.is_tracing() else contextlib.nullcontext()
-
-
-def _pair(pages: int, warm: bool, w0: int, w1: int) -> _Pair:
+def _pair(pages: int, warm: bool) -> _Pair:
     pair = _Pair(pages)
     if warm:
-        pair.warm_up((w0, w1, w0, w1))
+        pair.warm_up(WARM_UP)
     return pair
 
 
-def _scenario(pages: int, warm: bool, w0: int, w1: int, length: int,
-              tokens: tuple[int, ...]) -> tuple[int, bool, int, int, tuple[int, ...]]:
+def _scenario(pages: int, warm: bool, length: int, tokens: tuple[int, ...]) -> tuple[int, bool, tuple[int, ...]]:
     """The symbolic inputs realised into the domain (each choice a branch CrossHair explores)."""
-    return _pick(pages, 3, 6), bool(warm), _bit(w0), _bit(w1), _prompt(length, tokens)
+    return _pick(pages, MIN_PAGES, MAX_PAGES), bool(warm), _prompt(length, tokens)
 
 
 # --- drivers (CrossHair targets) ------------------------------------------------------------
 
-def manager_lookup(pages: int, warm: bool, w0: int, w1: int, length: int, t0: int, t1: int, t2: int, t3: int,
-                   t4: int) -> bool:
+def manager_lookup(pages: int, warm: bool, length: int, t0: int, t1: int, t2: int, t3: int) -> bool:
     """Lookup (`get_computed_pages`) returns the spec's hit, and changes nothing.
 
     post: __return__
     """
-    n, hot, a, b, prompt = _scenario(pages, warm, w0, w1, length, (t0, t1, t2, t3, t4))
-    with _untraced():
+    n, hot, prompt = _scenario(pages, warm, length, (t0, t1, t2, t3))
+    with untraced():
         from verikv.testing.adapter import page_ids_of
 
-        pair = _pair(n, hot, a, b)
+        pair = _pair(n, hot)
         view = spec.RequestView("r", prompt)
         hit, num_tokens = pair.impl.lookup(pair.request(view))
         want = spec.lookup(pair.spec, view)
@@ -168,17 +174,17 @@ def manager_lookup(pages: int, warm: bool, w0: int, w1: int, length: int, t0: in
         return pair.agrees("lookup")
 
 
-def manager_allocate_slots(pages: int, warm: bool, w0: int, w1: int, length: int, t0: int, t1: int, t2: int,
-                           t3: int, t4: int, use_hit: bool, extra: int) -> bool:
+def manager_allocate_slots(pages: int, warm: bool, length: int, t0: int, t1: int, t2: int, t3: int, use_hit: bool,
+                           extra: int) -> bool:
     """allocate_slots (with the lookup's hit or without, for the prompt and possibly one token
     more) returns the spec's new pages and leaves the spec's successor (all or nothing).
 
     post: __return__
     """
-    n, hot, a, b, prompt = _scenario(pages, warm, w0, w1, length, (t0, t1, t2, t3, t4))
+    n, hot, prompt = _scenario(pages, warm, length, (t0, t1, t2, t3))
     with_hit, more = bool(use_hit), _pick(extra, 0, 1)
-    with _untraced():
-        pair = _pair(n, hot, a, b)
+    with untraced():
+        pair = _pair(n, hot)
         view = spec.RequestView("r", prompt)
         native = pair.request(view)
         hit, num_hit = pair.impl.lookup(native) if with_hit else (None, 0)
@@ -198,10 +204,10 @@ def _same_new_pages(got: Any, want: Any, what: str) -> None:
         raise Mismatch(f"{what}: manager returned {ids}, spec {want}")
 
 
-def _admitted(pages: int, warm: bool, w0: int, w1: int, prompt: tuple[int, ...],
+def _admitted(pages: int, warm: bool, prompt: tuple[int, ...],
               delay: bool) -> tuple[_Pair, spec.RequestView, bool]:
     """A pair where request "r" was admitted with its whole prompt (``delay``: uncached)."""
-    pair = _pair(pages, warm, w0, w1)
+    pair = _pair(pages, warm)
     view = spec.RequestView("r", prompt)
     got = pair.impl.allocate(pair.request(view), view.num_tokens, 0, None, 0, delay)
     pair.spec, want = spec.allocate_slots(pair.spec, view, view.num_tokens, delay_cache_pages=delay)
@@ -209,47 +215,46 @@ def _admitted(pages: int, warm: bool, w0: int, w1: int, prompt: tuple[int, ...],
     return pair, spec.RequestView("r", view.tokens, view.num_tokens), want is not None
 
 
-def manager_cache_pages(pages: int, warm: bool, w0: int, w1: int, length: int, t0: int, t1: int, t2: int,
-                        t3: int, t4: int, upto: int) -> bool:
+def manager_cache_pages(pages: int, warm: bool, length: int, t0: int, t1: int, t2: int, t3: int,
+                        upto: int) -> bool:
     """cache_pages after a delayed-caching admission keys exactly the spec's pages.
 
     post: __return__
     """
-    n, hot, a, b, prompt = _scenario(pages, warm, w0, w1, length, (t0, t1, t2, t3, t4))
+    n, hot, prompt = _scenario(pages, warm, length, (t0, t1, t2, t3))
     count = _pick(upto, 0, len(prompt))
-    with _untraced():
-        pair, view, admitted = _admitted(n, hot, a, b, prompt, delay=True)
+    with untraced():
+        pair, view, admitted = _admitted(n, hot, prompt, delay=True)
         if admitted:
             pair.impl.cache(pair.request(view), count)
             pair.spec = spec.cache_pages(pair.spec, view, count)
         return pair.agrees("cache_pages")
 
 
-def manager_free(pages: int, warm: bool, w0: int, w1: int, length: int, t0: int, t1: int, t2: int, t3: int,
-                 t4: int) -> bool:
+def manager_free(pages: int, warm: bool, length: int, t0: int, t1: int, t2: int, t3: int) -> bool:
     """free releases the request's pages in the spec's order (reverse, chain tail first).
 
     post: __return__
     """
-    n, hot, a, b, prompt = _scenario(pages, warm, w0, w1, length, (t0, t1, t2, t3, t4))
-    with _untraced():
-        pair, view, _ = _admitted(n, hot, a, b, prompt, delay=False)
+    n, hot, prompt = _scenario(pages, warm, length, (t0, t1, t2, t3))
+    with untraced():
+        pair, view, _ = _admitted(n, hot, prompt, delay=False)
         pair.impl.free(pair.request(view))
         pair.spec = spec.free_request(pair.spec, "r")
         return pair.agrees("free")
 
 
-def manager_decode_step(pages: int, warm: bool, w0: int, w1: int, length: int, t0: int, t1: int, t2: int,
-                        t3: int, t4: int, token: int) -> bool:
+def manager_decode_step(pages: int, warm: bool, length: int, t0: int, t1: int, t2: int, t3: int,
+                        token: int) -> bool:
     """A decode step (one new token, the plain call shape that may take the fast path) after
     the prompt was admitted: the spec's new pages and successor.
 
     post: __return__
     """
-    n, hot, a, b, prompt = _scenario(pages, warm, w0, w1, length, (t0, t1, t2, t3, t4))
+    n, hot, prompt = _scenario(pages, warm, length, (t0, t1, t2, t3))
     new_token = _bit(token)
-    with _untraced():
-        pair, view, admitted = _admitted(n, hot, a, b, prompt, delay=False)
+    with untraced():
+        pair, view, admitted = _admitted(n, hot, prompt, delay=False)
         if admitted and view.num_tokens < MAX_MODEL_LEN:
             native = pair.request(view)
             native.append_output_token_ids([new_token])
@@ -267,11 +272,12 @@ TRANSITIONS = {
     "manager_free": "manager.free_request",
     "manager_decode_step": "manager.allocate_slots (decode)",
 }
-BUDGET = Budget(per_condition=10, iterations=100, per_path=4)
+BUDGET = Budget(per_condition=60, iterations=None, per_path=10)
+"""No iteration cap: the search runs until every path is explored (or the CPU cap, then "unknown")."""
 
 
-def run(function: str) -> Outcome:
-    return run_check((f"{__name__}.{function}",), BUDGET)
+def run(function: str, env: dict[str, str] | None = None) -> Outcome:
+    return run_check((f"{__name__}.{function}",), BUDGET, require_confirmed=True, env=env)
 
 
 def checks() -> list[Check]:
@@ -279,3 +285,15 @@ def checks() -> list[Check]:
     return [Check(f"crosshair:{function}", "crosshair", "REFINEMENT", transition, f"{DOMAIN}; {BUDGET.describe()}",
                   lambda function=function: run(function))  # type: ignore[misc]
             for function, transition in TRANSITIONS.items()]
+
+
+def _detect_colliding_hash() -> list[str]:
+    """The manager checks that fail when every key collides (the lookup-based ones must)."""
+    return [f"crosshair:{function}" for function in ("manager_lookup", "manager_allocate_slots")
+            if run(function, {COLLIDING_ENV: "1"}).status == "failed"]
+
+
+def mutants() -> list[Mutant]:
+    """A hash scheme whose keys all collide: the exhaustive manager checks must find the false hit."""
+    return [Mutant("crosshair:manager-colliding-hash", "impl", "INV-HIT-SAFE", colliding_hash.__doc__ or "",
+                   _detect_colliding_hash)]

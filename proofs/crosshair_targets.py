@@ -31,6 +31,7 @@ from verikv.errors import VeriKVError
 from verikv.free_queue import UNLINKED, CachePage, FreeCachePageQueue, IdLinks, PageRecords
 from verikv.hashing import PageHasher
 from verikv.page_pool import PagePool
+from verikv.proofs.crosshair_common import untraced
 from verikv.proofs.pool_mutants import EvictionKeepsKey
 from verikv.single_type_managers import (
     ChunkedLocalAttentionManager,
@@ -115,23 +116,31 @@ def _pick(value: Any, lo: int, hi: int) -> int:
     return hi
 
 
+def queue_choice(capacity: Any, member: list[Any], rotate: Any, backwards: Any,
+                 max_capacity: int = MAX_QUEUE_CAPACITY) -> tuple[int, list[int]]:
+    """The queue (capacity, free ids head first) the symbolic choices pick by branching: a
+    capacity in ``1..max_capacity``, which ids are free (``member[i - 1]`` for id i), and a
+    rotation/reversal of their ascending order: every subset, with every member at the head, the
+    tail and in between."""
+    cap = _pick(capacity, 1, max_capacity)
+    ids = [i for i in range(1, cap) if _pick(member[i - 1], 0, 1)]
+    turn = _pick(rotate, 0, max(len(ids) - 1, 0))
+    order = ids[turn:] + ids[:turn]
+    return cap, order[::-1] if len(ids) > 1 and _pick(backwards, 0, 1) else order
+
+
 def _queue_factory(p: Any) -> FreeCachePageQueue:
-    """Capacity, which ids are free (flags) and a rotation/reversal of their order: every subset,
-    and orders with every member at the head, the tail and in between. The choices are made
-    concrete by branching and the queue is built untraced (fast, concrete links); only the
-    method arguments stay symbolic."""
+    """A queue of `queue_choice` over the factory's bound. The choices are made concrete by
+    branching and the queue is built untraced (fast, concrete links); only the method arguments
+    stay symbolic."""
     from crosshair.tracers import ResumedTracing
     from crosshair.util import IgnoreAttempt
 
     capacity, rotate, backwards = p(int, "_capacity"), p(int, "_rotate"), p(bool, "_backwards")
     member = [p(bool, f"_free{i}") for i in range(1, MAX_QUEUE_CAPACITY)]
     with ResumedTracing():
-        cap = _pick(capacity, 1, MAX_QUEUE_CAPACITY)
-        ids = [i for i in range(1, cap) if _pick(member[i - 1], 0, 1)]
-        turn = _pick(rotate, 0, max(len(ids) - 1, 0))
-        back = bool(_pick(backwards, 0, 1))
-    order = ids[turn:] + ids[:turn]
-    queue = build_queue(cap, order[::-1] if back else order)
+        cap, order = queue_choice(capacity, member, rotate, backwards)
+    queue = build_queue(cap, order)
     if queue is None:
         raise IgnoreAttempt
     return queue
@@ -231,11 +240,14 @@ def links_consistent(queue: FreeCachePageQueue) -> bool:
 
 def queue_model(free: list[int], capacity: int, method: str, *args: Any) -> tuple[list[int], Any]:
     """The free queue's specification on its abstraction (the id list, head first) for
-    ``popleft_ids(n)`` and ``append_ids(ids)``: (list after, result), or (``free``, REJECTED)
-    outside the method's precondition."""
+    ``popleft_ids(n)``, ``remove_id(id)`` and ``append_ids(ids)``: (list after, result), or
+    (``free``, REJECTED) outside the method's precondition."""
     if method == "popleft_ids":
         (n,) = args
         return (free[n:], free[:n]) if 0 <= n <= len(free) else (free, REJECTED)
+    if method == "remove_id":
+        (pid,) = args
+        return ([p for p in free if p != pid], None) if pid in free else (free, REJECTED)
     (ids,) = args
     if len(set(ids)) != len(ids) or not all(1 <= p < capacity and p not in free for p in ids):
         return free, REJECTED
@@ -262,13 +274,48 @@ def queue_popleft_ids(queue: FreeCachePageQueue, n: int) -> bool:
     return queue_refines(queue, "popleft_ids", _pick(n, -1, MAX_QUEUE_CAPACITY))
 
 
-def queue_append_ids(queue: FreeCachePageQueue, a: int, b: int, count: int) -> bool:
+def queue_append_ids(capacity: int, free1: bool, free2: bool, rotate: int, backwards: bool, a: int, b: int,
+                     count: int) -> bool:
     """`FreeCachePageQueue.append_ids` on ``[a, b][:count]``: unlinked ids join the tail in order.
+    Over every queue with capacity <= `APPEND_CAPACITY` (`queue_choice`) and ids 0..capacity.
 
     post: __return__
     """
-    ids = [_pick(a, 0, MAX_QUEUE_CAPACITY), _pick(b, 0, MAX_QUEUE_CAPACITY)][:_pick(count, 0, 2)]
-    return queue_refines(queue, "append_ids", ids)
+    cap, order = queue_choice(capacity, [free1, free2], rotate, backwards, APPEND_CAPACITY)
+    ids = [_pick(a, 0, cap), _pick(b, 0, cap)][:_pick(count, 0, 2)]
+    with untraced():
+        return queue_refines(_small_queue(cap, order), "append_ids", ids)
+
+
+def _small_queue(capacity: int, order: list[int]) -> FreeCachePageQueue:
+    queue = build_queue(capacity, order)
+    if queue is None:
+        raise Mismatch(f"queue_choice picked an invalid queue: capacity {capacity}, ids {order}")
+    return queue
+
+
+SMALL_QUEUE_CAPACITY = 4
+"""The bound of `queue_remove_id`: ids 1..3, so queues of up to three ids (small enough for
+CrossHair to explore every path)."""
+APPEND_CAPACITY = 3
+"""The bound of `queue_append_ids`: ids 1..2 (two ids appended to every queue of up to two ids:
+at capacity 4 the paths took 24 CPU s to exhaust, against 1-5 s for each other exhaustive check)."""
+
+
+def queue_remove_id(capacity: int, free1: bool, free2: bool, free3: bool, rotate: int, backwards: bool,
+                    pid: int) -> bool:
+    """`FreeCachePageQueue.remove_id` (a cache hit revives a free page from anywhere in the list):
+    the id leaves the list, the others keep their order, and every back link stays consistent
+    (a stale ``prev`` would corrupt a later unlink). Over every queue with capacity <=
+    `SMALL_QUEUE_CAPACITY` (`queue_choice`) and every id 0..capacity (the null page and one out of
+    range included).
+
+    post: __return__
+    """
+    cap, order = queue_choice(capacity, [free1, free2, free3], rotate, backwards, SMALL_QUEUE_CAPACITY)
+    page = _pick(pid, 0, cap)
+    with untraced():
+        return queue_refines(_small_queue(cap, order), "remove_id", page)
 
 
 def spec_step(state: spec_pool.PoolState, transition: str, *args: Any) -> tuple[spec_pool.PoolState, Any]:
@@ -519,6 +566,25 @@ class QueueStalePrevOnPop(FreeCachePageQueue):
         super()._setup(records, _LinksKeepStalePrev(links.capacity), page_of)
 
 
+class _LinksStalePrevOnUnlink(IdLinks):
+    """unlink does not repoint the next id's ``prev`` past the removed one (issue 18's table)."""
+
+    __slots__ = ()
+
+    def unlink(self, li: int, pid: int) -> None:
+        after = self.next[pid]
+        kept = self.prev[after]
+        super().unlink(li, pid)
+        self.prev[after] = kept
+
+
+class QueueStalePrevOnUnlink(FreeCachePageQueue):
+    """remove (a revived cache hit) leaves its successor's ``prev`` pointing at the removed page."""
+
+    def _setup(self, records: PageRecords, links: IdLinks, page_of: Callable[[int], CachePage]) -> None:
+        super()._setup(records, _LinksStalePrevOnUnlink(links.capacity), page_of)
+
+
 class _LinksBatchReversed(IdLinks):
     """link_back links a batch of ids in reverse order."""
 
@@ -584,6 +650,7 @@ _ACTIVE: dict[str, Any] = {
 
 MUTANTS: dict[str, tuple[str, type[Any], str]] = {
     "QueueStalePrevOnPop": ("queue", QueueStalePrevOnPop, "INV-FREE-DISTINCT"),
+    "QueueStalePrevOnUnlink": ("queue", QueueStalePrevOnUnlink, "INV-FREE-DISTINCT"),
     "QueueAppendReversed": ("queue", QueueAppendReversed, "refines-spec"),
     "PoolFreeSkipsDecrement": ("pool", PoolFreeSkipsDecrement, "INV-FREE-IFF-ZERO"),
     "PoolEvictionKeepsKey": ("pool", EvictionKeepsKey, "INV-KEY-BIJ"),  # the pool mutant of that name

@@ -56,7 +56,7 @@ def test_a_missing_target_is_an_error_not_a_pass() -> None:
 def test_targets_hold_on_concrete_examples() -> None:
     queue = crosshair_targets.build_queue(5, [3, 1, 4])
     assert queue is not None and crosshair_targets.queue_popleft_ids(queue, 2) and queue.ids() == [4]
-    assert crosshair_targets.queue_append_ids(queue, 1, 2, 2) and queue.ids() == [4, 1, 2]
+    assert crosshair_targets.queue_append_ids(3, True, False, 0, False, 2, 0, 1)  # [1] + [2]
     pool = PagePool(4)
     pool.get_new_page_ids(2)
     assert crosshair_targets.pool_free_page_ids(pool, 1, 1, 2)  # a double free: rejected by both, state kept
@@ -79,11 +79,11 @@ def test_mutant_is_caught(mutant) -> None:
 # --- the manager drivers of verikv.proofs.crosshair_manager ------------------------------------
 
 MANAGER_DRIVER_ARGS = {
-    "manager_lookup": (4, True, 0, 1, 5, 0, 1, 0, 1, 1),
-    "manager_allocate_slots": (4, True, 0, 1, 5, 0, 1, 0, 1, 1, True, 0),
-    "manager_cache_pages": (5, False, 0, 1, 5, 0, 1, 0, 1, 1, 4),
-    "manager_free": (5, True, 0, 1, 4, 0, 1, 0, 1, 1),
-    "manager_decode_step": (5, True, 0, 1, 4, 0, 1, 0, 1, 1, 1),
+    "manager_lookup": (4, True, 4, 0, 1, 0, 1),
+    "manager_allocate_slots": (4, True, 4, 0, 1, 0, 1, True, 0),
+    "manager_cache_pages": (4, False, 4, 0, 1, 0, 1, 4),
+    "manager_free": (4, True, 3, 0, 1, 0, 1),
+    "manager_decode_step": (4, True, 3, 0, 1, 0, 1, 1),
 }
 
 
@@ -102,7 +102,7 @@ def test_manager_driver_catches_a_colliding_hash(driver: str, monkeypatch: pytes
     from verikv.proofs.crosshair_targets import Mismatch
 
     monkeypatch.setattr(crosshair_manager, "HASH_SCHEME", lambda: (lambda message: 7))
-    args = (4, True, 0, 1, 5, 1, 1, 1, 1, 1) + MANAGER_DRIVER_ARGS[driver][10:]
+    args = (4, True, 4, 1, 1, 1, 1) + MANAGER_DRIVER_ARGS[driver][7:]
     with pytest.raises(Mismatch):
         getattr(crosshair_manager, driver)(*args)
 
@@ -113,4 +113,27 @@ def test_manager_checks_report_a_budget_not_a_proof() -> None:
     checks = crosshair_manager.checks()
     assert {c.transition for c in checks} >= {"manager.lookup", "manager.allocate_slots", "manager.cache_pages",
                                               "manager.free_request", "manager.allocate_slots (decode)"}
-    assert all("uninteresting iterations" in c.bound for c in checks)
+    assert all("until exhausted" in c.bound for c in checks)
+    assert crosshair_manager.BUDGET.iterations is None  # run() then requires "confirmed"
+
+
+def test_queue_remove_id_driver_sees_a_stale_back_link() -> None:
+    """The driver checks the back links, which the abstraction (the forward walk) does not show."""
+    cap, order = crosshair_targets.queue_choice(3, [1, 1], 0, 0, crosshair_targets.SMALL_QUEUE_CAPACITY)
+    assert (cap, order) == (3, [1, 2])
+    assert crosshair_targets.queue_remove_id(3, True, True, False, 0, False, 1)
+    crosshair_targets.activate("QueueStalePrevOnUnlink")
+    try:
+        with pytest.raises(crosshair_targets.Mismatch, match="links consistent"):
+            crosshair_targets.queue_remove_id(3, True, True, False, 0, False, 1)  # [1, 2] without 1
+    finally:
+        crosshair_targets._ACTIVE["queue"] = crosshair_targets.FreeCachePageQueue
+
+
+def test_exhaustive_manager_checks_catch_a_colliding_hash() -> None:
+    """The CrossHair runs themselves (not only the drivers) find the false hit of a colliding hash."""
+    from verikv.proofs import crosshair_manager
+
+    (mutant,) = crosshair_manager.mutants()
+    assert mutant.name in {m.name for m in discover_mutants()}
+    assert mutant.detect() == ["crosshair:manager_lookup", "crosshair:manager_allocate_slots"]

@@ -4,6 +4,7 @@ they claim, reduce states soundly, and catch every implementation bug of issue 1
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,23 @@ def test_real_manager_passes_a_shallow_run(name: str) -> None:
     assert result.states > 10 and result.transitions >= result.states
 
 
+def test_an_unpicklable_implementation_is_deep_copied() -> None:
+    """A planted mutant's one-off class cannot be pickled: the node keeps it live and each child
+    deep-copies it (the same run, only slower)."""
+    case = replace(refinement.CASES_BY_NAME["full"], depth=2)
+
+    def make(config: object) -> object:
+        manager = refinement.build_manager(case)(config)  # type: ignore[arg-type]
+        manager.local = lambda: None  # a local function: pickle refuses it
+        return manager
+
+    root = refinement._root(case, make)
+    assert not isinstance(refinement._park(root).parts, bytes)
+    assert isinstance(refinement._park(refinement._root(case, refinement.build_manager(case))).parts, bytes)
+    result = refinement.explore(case, make)
+    assert result.failure is None and result.states == refinement.explore(case).states
+
+
 def test_depth_zero_checks_only_the_initial_state() -> None:
     result = refinement.explore(replace(refinement.CASES_BY_NAME["full"], depth=0))
     assert (result.states, result.transitions, result.failure) == (1, 0, None)
@@ -36,16 +54,57 @@ def test_request_ids_do_not_split_states() -> None:
     refinement.apply(case, first, ("new", 0, "hit", None))
     refinement.apply(case, second, ("new", 0, "hit", None))
     assert set(first.requests) != set(second.requests)
-    assert refinement._state(first) == refinement._state(second)
+    assert refinement._state(first, False) == refinement._state(second, False)
+
+
+def _after(case: refinement.Case, *ops: refinement.Op) -> Any:
+    node = refinement._child(refinement._root(case, refinement.build_manager(case)))
+    for op in ops:
+        refinement.apply(case, node, op)
+    return node
+
+
+def test_page_renaming_merges_two_admission_orders() -> None:
+    """Symmetry: two prompts admitted in either order hold the same pages up to a renaming."""
+    case = refinement.CASES_BY_NAME["full"]
+    one = _after(case, ("new", 0, "hit", None), ("new", 2, "hit", None))
+    other = _after(case, ("new", 2, "hit", None), ("new", 0, "hit", None))
+    assert refinement._state(one, False) != refinement._state(other, False)
+    assert refinement._state(one, True) == refinement._state(other, True)
+
+
+def test_page_renaming_keeps_every_page_in_its_shard() -> None:
+    case = refinement.CASES_BY_NAME["dp2"]
+    node = _after(case, ("new", 0, "hit", 1), ("new", 2, "chunk", 1))  # both in shard 1
+    per = case.num_pages // 2
+    tables = [e.pages for _, e in sorted(node.spec.entries, key=lambda x: x[0], reverse=True)]
+    label = refinement._page_renaming(node.spec, tables)
+    assert sorted(label) == sorted(label.values()) == list(range(case.num_pages))
+    assert all((old >= per) == (new >= per) for old, new in label.items())
+    assert any(old != new for old, new in label.items())
+
+
+def test_states_are_spelled_the_same_under_any_string_hash_seed() -> None:
+    """Sets in the state are sorted: the run (states, transitions) does not depend on the
+    interpreter's hash seed, which orders a frozenset's repr."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from dataclasses import replace; from verikv.proofs import refinement as r; "
+            "x = r.explore(replace(r.CASES_BY_NAME['full+sliding'], depth=3)); print(x.states, x.transitions)")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(runs) == 1, runs
 
 
 def test_a_child_does_not_share_mutable_state_with_its_parent() -> None:
     case = refinement.CASES_BY_NAME["full"]
     root = refinement._root(case, refinement.build_manager(case))
-    before = refinement._state(root)
+    before = refinement._state(root, True)
     child = refinement._child(root)
     refinement.apply(case, child, ("new", 1, "hit", None))
-    assert refinement._state(root) == before != refinement._state(child)
+    assert refinement._state(root, True) == before != refinement._state(child, True)
     assert root.impl.manager.request_ids() == [] and child.impl.manager.request_ids() == ["r0"]
 
 
@@ -93,3 +152,13 @@ def test_the_layouts_cover_every_feature_issue_18_lists() -> None:
     assert any(c.lookahead for c in cases) and any(c.delay for c in cases) and any(c.key_failures for c in cases)
     assert {c.free_order for c in cases} == {"esurge", "unhashed-first"}
     assert {c.hash_scheme for c in cases} == {"sha256", "builtin", "xxh3_128"}
+
+
+def test_the_proof_table_states_each_refinement_bound() -> None:
+    """docs/ci.md's per-layout table names every refinement check with its current bound."""
+    from pathlib import Path
+
+    table = (Path(__file__).parents[1] / "docs" / "ci.md").read_text()
+    missing = [case.check_name for case in refinement.CASES
+               if case.check_name.removesuffix(" exhaustive") not in table]
+    assert not missing, missing
