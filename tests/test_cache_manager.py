@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+from layouts import KW, full, sliding
 
 from verikv import (
     AllPagesCleared,
@@ -18,27 +18,15 @@ from verikv import (
     CachePages,
     ChunkedLocalAttentionSpec,
     ForeignPageError,
-    FullAttentionSpec,
     InvalidArgumentError,
     PageRemoved,
     PageStored,
     Request,
     RequestStatus,
-    SlidingWindowSpec,
 )
 from verikv.free_queue import CachePage
 from verikv.hashing import PageHasher
 from verikv.sizing import get_preset, plan_kv_cache
-
-KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
-
-
-def full(ps: int = 4) -> CacheGroupSpec:
-    return CacheGroupSpec(FullAttentionSpec(page_size=ps, **KW))
-
-
-def sliding(ps: int, window: int) -> CacheGroupSpec:
-    return CacheGroupSpec(SlidingWindowSpec(page_size=ps, sliding_window=window, **KW))
 
 
 def manager(num_pages: int = 16, groups=None, max_model_len: int = 64, **kw) -> CacheManager:

@@ -2,45 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
 import pytest
+from layouts import KW, chunked, mamba, sliding
 
 from verikv import (
     CacheCoordinatorNoPrefixCache,
     CacheGroupSpec,
     CacheSpecError,
-    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     HybridCacheCoordinator,
-    MambaSpec,
     Request,
-    SlidingWindowSpec,
     UnitaryCacheCoordinator,
     get_kv_cache_coordinator,
 )
 from verikv.hashing import PageHasher
 from verikv.spec import hit_rules
 
-KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
 HASHER = PageHasher("sha256", seed=3)
 
 
 def full(ps: int = 4, heads: int = 1) -> CacheGroupSpec:
     return CacheGroupSpec(FullAttentionSpec(page_size=ps, **{**KW, "num_kv_heads": heads}))
-
-
-def sliding(ps: int, window: int) -> CacheGroupSpec:
-    return CacheGroupSpec(SlidingWindowSpec(page_size=ps, sliding_window=window, **KW))
-
-
-def chunked(ps: int, chunk: int) -> CacheGroupSpec:
-    return CacheGroupSpec(ChunkedLocalAttentionSpec(page_size=ps, attention_chunk_size=chunk, **KW))
-
-
-def mamba(ps: int) -> CacheGroupSpec:
-    return CacheGroupSpec(MambaSpec(page_size=ps, shapes=((2, 2),), dtype=np.float16))
 
 
 def state(c) -> tuple:

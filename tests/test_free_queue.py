@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from hypothesis import given, strategies as st
 
@@ -303,7 +305,7 @@ def test_lone_page_bounds_and_hashable_key() -> None:
 FreeOutcome = tuple[list[int], list[int], list[tuple[str, str] | None]]
 
 
-def _pool_after(frees: list[list[object]], bulk: bool, monkeypatch: pytest.MonkeyPatch) -> FreeOutcome:
+def _pool_after(frees: Sequence[Sequence[object]], bulk: bool, monkeypatch: pytest.MonkeyPatch) -> FreeOutcome:
     """Free each list in turn on a pool whose pages 1..199 are held (101..150 twice); the final
     free list, ref counts and the error of each call (type and message)."""
     import verikv.page_pool as page_pool

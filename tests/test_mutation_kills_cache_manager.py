@@ -18,50 +18,23 @@ never from what the code returned:
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 import pytest
+from layouts import full, ids, mamba, named, running, sliding
 
 from verikv import (
     CacheGroupSpec,
     CacheManager,
     CachePages,
     ForeignPageError,
-    FullAttentionSpec,
     InvalidArgumentError,
-    MambaSpec,
     Request,
     RequestStatus,
-    SlidingWindowSpec,
     VeriKVError,
 )
 from verikv.events import PageStored
-
-KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
-
-
-def full(ps: int = 4) -> CacheGroupSpec:
-    return CacheGroupSpec(FullAttentionSpec(page_size=ps, **KW))
-
-
-def sliding(ps: int, window: int) -> CacheGroupSpec:
-    return CacheGroupSpec(SlidingWindowSpec(page_size=ps, sliding_window=window, **KW))
-
-
-def mamba(ps: int) -> CacheGroupSpec:
-    return CacheGroupSpec(MambaSpec(page_size=ps, shapes=((2, 2),), dtype=np.float16))
-
-
-def named(name: str) -> str:
-    """``name`` as a whole word: a renamed or re-cased name does not match."""
-    return rf"(?<![\w]){re.escape(name)}(?![\w])"
-
-
-def ids(pages: CachePages | None) -> tuple[list[int], ...]:
-    assert pages is not None
-    return pages.get_page_ids()
 
 
 def exact(kind: Any, value: int) -> Any:
@@ -193,10 +166,7 @@ def test_mamba_align_mode_reaches_the_groups() -> None:
 
 def test_the_shared_no_new_page_result_has_pool_views() -> None:
     m = manager()
-    req = Request("a", list(range(5)))
-    m.allocate_slots(req, 5)
-    req.num_computed_tokens = 5
-    req.status = RequestStatus.RUNNING
+    req = running(m, "a", list(range(5)))
     req.append_output_token_ids(1)
     out = m.allocate_slots(req, 1)
     assert out is not None and out.pages == ([],) and out.get_page_ids() == ([],)
@@ -485,10 +455,7 @@ def test_caching_counts_whole_pages_of_the_held_ones() -> None:
 
 def test_zero_new_tokens_of_a_running_request_are_rejected() -> None:
     m = manager()
-    req = Request("a", list(range(5)))
-    m.allocate_slots(req, 5)
-    req.num_computed_tokens = 5
-    req.status = RequestStatus.RUNNING
+    req = running(m, "a", list(range(5)))
     with pytest.raises(InvalidArgumentError, match=named("num_new_tokens")):
         m.allocate_slots(req, 0)
 
@@ -586,10 +553,7 @@ def test_the_no_new_page_result_is_shared_and_immutable() -> None:
 
 def test_a_decode_step_that_takes_a_page_has_pool_views() -> None:
     m = manager()
-    req = Request("a", list(range(8)))
-    m.allocate_slots(req, 8)
-    req.num_computed_tokens = 8
-    req.status = RequestStatus.RUNNING
+    req = running(m, "a", list(range(8)))
     req.append_output_token_ids(1)
     out = m.allocate_slots(req, 1)  # 9 tokens: a new page, and page 2 is cached
     assert out is not None and [p.page_id for p in out.pages[0]] == [3]
@@ -617,14 +581,6 @@ def test_from_plan_takes_the_plans_dp_size_unless_given() -> None:
 
 
 # --- the batched step ---------------------------------------------------------------------------------
-
-def running(m: CacheManager, rid: str, tokens: list[int], **kw: Any) -> Request:
-    req = Request(rid, tokens)
-    assert m.allocate_slots(req, len(tokens), **kw) is not None
-    req.num_computed_tokens = len(tokens)
-    req.status = RequestStatus.RUNNING
-    return req
-
 
 def grown(reqs: list[Request], n: int = 1) -> list[Request]:
     for r in reqs:

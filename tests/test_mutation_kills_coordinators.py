@@ -18,53 +18,25 @@ every page size, EAGLE drops one largest page), never from what the code returne
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 import pytest
+from layouts import chunked, full, ids, mamba, named, running, sliding
 
 from verikv import (
     CacheGroupSpec,
     CacheManager,
-    CachePages,
     CacheSpecError,
-    FullAttentionSpec,
     InvalidArgumentError,
-    MambaSpec,
     Request,
-    SlidingWindowSpec,
     UnknownRequestError,
     get_kv_cache_coordinator,
 )
 from verikv.coordinators import MAX_MODEL_LEN, CacheCoordinator, HybridCacheCoordinator, UnitaryCacheCoordinator
 from verikv.hashing import PageHasher
 
-KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
 HASHER = PageHasher("sha256", seed=11)
-
-
-def full(ps: int = 4) -> CacheGroupSpec:
-    return CacheGroupSpec(FullAttentionSpec(page_size=ps, **KW))
-
-
-def sliding(ps: int, window: int) -> CacheGroupSpec:
-    return CacheGroupSpec(SlidingWindowSpec(page_size=ps, sliding_window=window, **KW))
-
-
-def mamba(ps: int) -> CacheGroupSpec:
-    return CacheGroupSpec(MambaSpec(page_size=ps, shapes=((2, 2),), dtype=np.float16))
-
-
-def named(name: str) -> str:
-    """``name`` as a whole word: a renamed or re-cased name does not match."""
-    return rf"(?<![\w]){re.escape(name)}(?![\w])"
-
-
-def ids(pages: CachePages | None) -> tuple[list[int], ...]:
-    """The page ids of an allocation's result, which must not be None."""
-    assert pages is not None
-    return pages.get_page_ids()
 
 
 def held(c: CacheCoordinator, rid: str) -> tuple[list[int], ...]:
@@ -386,16 +358,6 @@ def test_holding_and_record_for_describe_records() -> None:
 
 
 # --- the decode step and the batched decode step ------------------------------------------------
-
-def running(m: CacheManager, rid: str, tokens: list[int], **kw: Any) -> Request:
-    """A request whose prompt is allocated and computed (status RUNNING)."""
-    from verikv import RequestStatus
-
-    req = Request(rid, tokens)
-    assert m.allocate_slots(req, len(tokens), **kw) is not None
-    req.num_computed_tokens = len(tokens)
-    req.status = RequestStatus.RUNNING
-    return req
 
 
 def decode(m: CacheManager, req: Request, token: int = 7) -> Any:
@@ -766,12 +728,6 @@ def test_a_hybrid_lookup_of_a_dp_shard_hits_only_that_shards_pages(groups: Any) 
     hits, length = c.find_longest_cache_hit(keys, 16, shard=1, dp=2)
     assert length == 16 and all(8 <= p < 16 for group in hits for p in group if p)
     assert c.find_longest_cache_hit(keys, 16, shard=0, dp=2)[1] == 0
-
-
-def chunked(ps: int, chunk: int) -> CacheGroupSpec:
-    from verikv import ChunkedLocalAttentionSpec
-
-    return CacheGroupSpec(ChunkedLocalAttentionSpec(page_size=ps, attention_chunk_size=chunk, **KW))
 
 
 def test_each_groups_hit_pages_are_its_own_rule_at_the_common_length() -> None:
