@@ -72,7 +72,7 @@ PROMPTS: tuple[tuple[int, ...], ...] = (
 MM_CHOICES: tuple[tuple[tuple[str, int, int], ...], ...] = ((),) * 6 + ((("img-a", 2, 3),), (("img-b", 2, 3),))
 """Mostly text-only; sometimes an image over positions 2..4 (same tokens, different KV)."""
 LoraChoice = int | tuple[str, str] | None
-LORA_CHOICES: tuple[LoraChoice, ...] = (None,) * 6 + (7, ("sql", "/adapters/sql-v1"), ("sql", "/adapters/sql-v2"))
+LORA_CHOICES: tuple[LoraChoice, ...] = (None,) * 10 + (7, 7, ("sql", "/adapters/sql-v1"), ("sql", "/adapters/sql-v2"))
 """Mostly no LoRA; sometimes adapter id 7, or the adapter named ``sql`` at one of two paths
 (the name re-pointed at other weights: the same name, other keys)."""
 MAX_LIVE_REQUESTS = 5
@@ -562,7 +562,8 @@ class ManagerMachine(RuleBasedStateMachine):
         weights) it must not, as that KV was computed with the old weights."""
         view = self.view(data.draw(st.sampled_from(self.named_lora_requests()), label="same prompt as"))
         name, path = data.draw(st.sampled_from([c for c in LORA_CHOICES if isinstance(c, tuple)]), label="lora")
-        self.new_request(replace(view, request_id=f"r{self.next_id}", num_computed_tokens=0, lora_name=name, lora_path=path))
+        self.new_request(replace(view, request_id=f"r{self.next_id}", num_computed_tokens=0, lora_name=name,
+                                 lora_path=path))
         self.check()
 
     def quotable(self) -> list[str]:
