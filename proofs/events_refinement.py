@@ -108,7 +108,19 @@ def machine_class() -> type:
             return spec_events.Stored(group, tuple(map(self.content, event.page_hashes)), parent,
                                       event.page_size or 0, event.token_ids, lora)
 
+        def allocate(self, rid: str, *args: Any, **kwargs: Any) -> bool:
+            """Judge an allocation's events at the call: a Hypothesis ``schedule`` rule makes
+            several calls between two checks, and each call is its own batch."""
+            done: bool = super().allocate(rid, *args, **kwargs)
+            self.check_events()
+            return done
+
         def check(self) -> None:
+            self.check_events()
+            super().check()
+
+        def check_events(self) -> None:
+            """EVENTS-PER-CALL and INV-EVENTS-REPLAY for the events since the last judgement."""
             self.learn_wire()
             got = [self.translate(e) for e in self.impl.manager.take_events()]
             want = [replace(e, lora=_seen_lora(e.lora)) if isinstance(e, spec_events.Stored) else e
@@ -122,7 +134,6 @@ def machine_class() -> type:
                                                f"{spec_events.cached_keys(self.spec.pool)!r}")
                 self.replayed = Counter(spec_events.cached_keys(self.spec.pool))  # report once
             self.call_pre, self.call_new, self.call_reset = self.spec, (), False
-            super().check()
 
     return EventCheckingMachine
 

@@ -101,8 +101,8 @@ def test_a_malformed_hit_is_rejected_even_as_the_managers_own_result(mode: str) 
     """The manager's own latest lookup result, claimed with a count it does not cover or with a
     page id removed from it, must be rejected like any other malformed hit (issue 18: a shortcut
     for the manager's own result skipped validation). Only the bad-input cases send it."""
-    with pytest.raises(ConformanceError) as caught:
-        check_conformance(MALFORMED_OWN_HIT, MULTI_GROUP, fast(mode=mode))
+    with pytest.raises(ConformanceError) as caught:  # 150 runs: the ci profile's 100 miss it since named LoRA
+        check_conformance(MALFORMED_OWN_HIT, MULTI_GROUP, fast(mode=mode, max_examples=150))
     assert {"REFINEMENT", "INV-ATOMIC"} & set(caught.value.names), str(caught.value)
     assert "rejected by the spec" in str(caught.value) or "INV-ATOMIC" in caught.value.names, str(caught.value)
     check_conformance(MALFORMED_OWN_HIT, MULTI_GROUP, fast(mode=mode, bad_inputs=False, max_examples=30))

@@ -71,6 +71,10 @@ PROMPTS: tuple[tuple[int, ...], ...] = (
 
 MM_CHOICES: tuple[tuple[tuple[str, int, int], ...], ...] = ((),) * 6 + ((("img-a", 2, 3),), (("img-b", 2, 3),))
 """Mostly text-only; sometimes an image over positions 2..4 (same tokens, different KV)."""
+LoraChoice = int | tuple[str, str] | None
+LORA_CHOICES: tuple[LoraChoice, ...] = (None,) * 10 + (7, 7, ("sql", "/adapters/sql-v1"), ("sql", "/adapters/sql-v2"))
+"""Mostly no LoRA; sometimes adapter id 7, or the adapter named ``sql`` at one of two paths
+(the name re-pointed at other weights: the same name, other keys)."""
 MAX_LIVE_REQUESTS = 5
 MAX_ROUNDS = 8
 """Scheduler steps one `ManagerMachine.schedule` rule may run: an engine runs many steps between
@@ -107,7 +111,8 @@ decoded page copies (one draw, so a report shows one line per request and step).
 Mode = Literal["white-box", "black-box", "policy-free"]
 MODES: tuple[str, ...] = ("white-box", "black-box", "policy-free")
 FEATURES: frozenset[str] = frozenset({"salt", "lora", "images", "logprobs", "cache-calls"})
-"""Features the machine uses; leave out the ones an engine lacks: request salts, LoRA ids,
+"""Features the machine uses; leave out the ones an engine lacks: request salts, LoRA identities
+(ids and named adapters),
 images (multimodal items), prompt logprobs, and ``cache-calls`` (the scheduler registers
 computed pages itself with ``cache_pages``, as an asynchronous scheduler does)."""
 WAIVERS: dict[str, str] = {
@@ -161,6 +166,8 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
             num_pages=13),
     _layout("dp2+sliding(unhashed-first)", FULL, spec.GroupLayout("sliding", 4, 5), num_pages=16,
             data_parallel_size=2, free_order="unhashed-first"),
+    _layout("full+sliding(skip-unreachable)", FULL, spec.GroupLayout("sliding", 4, 5),
+            skip_unreachable_sliding_pages=True),
 )}
 
 
@@ -528,17 +535,35 @@ class ManagerMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: len(self.requests) < MAX_LIVE_REQUESTS)
     @rule(prompt=st.sampled_from(PROMPTS), salt=st.sampled_from((None,) * 4 + ("tenant-b",)),
-          lora=st.sampled_from((None,) * 5 + (7,)), mm=st.sampled_from(MM_CHOICES),
+          lora=st.sampled_from(LORA_CHOICES), mm=st.sampled_from(MM_CHOICES),
           logprobs=st.sampled_from((False,) * 7 + (True,)))
-    def add_request(self, prompt: tuple[int, ...], salt: str | None, lora: int | None, mm: Any,
+    def add_request(self, prompt: tuple[int, ...], salt: str | None, lora: LoraChoice, mm: Any,
                     logprobs: bool) -> None:
         features = self.options.features
         if "images" not in features or (mm and mm[0][1] + mm[0][2] > len(prompt)):
             mm = ()
+        if "lora" not in features:
+            lora = None
+        name, path = lora if isinstance(lora, tuple) else (None, None)
         self.new_request(spec.RequestView(
             f"r{self.next_id}", prompt, cache_salt=salt if "salt" in features else None,
-            lora_id=lora if "lora" in features else None, mm_features=mm,
+            lora_id=lora if isinstance(lora, int) else None, lora_name=name, lora_path=path, mm_features=mm,
             prompt_logprobs=logprobs and "logprobs" in features))
+        self.check()
+
+    def named_lora_requests(self) -> list[str]:
+        return sorted(rid for rid, tracked in self.requests.items() if tracked.view.lora_name is not None)
+
+    @precondition(lambda self: len(self.requests) < MAX_LIVE_REQUESTS and self.named_lora_requests())
+    @rule(data=st.data())
+    def add_repointed_request(self, data: st.DataObject) -> None:
+        """A live request's text (prompt and output so far) again under its adapter's name at one of the two paths: at
+        the same path it may hit the request's pages; at the other (the name re-pointed at other
+        weights) it must not, as that KV was computed with the old weights."""
+        view = self.view(data.draw(st.sampled_from(self.named_lora_requests()), label="same prompt as"))
+        name, path = data.draw(st.sampled_from([c for c in LORA_CHOICES if isinstance(c, tuple)]), label="lora")
+        self.new_request(replace(view, request_id=f"r{self.next_id}", num_computed_tokens=0, lora_name=name,
+                                 lora_path=path))
         self.check()
 
     def quotable(self) -> list[str]:
@@ -863,10 +888,12 @@ def detection_settings() -> settings:
 
 
 def find_manager_failure(make_manager: Callable[[spec.ManagerConfig], Any], layout: Layout,
-                         run_settings: settings | None = None) -> list[str]:
-    """Run the manager machine for ``layout`` against ``make_manager``; the names of the checks
-    that failed, or []. An unexpected exception escaping the machine is ``crash:<type>``."""
-    factory = machine_factory(layout, lambda config: CacheManagerAdapter(config, make_manager))
+                         run_settings: settings | None = None,
+                         machine: type[ManagerMachine] = ManagerMachine) -> list[str]:
+    """Run the manager machine (``machine``: it or a subclass) for ``layout`` against
+    ``make_manager``; the names of the checks that failed, or []. An unexpected exception
+    escaping the machine is ``crash:<type>``."""
+    factory = machine_factory(layout, lambda config: CacheManagerAdapter(config, make_manager), machine=machine)
     try:
         run_state_machine_as_test(factory, settings=run_settings or detection_settings())  # type: ignore[arg-type]
     except ConformanceFailure as failure:
