@@ -55,12 +55,14 @@ def hits_touched_twice(manager: Any) -> None:
 
 
 def lookup_returns_foreign_page(manager: Any) -> None:
-    """The last page of a non-empty hit is swapped for a page cached under another key."""
+    """The last page of a non-empty hit is swapped for a page cached under another key (one
+    outside the hit: a page of the hit itself would make a malformed hit, INV-HIT-SHAPE's
+    case, not a false one)."""
     def find_longest_cache_hit(self: Any, keys: Any, max_length: int, *args: Any) -> Any:
         hits, length = _base(self).find_longest_cache_hit(self, keys, max_length, *args)
         if length and hits[0]:
-            last = hits[0][-1]
-            other = next((ids[0] for _, ids in self.page_pool.cached_items() if last not in ids), None)
+            hit = set(hits[0])
+            other = next((ids[0] for _, ids in self.page_pool.cached_items() if not hit.intersection(ids)), None)
             if other is not None:
                 hits[0][-1] = other
         return hits, length
