@@ -329,8 +329,9 @@ GRID_BOUND = f"presets x catalog devices x a KV dtype per width x tp {GRID_TP} x
 
 def _plan_problems(plan: KVCachePlan) -> list[str]:
     """What is wrong with a concrete plan: bytes from its reported shapes, maximality, DP split."""
-    allocated = sum(b.num_buffers * math.prod(b.device_shape) * (8 if b.dtype == "uint8" else get_dtype(b.dtype).bits)
-                    // 8 for b in plan.buffers)
+    allocated = sum(b.num_buffers * math.prod(b.device_shape)
+                    * (8 if b.page.dtype == "uint8" else get_dtype(b.page.dtype).bits) // 8
+                    for b in plan.buffers)
     problems = []
     if allocated != plan.kv_bytes_per_device or allocated > plan.budget_bytes:
         problems.append(f"allocates {allocated:,} B against a budget of {plan.budget_bytes:,} B "

@@ -32,8 +32,9 @@ EASYDEL_MARGIN = 256 * MiB
 
 def allocated_bytes_per_device(plan) -> int:
     """What the reported buffers really occupy on one device, from their shapes."""
-    return sum(b.num_buffers * math.prod(b.device_shape) * (8 if b.dtype == "uint8" else get_dtype(b.dtype).bits)
-               // 8 for b in plan.buffers)
+    return sum(b.num_buffers * math.prod(b.device_shape)
+               * (8 if b.page.dtype == "uint8" else get_dtype(b.page.dtype).bits) // 8
+               for b in plan.buffers)
 
 
 def check_invariants(plan) -> None:
@@ -205,7 +206,7 @@ def test_gemma_3_1b_v5e_log():
         plan = gemma_log_plan(in_use)
         assert plan.page_size == 32
         assert plan.buffers[0].shape == (15_912, 32, 1, 2, 256)
-        assert plan.buffers[0].dtype == "bfloat16" and len(plan.buffers[0].layers) == 26
+        assert plan.buffers[0].page.dtype == "bfloat16" and len(plan.buffers[0].layers) == 26
         assert plan.page_bytes_per_device == 851_968
         assert plan.num_pages == 15_912
         assert plan.capacity_tokens == 509_184

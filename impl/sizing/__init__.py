@@ -10,6 +10,7 @@ from verikv.sizing.catalog import ACCELERATORS, Accelerator, describe_accelerato
 from verikv.sizing.checkpoint import load_model
 from verikv.sizing.geometry import AttentionLayer, MambaLayer, MLALayer, ModelGeometry, uniform_model
 from verikv.sizing.hf_config import geometry_from_hf_config
+from verikv.sizing.layers import PageArray
 from verikv.sizing.planner import KVCachePlan, LayerBuffer, PlanGroup, plan_kv_cache
 from verikv.sizing.presets import get_preset, preset_names
 
@@ -22,6 +23,7 @@ __all__ = [
     "MLALayer",
     "MambaLayer",
     "ModelGeometry",
+    "PageArray",
     "PlanGroup",
     "describe_accelerator",
     "geometry_from_hf_config",

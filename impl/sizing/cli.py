@@ -228,8 +228,8 @@ _BUFFER_HEADER = ("buffer", "layers", "count", "shape (global)", "shape (per dev
 def buffer_rows(plan: KVCachePlan) -> list[tuple[str, ...]]:
     """One row per group of identical buffers."""
     return [
-        (b.label, _layer_ranges(b.layers), str(b.num_buffers), str(b.shape), str(b.device_shape), b.dtype,
-         f"{b.page_bytes:,}", f"{b.bytes_per_device:,}")
+        (b.page.label, _layer_ranges(b.layers), str(b.num_buffers), str(b.shape), str(b.device_shape), b.page.dtype,
+         f"{b.page.page_bytes:,}", f"{b.bytes_per_device:,}")
         for b in plan.buffers
     ]
 

@@ -20,7 +20,7 @@ How page ids map to memory depends on the platform:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -62,20 +62,41 @@ class LayerBuffer:
     """Identical device buffers: ``len(layers)`` of them on TPU (one per layer), or on GPU
     ``num_buffers`` tensors each shared by one layer of every group (``layers`` lists them all).
 
-    ``shape`` is the global shape (all TP ranks, all DP shards), ``device_shape`` what one device
-    holds; ``page_bytes`` is what one page of one buffer costs on one device, padding included,
-    ``unpadded_page_bytes`` what its data needs; ``bytes_per_device`` is one buffer on one device.
+    ``page`` describes one page of one buffer on one device: label, dtype, padded
+    ``page_bytes`` and ``unpadded_bytes`` (the largest among the buffers merged here). The
+    shapes and byte count below derive from it and the page counts: ``shape`` is the global
+    shape (all TP ranks, all DP shards), ``device_shape`` what one device holds,
+    ``bytes_per_device`` one buffer on one device.
     """
 
-    label: str
+    page: PageArray
     layers: tuple[int, ...]
     num_buffers: int
-    shape: tuple[int, ...]
-    device_shape: tuple[int, ...]
-    dtype: str
-    page_bytes: int
-    unpadded_page_bytes: int
-    bytes_per_device: int
+    pages_per_shard: int
+    num_pages: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The global shape: every page of every shard."""
+        return self.page.with_pages(self.num_pages, self.page.global_shape)
+
+    @property
+    def device_shape(self) -> tuple[int, ...]:
+        """What one device holds: one shard's pages."""
+        return self.page.with_pages(self.pages_per_shard, self.page.device_shape)
+
+    @property
+    def bytes_per_device(self) -> int:
+        """One buffer on one device."""
+        return self.pages_per_shard * self.page.page_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON: what a reader of the plan needs, without the page description."""
+        page = self.page
+        return {"label": page.label, "layers": list(self.layers), "num_buffers": self.num_buffers,
+                "shape": list(self.shape), "device_shape": list(self.device_shape), "dtype": page.dtype,
+                "page_bytes": page.page_bytes, "unpadded_page_bytes": page.unpadded_bytes,
+                "bytes_per_device": self.bytes_per_device}
 
 
 @dataclass(frozen=True)
@@ -169,6 +190,7 @@ class KVCachePlan:
         """Plain data for JSON: every field, plus the derived totals, groups without their spec objects."""
         data = asdict(self)
         data["groups"] = [{"kind": g.kind, "layers": list(g.layers)} for g in self.groups]
+        data["buffers"] = [b.to_dict() for b in self.buffers]
         data.update(num_devices=self.num_devices, usable_pages=self.usable_pages, capacity_tokens=self.capacity_tokens)
         return data
 
@@ -644,15 +666,10 @@ def _buffers(arrays: list[tuple[PageArray, ...]], layout: list[tuple[int, ...]],
             entry = merged.setdefault(key, [array, [], 0, unpadded])
             entry[1].extend(tensor)
             entry[2] += 1
-    result = []
-    for array, layers, count, unpadded in merged.values():
-        device_shape = array.with_pages(per_shard, array.device_shape)
-        result.append(LayerBuffer(
-            label=array.label, layers=tuple(sorted(layers)), num_buffers=count,
-            shape=array.with_pages(num_pages, array.global_shape), device_shape=device_shape, dtype=array.dtype,
-            page_bytes=array.page_bytes, unpadded_page_bytes=unpadded, bytes_per_device=per_shard * array.page_bytes,
-        ))
-    return tuple(result)
+    return tuple(
+        LayerBuffer(replace(array, unpadded_bytes=unpadded), tuple(sorted(layers)), count, per_shard, num_pages)
+        for array, layers, count, unpadded in merged.values()
+    )
 
 
 def _note_padding(model: ModelGeometry, arrays: list[tuple[PageArray, ...]], tp: int, notes: list[str]) -> None:
