@@ -493,36 +493,32 @@ class CacheManager:
                 and num_new_computed_tokens is num_lookahead_tokens is num_external_computed_tokens is _ZERO
                 and delay_cache_pages is False
                 and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
-            # A decode step: every argument in its plain form
-            result = self._plain_decode_step(request, num_new_tokens)
+            # A decode step: every argument in its plain form. The coordinator decides it when
+            # nothing is to cache; else its keys come first (`_decode_step_and_cache`)
+            new = self.coordinator.decode_step(request, num_new_tokens)
+            if new is not None:
+                return CachePages._of((new,), self.page_pool) if new else self._no_new_page
+            result = self._decode_step_and_cache(request, num_new_tokens)
             if result is not None:
                 return result
         return self._allocate_slots(request, num_new_tokens, num_new_computed_tokens, new_computed_pages,
                                     num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size,
                                     num_external_computed_tokens)
 
-    def _plain_decode_step(self, request: Request, num_new_tokens: int) -> CachePages | None:
-        """A decode step (plain arguments) of an object that holds pages, decided by the
-        coordinator in a few comparisons (`CacheCoordinator.decode_step`); None (nothing
-        changed) when it is not that simple and the general path must take it."""
-        rec = self.coordinator.records.get(request._request_id, _NO_RECORD)
-        if rec.request is not request or rec.pages is None or request._status > _PREEMPTED:
+    def _decode_step_and_cache(self, req: Request, num_new_tokens: int) -> CachePages | None:
+        """A decode step (plain arguments) of an object that holds pages and fills a key page:
+        the keys first (nothing changes if hashing fails), then the coordinator's step
+        (`CacheCoordinator.extend_held`), then caching. None (nothing changed) when caching is
+        not due or the step is not one the coordinator takes alone: the general path decides."""
+        rec = self.coordinator.records.get(req._request_id, _NO_RECORD)
+        if rec.request is not req or rec.pages is None or req._status > _PREEMPTED:
             return None
-        num_tokens = request._num_computed_tokens + num_new_tokens
-        if num_tokens >= rec.cache_at and len(request._tokens) >= rec.cache_at:  # caching due
-            return self._decode_step_and_cache(rec, request, num_tokens)
-        new = self.coordinator.decode_step(rec, num_tokens)
-        if new is None:
-            return None
-        return CachePages._of((new,), self.page_pool) if new else self._no_new_page
-
-    def _decode_step_and_cache(self, rec: RequestState, req: Request, num_tokens: int) -> CachePages | None:
-        """A decode step that fills a key page: the keys first (nothing changes if hashing
-        fails), then the coordinator's step (`CacheCoordinator.decode_step`), then caching.
-        None (nothing changed) when the step is not one the coordinator takes alone."""
+        num_tokens = req._num_computed_tokens + num_new_tokens
         cached = min(num_tokens, len(req._tokens))
-        new_keys = self._caching_keys(req, cached)
-        new = self.coordinator.decode_step(rec, num_tokens)
+        if cached < rec.cache_at:
+            return None
+        new_keys = self._step_keys(req, rec, cached, False)
+        new = self.coordinator.extend_held(rec, num_tokens)
         if new is None:
             return None
         self._cache(rec, req, cached, new_keys)
@@ -958,7 +954,7 @@ class CacheManager:
         """Apply the planned call of ``request``: the coordinator's decode step when it decides it
         alone (as `allocate_slots` does), else the general allocation; then cache."""
         req, held, num_tokens, num_slots, cached, keys, stale = call
-        new = (self.coordinator.decode_step(held, num_tokens)
+        new = (self.coordinator.extend_held(held, num_tokens)
                if held is not None and num_slots == num_tokens and data_parallel_size is None else None)
         if new is not None:
             result = CachePages._of((new,), self.page_pool) if new else self._no_new_page

@@ -39,6 +39,7 @@ from verikv.errors import (
     CacheSpecError,
     ForeignPageError,
     InvalidArgumentError,
+    OutOfPagesError,
     UnknownRequestError,
     describe,
 )
@@ -157,8 +158,8 @@ class CacheCoordinator:
         self._sparse_sliding = _sparse_sliding_groups(self.single_type_managers, self._lcm_page_size,
                                                       skip_unreachable_sliding_pages)
         managers = self.single_type_managers
-        #: the one group's manager when `decode_step` can decide a step alone (a single group
-        #: that never drops pages), else None
+        #: the one group's manager when `extend_held` can decide a step alone (a single group
+        #: that never drops pages), else None; its page size (0: None)
         self._solo = _solo_manager(managers)
         self._solo_page_size = 0 if self._solo is None else self._solo.page_size
         #: a new record's `RequestState.cache_at`: 0, or with caching off a count never reached
@@ -421,21 +422,44 @@ class CacheCoordinator:
             else:
                 m.remove_skipped_pages(pages, *free)
 
-    def decode_step(self, rec: RequestState, num_tokens: int) -> list[int] | None:
-        """`allocate_slots` for the step of a request ``rec`` that holds pages, when it is
-        simple: one group that never drops pages, at most one new page, from the whole pool,
-        and it fits. Returns that group's new pages (none or one); None (nothing changed) when
-        the step is not that simple and must be planned by `allocate_slots`."""
-        solo = self._solo
-        if solo is None or num_tokens > self.max_model_len:
+    def decode_step(self, request: Request, num_new_tokens: int) -> list[int] | None:
+        """`allocate_slots` for a decode step of ``request`` (``num_new_tokens``: an int >= 1, checked
+        by the caller) when nothing else is due: this very object holds pages, it is not finished,
+        caching is not due (its keys must be computed first: `extend_held` then) and the step is
+        one `extend_held` decides. Returns that group's new pages (none or one); None (nothing
+        changed) otherwise. The common step, covered by the pages held, is decided here without
+        another call."""
+        rec = self.records.get(request._request_id, _NO_RECORD)
+        pages = rec.pages
+        if rec.request is not request or pages is None or request._status > _PREEMPTED:
+            return None
+        num_tokens = request._num_computed_tokens + num_new_tokens
+        if num_tokens >= rec.cache_at and len(request._tokens) >= rec.cache_at:  # caching is due
+            return None
+        if num_tokens <= len(pages[0]) * self._solo_page_size and num_tokens <= self.max_model_len:
+            return _NO_PAGE
+        return self.extend_held(rec, num_tokens)
+
+    def extend_held(self, rec: RequestState, num_tokens: int) -> list[int] | None:
+        """`allocate_slots` for the step to ``num_tokens`` tokens of a request ``rec`` that holds
+        pages, when it is simple: one group that never drops pages, at most one new page, from the
+        whole pool, and it fits. Returns that group's new pages (none or one); None (nothing
+        changed) when the step is not that simple and must be planned by `allocate_slots`."""
+        page_size = self._solo_page_size  # (0: no solo group)
+        if not page_size or num_tokens > self.max_model_len:
             return None
         pages: list[int] = rec.pages[0]  # type: ignore[index]  # the caller checked it holds pages
-        covered = len(pages) * self._solo_page_size
+        covered = len(pages) * page_size
         if num_tokens <= covered:
             return _NO_PAGE
-        if num_tokens <= covered + self._solo_page_size and rec.shard is None and self.page_pool.get_num_free_pages():
-            return solo.allocate_new_pages(pages, num_tokens)
-        return None
+        if num_tokens > covered + page_size or rec.shard is not None:
+            return None
+        try:  # (what `SingleTypeCacheManager.allocate_new_pages` does for one page, from the whole pool)
+            new = self.page_pool.get_new_page_ids(1)
+        except OutOfPagesError:  # (nothing changed)
+            return None
+        pages += new
+        return new
 
     def _check_hit_shape(self, new_computed_pages: object) -> None:
         """Hits are one sequence of int page ids per group, with no null page in a group that
@@ -580,7 +604,7 @@ class CacheCoordinator:
     def decode_work(self, requests: list[Request], counts: int | list[int]) -> list[int]:
         """The positions of a decode batch (``counts``: >= 1 new tokens for each request, or one
         int for all) whose `allocate_slots` call may do something. Every other one is a request
-        that holds pages under this very object, one group that never drops pages (`decode_step`
+        that holds pages under this very object, one group that never drops pages (`extend_held`
         decides its step alone), with room in its pages for ``computed + count <= max_model_len``
         tokens and below its next caching point: its call returns "no new page" and changes
         nothing. A finished request is one of the positions (its call raises). Pure; one pass over
@@ -601,8 +625,8 @@ class CacheCoordinator:
                 or n > limit or req._status > _PREEMPTED]
 
     def decode_steps(self, records: list[RequestState], num_tokens: list[int]) -> list[list[int]] | None:
-        """`decode_step` for each record in order (each holds pages, within ``max_model_len``),
-        made at once: when every step is one `decode_step` decides alone (one group that never
+        """`extend_held` for each record in order (each holds pages, within ``max_model_len``),
+        made at once: when every step is one `extend_held` decides alone (one group that never
         drops pages, at most one new page, from the whole pool) and all the new pages are free,
         they are taken in one pool call and handed out in order: the pages each step gets and the
         keys evicted are those of the steps one by one. None (nothing changed) otherwise, and
@@ -636,7 +660,7 @@ class CacheCoordinator:
 _PREEMPTED = RequestStatus.PREEMPTED
 #: the record of an id that has none (its ``request`` is never a request's object)
 _NO_RECORD = RequestState(None)
-#: `decode_step`'s "no new page" (never changed: the caller returns a shared empty result)
+#: `decode_step`'s and `extend_held`'s "no new page" (never changed: the caller returns a shared empty result)
 _NO_PAGE: list[int] = []
 
 
