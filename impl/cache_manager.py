@@ -490,10 +490,10 @@ class CacheManager:
         up to the computed tokens are then registered in the prefix cache.
         """
         if (new_computed_pages is None and dp_shard_hint is None and data_parallel_size is None
-                and num_new_computed_tokens is num_lookahead_tokens is num_external_computed_tokens is _ZERO
-                and delay_cache_pages is False
+                and num_new_computed_tokens is _ZERO and num_lookahead_tokens is _ZERO
+                and num_external_computed_tokens is _ZERO and delay_cache_pages is False
                 and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
-            # A decode step: every argument in its plain form. The coordinator decides it when
+            # (separate tests: a chained `is` costs more) A decode step: every argument in its plain form. The coordinator decides it when
             # nothing is to cache; else its keys come first (`_decode_step_and_cache`)
             new = self.coordinator.decode_step(request, num_new_tokens)
             if new is not None:
