@@ -727,8 +727,11 @@ class CacheManager:
         self._cached_up_to(rec, num_tokens)
 
     def _cached_up_to(self, rec: RequestState, num_tokens: int) -> None:
-        """Caching is next due at the end of the key page after ``num_tokens`` tokens."""
-        rec.cache_at = max(rec.cache_at, (num_tokens // self._key_page_size + 1) * self._key_page_size)
+        """Caching is next due at the end of the key page after ``num_tokens`` tokens, or never
+        (``max_model_len + 1``) when that page ends past ``max_model_len``."""
+        due = (num_tokens // self._key_page_size + 1) * self._key_page_size
+        if due > rec.cache_at:
+            rec.cache_at = due if due <= self.max_model_len else self.max_model_len + 1
 
     def _cache_batch(self, records: list[RequestState], reqs: list[Request], num_tokens: list[int],
                      new_keys: list[list[PageKey]]) -> None:
@@ -911,15 +914,20 @@ class CacheManager:
         if type(requests) is not list or countOf(map(type, requests), Request) != len(requests):
             return None
         n = len(requests)
-        if type(num_new_tokens) is int:
-            if num_new_tokens < 1:
+        counts = num_new_tokens
+        if type(counts) is list:
+            if len(counts) != n or countOf(map(type, counts), int) != n:
                 return None
-        elif not (type(num_new_tokens) is list and len(num_new_tokens) == n
-                  and countOf(map(type, num_new_tokens), int) == n and (not n or min(num_new_tokens) >= 1)):
+            if counts and min(counts) == max(counts):  # one count for all: the coordinator's cheaper scan
+                counts = counts[0]
+        if type(counts) is int:
+            if counts < 1:
+                return None
+        elif type(counts) is not list or (counts and min(counts) < 1):
             return None
         if len(set(map(_REQUEST_ID, requests))) != n:
             return None
-        return self.coordinator.decode_work(requests, num_new_tokens)
+        return self.coordinator.decode_work(requests, counts)
 
     def _planned_calls(self, reqs: list[Request], counts: list[int], work: list[int], num_lookahead_tokens: int,
                        delay_cache_pages: bool, data_parallel_size: int | None) -> list[_Call]:

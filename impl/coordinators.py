@@ -81,7 +81,8 @@ class RequestState:
     ``pages`` one page-id list per group (None: it holds nothing), ``num_cached`` per group how
     many leading pages are registered in the prefix cache, ``shard`` the DP shard they come
     from (None: the whole pool) and ``cache_at`` the token count at which caching is next due
-    (the end of the first key page not yet covered by a caching call; it never decreases);
+    (the end of the first key page not yet covered by a caching call, at most
+    ``max_model_len + 1``: a step below it is within ``max_model_len``; it never decreases);
     ``states``, per group, the indices of its real pages in a Mamba align group (empty lists
     for the other groups; `verikv.single_type_managers.MambaAlignManager`).
     A record with neither keys nor pages is dropped (`CacheCoordinator.forget_if_idle`).
@@ -434,10 +435,11 @@ class CacheCoordinator:
         if rec.request is not request or pages is None or request._status > _PREEMPTED:
             return None
         num_tokens = request._num_computed_tokens + num_new_tokens
-        if num_tokens >= rec.cache_at and len(request._tokens) >= rec.cache_at:  # caching is due
+        if num_tokens < rec.cache_at:  # (so within max_model_len: `RequestState.cache_at`)
+            if num_tokens <= len(pages[0]) * self._solo_page_size:
+                return _NO_PAGE
+        elif len(request._tokens) >= rec.cache_at:  # caching is due
             return None
-        if num_tokens <= len(pages[0]) * self._solo_page_size and num_tokens <= self.max_model_len:
-            return _NO_PAGE
         return self.extend_held(rec, num_tokens)
 
     def extend_held(self, rec: RequestState, num_tokens: int) -> list[int] | None:
@@ -605,24 +607,24 @@ class CacheCoordinator:
         """The positions of a decode batch (``counts``: >= 1 new tokens for each request, or one
         int for all) whose `allocate_slots` call may do something. Every other one is a request
         that holds pages under this very object, one group that never drops pages (`extend_held`
-        decides its step alone), with room in its pages for ``computed + count <= max_model_len``
-        tokens and below its next caching point: its call returns "no new page" and changes
-        nothing. A finished request is one of the positions (its call raises). Pure; one pass over
-        the batch, the only one that reads every request's record (the walrus names keep it one
-        expression per request: the record and the token count)."""
+        decides its step alone), with room in its pages for ``computed + count`` tokens, below its
+        next caching point (so within ``max_model_len``: `RequestState.cache_at`): its call
+        returns "no new page" and changes nothing. A finished request is one of the positions (its
+        call raises). Pure; one pass over the batch, the only one that reads every request's
+        record (the walrus keeps it one expression per request)."""
         solo = self._solo
         if solo is None:
             return list(range(len(requests)))
-        page_size, limit, get = solo.page_size, self.max_model_len, self.records.get
+        page_size, get = solo.page_size, self.records.get
         if isinstance(counts, int):  # the common step: one count for all (no second sequence to zip)
             return [i for i, req in enumerate(requests)
                     if (rec := get(req._request_id, _NO_RECORD)).request is not req or rec.pages is None
-                    or not rec.cache_at > (n := req._num_computed_tokens + counts) <= len(rec.pages[0]) * page_size
-                    or n > limit or req._status > _PREEMPTED]
+                    or not rec.cache_at > req._num_computed_tokens + counts <= len(rec.pages[0]) * page_size
+                    or req._status > _PREEMPTED]
         return [i for i, req, c in zip(count(), requests, counts)
                 if (rec := get(req._request_id, _NO_RECORD)).request is not req or rec.pages is None
-                or not rec.cache_at > (n := req._num_computed_tokens + c) <= len(rec.pages[0]) * page_size
-                or n > limit or req._status > _PREEMPTED]
+                or not rec.cache_at > req._num_computed_tokens + c <= len(rec.pages[0]) * page_size
+                or req._status > _PREEMPTED]
 
     def decode_steps(self, records: list[RequestState], num_tokens: list[int]) -> list[list[int]] | None:
         """`extend_held` for each record in order (each holds pages, within ``max_model_len``),
