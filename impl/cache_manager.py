@@ -416,12 +416,17 @@ class CacheManager:
         """Append keys from `_pending_keys` to the request's list (the record and the list are
         created on first use); returns the record and its list."""
         rec = self.coordinator.record_for(req._request_id, req)
+        return rec, self._store_in(rec, req, new)
+
+    @staticmethod
+    def _store_in(rec: RequestState, req: Request, new: list[PageKey]) -> list[PageKey]:
+        """`_store_keys` for the request's record ``rec``: returns its list."""
         keys = rec.keys
         if keys is None:
             keys = rec.keys = []
             rec.request, rec.keys_version = req, req._identity_version
         keys += new
-        return rec, keys
+        return keys
 
     def get_computed_pages(
         self, request: Request, *, dp_shard_hint: int | None = None, data_parallel_size: int | None = None,
@@ -719,7 +724,7 @@ class CacheManager:
         before that no group has a new full page (every page size is a multiple of the key page
         size), so allocations skip the call.
         """
-        keys = self._store_keys(req, new_keys)[1]
+        keys = self._store_in(rec, req, new_keys)
         if self._mamba_align:  # a state is keyed at the request's computed count: due at every call
             self.coordinator.cache_held(rec, keys, num_tokens, req._num_computed_tokens)
             return
@@ -741,7 +746,8 @@ class CacheManager:
             for rec, req, n, keys in zip(records, reqs, num_tokens, new_keys):
                 self._cache(rec, req, n, keys)
             return
-        key_lists = [self._store_keys(req, keys)[1] for req, keys in zip(reqs, new_keys)]
+        store = self._store_in
+        key_lists = [store(rec, req, keys) for rec, req, keys in zip(records, reqs, new_keys)]
         self.coordinator.cache_held_batch(records, key_lists, num_tokens)
         for rec, n in zip(records, num_tokens):
             self._cached_up_to(rec, n)
