@@ -20,7 +20,7 @@ import numbers
 import sys
 from collections.abc import Sequence
 from itertools import compress
-from operator import attrgetter, countOf
+from operator import countOf
 from typing import Any, ClassVar, Literal, overload
 
 from verikv.cache_specs import CacheGroupsConfig, CacheGroupSpec
@@ -178,7 +178,6 @@ class _NoNewPages(CachePages):
 _PREEMPTED = RequestStatus.PREEMPTED
 #: what the decode test reads for an id without a record: it describes no request
 _NO_RECORD = RequestState(None)
-_REQUEST_ID = attrgetter("_request_id")
 _ZERO = 0  # `x is _ZERO`: x is the plain int 0 (a fast-path guard; anything else takes the checked path)
 
 
@@ -407,7 +406,10 @@ class CacheManager:
         (no salt, LoRA or multimodal items), one `_next_page_key` call on that page's bytes."""
         kept = None if stale or rec is None else rec.keys
         page_key, size = self._next_page_key, self._key_page_size
-        if kept and page_key is not None and self.coordinator.keys_needed(num_tokens) == len(kept) + 1 and _plain(req):
+        # caching needs one key per full key page (the key page size is that of a caching group:
+        # `CacheCoordinator.keys_needed` is ``num_tokens // size`` whenever a group caches)
+        if (kept and page_key is not None and self._caching_key_size and num_tokens // size == len(kept) + 1
+                and _plain(req)):
             start = len(kept) * size
             return [page_key(kept[-1], req._token_array[start:start + size].tobytes(), None, b"")]
         return self._caching_keys(req, num_tokens, stale)
@@ -931,7 +933,7 @@ class CacheManager:
                 return None
         elif type(counts) is not list or (counts and min(counts) < 1):
             return None
-        if len(set(map(_REQUEST_ID, requests))) != n:
+        if len({req._request_id for req in requests}) != n:  # (a comprehension: faster than map)
             return None
         return self.coordinator.decode_work(requests, counts)
 
