@@ -19,7 +19,6 @@ from __future__ import annotations
 import numbers
 import sys
 from collections.abc import Sequence
-from itertools import compress
 from operator import countOf
 from typing import Any, ClassVar, Literal, overload
 
@@ -893,6 +892,9 @@ class CacheManager:
         work = None
         if num_lookahead_tokens is _ZERO and delay_cache_pages is False and data_parallel_size is None:
             work = self._decode_work(requests, num_new_tokens)
+            done = None if work is None else self._decode_steps(requests, num_new_tokens, work)  # type: ignore[arg-type]
+            if done is not None:
+                return done
         if work is None:  # not a plain decode step: check every element; each is work
             reqs, counts = self._checked_batch(requests, num_new_tokens, num_lookahead_tokens, delay_cache_pages,
                                                data_parallel_size)
@@ -905,12 +907,11 @@ class CacheManager:
         calls = self._planned_calls(reqs, counts, work, lookahead, delay_cache_pages is True, data_parallel_size)
         # every element is checked and every key computed: from here on the state changes
         results: list[CachePages | None] = [self._no_new_page] * len(reqs)
-        if not self._make_decode_calls(work, calls, results, data_parallel_size):
-            log = self.page_pool.event_log
-            # with KV events, each element is one recorded call, as the single call it stands for
-            make = self._make_call if log is None else log.recording(self._make_call, self._describer)
-            for i, call in zip(work, calls):
-                results[i] = make(call[0], call, data_parallel_size)
+        log = self.page_pool.event_log
+        # with KV events, each element is one recorded call, as the single call it stands for
+        make = self._make_call if log is None else log.recording(self._make_call, self._describer)
+        for i, call in zip(work, calls):
+            results[i] = make(call[0], call, data_parallel_size)
         return results
 
     def _decode_work(self, requests: object, num_new_tokens: object) -> list[int] | None:
@@ -926,7 +927,7 @@ class CacheManager:
         if type(counts) is list:
             if len(counts) != n or countOf(map(type, counts), int) != n:
                 return None
-            if counts and min(counts) == max(counts):  # one count for all: the coordinator's cheaper scan
+            if counts and counts.count(counts[0]) == n:  # one count for all: the coordinator's cheaper scan
                 counts = counts[0]
         if type(counts) is int:
             if counts < 1:
@@ -983,27 +984,36 @@ class CacheManager:
             self._cache(self.coordinator.records[req._request_id], req, cached, keys)
         return result
 
-    def _make_decode_calls(self, work: list[int], calls: list[_Call], results: list[CachePages | None],
-                           data_parallel_size: int | None) -> bool:
-        """Apply planned calls that are all decode steps of running requests, their new pages
-        taken at once (`CacheCoordinator.decode_steps`), then their caching in order; False
-        (nothing changed) when the coordinator does not take them so."""
-        if data_parallel_size is not None or not calls:
-            return False
-        reqs, helds, num_tokens, num_slots, cached, keys, _ = map(list, zip(*calls))  # (one column per field)
-        if None in helds or num_slots != num_tokens:  # a request holding nothing, or lookahead slots
-            return False
-        news = self.coordinator.decode_steps(helds, num_tokens)
-        if news is None:
-            return False
-        pool, no_new_page = self.page_pool, self._no_new_page
-        for i, new in zip(work, news):
-            results[i] = CachePages._of((new,), pool) if new else no_new_page
-        if keys.count(None) < len(keys):
-            due = [k is not None for k in keys]  # the calls whose caching is due
-            self._cache_batch(list(compress(helds, due)), list(compress(reqs, due)), list(compress(cached, due)),
-                              list(compress(keys, due)))
-        return True
+    def _decode_steps(self, reqs: list[Request], counts: int | list[int], work: list[int]
+                      ) -> list[CachePages | None] | None:
+        """The results of a plain batch whose work positions (`_decode_work`) are all steps the
+        coordinator takes alone (`CacheCoordinator.held_steps`): the keys of the pages they fill
+        first, in order (a failing hash function raises with nothing changed, as the calls would),
+        then their new pages in one pool call (`CacheCoordinator.decode_steps`), then the filled
+        pages registered in order (`_cache_batch`). None (nothing changed) otherwise."""
+        steps = self.coordinator.held_steps(reqs, counts, work)
+        if steps is None:
+            return None
+        records, num_tokens, needs = steps
+        due: list[int] = []  # (indices into work) the steps whose caching is due: up to where, their keys
+        cached: list[int] = []
+        keys: list[list[PageKey]] = []
+        for j, (i, rec, n) in enumerate(zip(work, records, num_tokens)):
+            req = reqs[i]
+            up_to = min(n, len(req._tokens))
+            if up_to >= rec.cache_at:
+                due.append(j)
+                cached.append(up_to)
+                keys.append(self._step_keys(req, rec, up_to, False))
+        # every key is computed: from here on the state changes
+        results: list[CachePages | None] = [self._no_new_page] * len(reqs)
+        pool = self.page_pool
+        for i, new in zip(work, self.coordinator.decode_steps(records, needs)):
+            if new:
+                results[i] = CachePages._of((new,), pool)
+        if due:
+            self._cache_batch([records[j] for j in due], [reqs[work[j]] for j in due], cached, keys)
+        return results
 
     def _checked_batch(
         self, requests: object, num_new_tokens: object, num_lookahead_tokens: object, delay_cache_pages: object,

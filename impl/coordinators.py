@@ -626,32 +626,46 @@ class CacheCoordinator:
                 or not rec.cache_at > req._num_computed_tokens + c <= len(rec.pages[0]) * page_size
                 or req._status > _PREEMPTED]
 
-    def decode_steps(self, records: list[RequestState], num_tokens: list[int]) -> list[list[int]] | None:
-        """`extend_held` for each record in order (each holds pages, within ``max_model_len``),
-        made at once: when every step is one `extend_held` decides alone (one group that never
-        drops pages, at most one new page, from the whole pool) and all the new pages are free,
-        they are taken in one pool call and handed out in order: the pages each step gets and the
-        keys evicted are those of the steps one by one. None (nothing changed) otherwise, and
-        while KV events are recorded (one call orders its removals before the caller's caching).
-        """
+    def held_steps(self, requests: list[Request], counts: int | list[int], work: list[int]
+                   ) -> tuple[list[RequestState], list[int], list[int]] | None:
+        """For the positions ``work`` of a decode batch (as `decode_work`), when each is a step
+        `extend_held` decides alone (this very object holds pages, it is running, one group that
+        never drops pages, within ``max_model_len``, at most one new page, from the whole pool),
+        all the new pages are free and no KV events are recorded: their records, token counts
+        and new-page counts (0 or 1). None otherwise (the single calls decide). Pure."""
         solo = self._solo
         if solo is None or self.page_pool.event_log is not None:
             return None
-        page_size = solo.page_size
-        lists: list[list[int]] = [rec.pages[0] for rec in records]  # type: ignore[index]  # all hold pages
-        needs = [-(-n // page_size) - len(pages) for n, pages in zip(num_tokens, lists)]
-        if max(needs, default=0) > 1:
-            return None
-        total = countOf(needs, 1)
-        if total > self.page_pool.get_num_free_pages() or (
-                total and any(rec.shard is not None for rec, need in zip(records, needs) if need > 0)):
-            return None
-        new = iter(self.page_pool.get_new_page_ids(total))
+        page_size, limit, get = solo.page_size, self.max_model_len, self.records.get
+        records: list[RequestState] = []
+        num_tokens: list[int] = []
+        needs: list[int] = []
+        for i in work:
+            req = requests[i]
+            rec = get(req._request_id, _NO_RECORD)
+            pages = rec.pages
+            n = req._num_computed_tokens + (counts if type(counts) is int else counts[i])
+            if rec.request is not req or pages is None or req._status > _PREEMPTED or n > limit:
+                return None
+            need = -(-n // page_size) - len(pages[0])
+            if need > 0 and (need > 1 or rec.shard is not None):
+                return None
+            records.append(rec)
+            num_tokens.append(n)
+            needs.append(need)
+        return (records, num_tokens, needs) if countOf(needs, 1) <= self.page_pool.get_num_free_pages() else None
+
+    def decode_steps(self, records: list[RequestState], needs: list[int]) -> list[list[int]]:
+        """Apply the steps `held_steps` accepted: their new pages taken in one pool call and handed
+        out in order, so the pages each step gets and the keys evicted are those of the steps one
+        by one (their caching comes after all of them: with no KV events the state is the same).
+        Returns each step's new pages (none or one)."""
+        new = iter(self.page_pool.get_new_page_ids(countOf(needs, 1)))
         out: list[list[int]] = []
-        for need, pages in zip(needs, lists):
+        for rec, need in zip(records, needs):
             if need > 0:
                 page = next(new)
-                pages.append(page)
+                rec.pages[0].append(page)  # type: ignore[index]  # (it holds pages)
                 out.append([page])
             else:
                 out.append(_NO_PAGE)
