@@ -994,17 +994,10 @@ class CacheManager:
         steps = self.coordinator.held_steps(reqs, counts, work)
         if steps is None:
             return None
-        records, num_tokens, needs = steps
-        due: list[int] = []  # (indices into work) the steps whose caching is due: up to where, their keys
-        cached: list[int] = []
-        keys: list[list[PageKey]] = []
-        for j, (i, rec, n) in enumerate(zip(work, records, num_tokens)):
-            req = reqs[i]
-            up_to = min(n, len(req._tokens))
-            if up_to >= rec.cache_at:
-                due.append(j)
-                cached.append(up_to)
-                keys.append(self._step_keys(req, rec, up_to, False))
+        records, num_tokens, needs, due = steps
+        due_reqs = [reqs[work[j]] for j in due]
+        cached = [min(num_tokens[j], len(req._tokens)) for j, req in zip(due, due_reqs)]  # (caching's end)
+        keys = [self._step_keys(req, records[j], n, False) for j, req, n in zip(due, due_reqs, cached)]
         # every key is computed: from here on the state changes
         results: list[CachePages | None] = [self._no_new_page] * len(reqs)
         pool = self.page_pool
@@ -1012,7 +1005,7 @@ class CacheManager:
             if new:
                 results[i] = CachePages._of((new,), pool)
         if due:
-            self._cache_batch([records[j] for j in due], [reqs[work[j]] for j in due], cached, keys)
+            self._cache_batch([records[j] for j in due], due_reqs, cached, keys)
         return results
 
     def _checked_batch(

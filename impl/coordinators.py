@@ -627,12 +627,13 @@ class CacheCoordinator:
                 or req._status > _PREEMPTED]
 
     def held_steps(self, requests: list[Request], counts: int | list[int], work: list[int]
-                   ) -> tuple[list[RequestState], list[int], list[int]] | None:
+                   ) -> tuple[list[RequestState], list[int], list[int], list[int]] | None:
         """For the positions ``work`` of a decode batch (as `decode_work`), when each is a step
         `extend_held` decides alone (this very object holds pages, it is running, one group that
         never drops pages, within ``max_model_len``, at most one new page, from the whole pool),
-        all the new pages are free and no KV events are recorded: their records, token counts
-        and new-page counts (0 or 1). None otherwise (the single calls decide). Pure."""
+        all the new pages are free and no KV events are recorded: their records, token counts,
+        new-page counts (0 or 1) and the indices (into ``work``) of those whose caching is due
+        (`RequestState.cache_at`). None otherwise (the single calls decide). Pure."""
         solo = self._solo
         if solo is None or self.page_pool.event_log is not None:
             return None
@@ -640,7 +641,8 @@ class CacheCoordinator:
         records: list[RequestState] = []
         num_tokens: list[int] = []
         needs: list[int] = []
-        for i in work:
+        due: list[int] = []
+        for j, i in enumerate(work):
             req = requests[i]
             rec = get(req._request_id, _NO_RECORD)
             pages = rec.pages
@@ -650,10 +652,14 @@ class CacheCoordinator:
             need = -(-n // page_size) - len(pages[0])
             if need > 0 and (need > 1 or rec.shard is not None):
                 return None
+            if n >= rec.cache_at and len(req._tokens) >= rec.cache_at:
+                due.append(j)
             records.append(rec)
             num_tokens.append(n)
             needs.append(need)
-        return (records, num_tokens, needs) if countOf(needs, 1) <= self.page_pool.get_num_free_pages() else None
+        if countOf(needs, 1) > self.page_pool.get_num_free_pages():
+            return None
+        return records, num_tokens, needs, due
 
     def decode_steps(self, records: list[RequestState], needs: list[int]) -> list[list[int]]:
         """Apply the steps `held_steps` accepted: their new pages taken in one pool call and handed
