@@ -499,8 +499,9 @@ class CacheManager:
                 and num_new_computed_tokens is _ZERO and num_lookahead_tokens is _ZERO
                 and num_external_computed_tokens is _ZERO and delay_cache_pages is False
                 and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
-            # (separate tests: a chained `is` costs more) A decode step: every argument in its plain form. The coordinator decides it when
-            # nothing is to cache; else its keys come first (`_decode_step_and_cache`)
+            # A decode step: every argument in its plain form (separate tests: a chained `is` costs
+            # more). The coordinator decides it when nothing is to cache; else the keys come first
+            # (`_decode_step_and_cache`)
             new = self.coordinator.decode_step(request, num_new_tokens)
             if new is not None:
                 return CachePages._of((new,), self.page_pool) if new else self._no_new_page

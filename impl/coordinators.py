@@ -646,7 +646,7 @@ class CacheCoordinator:
             req = requests[i]
             rec = get(req._request_id, _NO_RECORD)
             pages = rec.pages
-            n = req._num_computed_tokens + (counts if type(counts) is int else counts[i])
+            n = req._num_computed_tokens + (counts if isinstance(counts, int) else counts[i])
             if rec.request is not req or pages is None or req._status > _PREEMPTED or n > limit:
                 return None
             need = -(-n // page_size) - len(pages[0])
