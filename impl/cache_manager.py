@@ -263,11 +263,12 @@ class CacheManager:
         #: without new full pages: caching is then due at every call (`_cache`)
         self._mamba_align = bool(coordinator._mamba_align)
         self._key_page_size = coordinator.key_page_size or 1
-        #: the hasher's key of one full page from its parent's key (`PageHasher.hash_request`'s
-        #: loop body, with no extra keys), for a decode step's one new key: ~6x cheaper than a
-        #: `hash_request` call for that page (its set-up is per call). The page's bytes are the
-        #: token array's own slice, so only on little-endian hosts (`hashing._page_bytes`)
-        self._next_page_key = self.hasher._page_key if sys.byteorder == "little" else None
+        #: whether a decode step's one new key may come from the hasher's key of one full page
+        #: from its parent's key (`PageHasher._page_key`, `hash_request`'s loop body, with no
+        #: extra keys): cheaper than a `hash_request` call for that page (its set-up is per
+        #: call). The page's bytes are the token array's own slice, so only on little-endian
+        #: hosts (`hashing._page_bytes`)
+        self._one_page_keys = sys.byteorder == "little"
         self._page_sizes = tuple(g.kv_cache_spec.page_size for g in self.kv_cache_groups)
         self._windowed_groups = tuple(m.frees_skipped_pages for m in coordinator.single_type_managers)
         #: the decode step's result when it needs no new page: shared and immutable
@@ -402,15 +403,16 @@ class CacheManager:
     def _step_keys(self, req: Request, rec: RequestState | None, num_tokens: int, stale: bool) -> list[PageKey]:
         """`_caching_keys` for a step of the request whose record (if any) is ``rec``: when the
         one key due is that of the page after the kept keys and the request has no extra keys
-        (no salt, LoRA or multimodal items), one `_next_page_key` call on that page's bytes."""
+        (no salt, LoRA or multimodal items), one `PageHasher._page_key` call on that page's bytes
+        (`_one_page_keys`)."""
         kept = None if stale or rec is None else rec.keys
-        page_key, size = self._next_page_key, self._key_page_size
+        size = self._key_page_size
         # caching needs one key per full key page (the key page size is that of a caching group:
         # `CacheCoordinator.keys_needed` is ``num_tokens // size`` whenever a group caches)
-        if (kept and page_key is not None and self._caching_key_size and num_tokens // size == len(kept) + 1
+        if (kept and self._one_page_keys and self._caching_key_size and num_tokens // size == len(kept) + 1
                 and _plain(req)):
             start = len(kept) * size
-            return [page_key(kept[-1], req._token_array[start:start + size].tobytes(), None, b"")]
+            return [self.hasher._page_key(kept[-1], req._token_array[start:start + size].tobytes(), None, b"")]
         return self._caching_keys(req, num_tokens, stale)
 
     def _store_keys(self, req: Request, new: list[PageKey]) -> tuple[RequestState, list[PageKey]]:
