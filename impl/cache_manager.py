@@ -19,8 +19,7 @@ from __future__ import annotations
 import numbers
 import sys
 from collections.abc import Sequence
-from itertools import compress
-from operator import attrgetter, countOf
+from operator import countOf
 from typing import Any, ClassVar, Literal, overload
 
 from verikv.cache_specs import CacheGroupsConfig, CacheGroupSpec
@@ -178,7 +177,6 @@ class _NoNewPages(CachePages):
 _PREEMPTED = RequestStatus.PREEMPTED
 #: what the decode test reads for an id without a record: it describes no request
 _NO_RECORD = RequestState(None)
-_REQUEST_ID = attrgetter("_request_id")
 _ZERO = 0  # `x is _ZERO`: x is the plain int 0 (a fast-path guard; anything else takes the checked path)
 
 
@@ -265,11 +263,12 @@ class CacheManager:
         #: without new full pages: caching is then due at every call (`_cache`)
         self._mamba_align = bool(coordinator._mamba_align)
         self._key_page_size = coordinator.key_page_size or 1
-        #: the hasher's key of one full page from its parent's key (`PageHasher.hash_request`'s
-        #: loop body, with no extra keys), for a decode step's one new key: ~6x cheaper than a
-        #: `hash_request` call for that page (its set-up is per call). The page's bytes are the
-        #: token array's own slice, so only on little-endian hosts (`hashing._page_bytes`)
-        self._next_page_key = self.hasher._page_key if sys.byteorder == "little" else None
+        #: whether a decode step's one new key may come from the hasher's key of one full page
+        #: from its parent's key (`PageHasher._page_key`, `hash_request`'s loop body, with no
+        #: extra keys): cheaper than a `hash_request` call for that page (its set-up is per
+        #: call). The page's bytes are the token array's own slice, so only on little-endian
+        #: hosts (`hashing._page_bytes`)
+        self._one_page_keys = sys.byteorder == "little"
         self._page_sizes = tuple(g.kv_cache_spec.page_size for g in self.kv_cache_groups)
         self._windowed_groups = tuple(m.frees_skipped_pages for m in coordinator.single_type_managers)
         #: the decode step's result when it needs no new page: shared and immutable
@@ -404,24 +403,33 @@ class CacheManager:
     def _step_keys(self, req: Request, rec: RequestState | None, num_tokens: int, stale: bool) -> list[PageKey]:
         """`_caching_keys` for a step of the request whose record (if any) is ``rec``: when the
         one key due is that of the page after the kept keys and the request has no extra keys
-        (no salt, LoRA or multimodal items), one `_next_page_key` call on that page's bytes."""
+        (no salt, LoRA or multimodal items), one `PageHasher._page_key` call on that page's bytes
+        (`_one_page_keys`)."""
         kept = None if stale or rec is None else rec.keys
-        page_key, size = self._next_page_key, self._key_page_size
-        if kept and page_key is not None and self.coordinator.keys_needed(num_tokens) == len(kept) + 1 and _plain(req):
+        size = self._key_page_size
+        # caching needs one key per full key page (the key page size is that of a caching group:
+        # `CacheCoordinator.keys_needed` is ``num_tokens // size`` whenever a group caches)
+        if (kept and self._one_page_keys and self._caching_key_size and num_tokens // size == len(kept) + 1
+                and _plain(req)):
             start = len(kept) * size
-            return [page_key(kept[-1], req._token_array[start:start + size].tobytes(), None, b"")]
+            return [self.hasher._page_key(kept[-1], req._token_array[start:start + size].tobytes(), None, b"")]
         return self._caching_keys(req, num_tokens, stale)
 
     def _store_keys(self, req: Request, new: list[PageKey]) -> tuple[RequestState, list[PageKey]]:
         """Append keys from `_pending_keys` to the request's list (the record and the list are
         created on first use); returns the record and its list."""
         rec = self.coordinator.record_for(req._request_id, req)
+        return rec, self._store_in(rec, req, new)
+
+    @staticmethod
+    def _store_in(rec: RequestState, req: Request, new: list[PageKey]) -> list[PageKey]:
+        """`_store_keys` for the request's record ``rec``: returns its list."""
         keys = rec.keys
         if keys is None:
             keys = rec.keys = []
             rec.request, rec.keys_version = req, req._identity_version
         keys += new
-        return rec, keys
+        return keys
 
     def get_computed_pages(
         self, request: Request, *, dp_shard_hint: int | None = None, data_parallel_size: int | None = None,
@@ -490,39 +498,36 @@ class CacheManager:
         up to the computed tokens are then registered in the prefix cache.
         """
         if (new_computed_pages is None and dp_shard_hint is None and data_parallel_size is None
-                and num_new_computed_tokens is num_lookahead_tokens is num_external_computed_tokens is _ZERO
-                and delay_cache_pages is False
+                and num_new_computed_tokens is _ZERO and num_lookahead_tokens is _ZERO
+                and num_external_computed_tokens is _ZERO and delay_cache_pages is False
                 and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
-            # A decode step: every argument in its plain form
-            result = self._plain_decode_step(request, num_new_tokens)
+            # A decode step: every argument in its plain form (separate tests: a chained `is` costs
+            # more). The coordinator decides it when nothing is to cache; else the keys come first
+            # (`_decode_step_and_cache`)
+            new = self.coordinator.decode_step(request, num_new_tokens)
+            if new is not None:
+                return CachePages._of((new,), self.page_pool) if new else self._no_new_page
+            result = self._decode_step_and_cache(request, num_new_tokens)
             if result is not None:
                 return result
         return self._allocate_slots(request, num_new_tokens, num_new_computed_tokens, new_computed_pages,
                                     num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size,
                                     num_external_computed_tokens)
 
-    def _plain_decode_step(self, request: Request, num_new_tokens: int) -> CachePages | None:
-        """A decode step (plain arguments) of an object that holds pages, decided by the
-        coordinator in a few comparisons (`CacheCoordinator.decode_step`); None (nothing
-        changed) when it is not that simple and the general path must take it."""
-        rec = self.coordinator.records.get(request._request_id, _NO_RECORD)
-        if rec.request is not request or rec.pages is None or request._status > _PREEMPTED:
+    def _decode_step_and_cache(self, req: Request, num_new_tokens: int) -> CachePages | None:
+        """A decode step (plain arguments) of an object that holds pages and fills a key page:
+        the keys first (nothing changes if hashing fails), then the coordinator's step
+        (`CacheCoordinator.extend_held`), then caching. None (nothing changed) when caching is
+        not due or the step is not one the coordinator takes alone: the general path decides."""
+        rec = self.coordinator.records.get(req._request_id, _NO_RECORD)
+        if rec.request is not req or rec.pages is None or req._status > _PREEMPTED:
             return None
-        num_tokens = request._num_computed_tokens + num_new_tokens
-        if num_tokens >= rec.cache_at and len(request._tokens) >= rec.cache_at:  # caching due
-            return self._decode_step_and_cache(rec, request, num_tokens)
-        new = self.coordinator.decode_step(rec, num_tokens)
-        if new is None:
-            return None
-        return CachePages._of((new,), self.page_pool) if new else self._no_new_page
-
-    def _decode_step_and_cache(self, rec: RequestState, req: Request, num_tokens: int) -> CachePages | None:
-        """A decode step that fills a key page: the keys first (nothing changes if hashing
-        fails), then the coordinator's step (`CacheCoordinator.decode_step`), then caching.
-        None (nothing changed) when the step is not one the coordinator takes alone."""
+        num_tokens = req._num_computed_tokens + num_new_tokens
         cached = min(num_tokens, len(req._tokens))
-        new_keys = self._caching_keys(req, cached)
-        new = self.coordinator.decode_step(rec, num_tokens)
+        if cached < rec.cache_at:
+            return None
+        new_keys = self._step_keys(req, rec, cached, False)
+        new = self.coordinator.extend_held(rec, num_tokens)
         if new is None:
             return None
         self._cache(rec, req, cached, new_keys)
@@ -723,7 +728,7 @@ class CacheManager:
         before that no group has a new full page (every page size is a multiple of the key page
         size), so allocations skip the call.
         """
-        keys = self._store_keys(req, new_keys)[1]
+        keys = self._store_in(rec, req, new_keys)
         if self._mamba_align:  # a state is keyed at the request's computed count: due at every call
             self.coordinator.cache_held(rec, keys, num_tokens, req._num_computed_tokens)
             return
@@ -731,8 +736,11 @@ class CacheManager:
         self._cached_up_to(rec, num_tokens)
 
     def _cached_up_to(self, rec: RequestState, num_tokens: int) -> None:
-        """Caching is next due at the end of the key page after ``num_tokens`` tokens."""
-        rec.cache_at = max(rec.cache_at, (num_tokens // self._key_page_size + 1) * self._key_page_size)
+        """Caching is next due at the end of the key page after ``num_tokens`` tokens, or never
+        (``max_model_len + 1``) when that page ends past ``max_model_len``."""
+        due = (num_tokens // self._key_page_size + 1) * self._key_page_size
+        if due > rec.cache_at:
+            rec.cache_at = due if due <= self.max_model_len else self.max_model_len + 1
 
     def _cache_batch(self, records: list[RequestState], reqs: list[Request], num_tokens: list[int],
                      new_keys: list[list[PageKey]]) -> None:
@@ -742,7 +750,8 @@ class CacheManager:
             for rec, req, n, keys in zip(records, reqs, num_tokens, new_keys):
                 self._cache(rec, req, n, keys)
             return
-        key_lists = [self._store_keys(req, keys)[1] for req, keys in zip(reqs, new_keys)]
+        store = self._store_in
+        key_lists = [store(rec, req, keys) for rec, req, keys in zip(records, reqs, new_keys)]
         self.coordinator.cache_held_batch(records, key_lists, num_tokens)
         for rec, n in zip(records, num_tokens):
             self._cached_up_to(rec, n)
@@ -886,6 +895,9 @@ class CacheManager:
         work = None
         if num_lookahead_tokens is _ZERO and delay_cache_pages is False and data_parallel_size is None:
             work = self._decode_work(requests, num_new_tokens)
+            done = None if work is None else self._decode_steps(requests, num_new_tokens, work)  # type: ignore[arg-type]
+            if done is not None:
+                return done
         if work is None:  # not a plain decode step: check every element; each is work
             reqs, counts = self._checked_batch(requests, num_new_tokens, num_lookahead_tokens, delay_cache_pages,
                                                data_parallel_size)
@@ -898,12 +910,11 @@ class CacheManager:
         calls = self._planned_calls(reqs, counts, work, lookahead, delay_cache_pages is True, data_parallel_size)
         # every element is checked and every key computed: from here on the state changes
         results: list[CachePages | None] = [self._no_new_page] * len(reqs)
-        if not self._make_decode_calls(work, calls, results, data_parallel_size):
-            log = self.page_pool.event_log
-            # with KV events, each element is one recorded call, as the single call it stands for
-            make = self._make_call if log is None else log.recording(self._make_call, self._describer)
-            for i, call in zip(work, calls):
-                results[i] = make(call[0], call, data_parallel_size)
+        log = self.page_pool.event_log
+        # with KV events, each element is one recorded call, as the single call it stands for
+        make = self._make_call if log is None else log.recording(self._make_call, self._describer)
+        for i, call in zip(work, calls):
+            results[i] = make(call[0], call, data_parallel_size)
         return results
 
     def _decode_work(self, requests: object, num_new_tokens: object) -> list[int] | None:
@@ -915,15 +926,20 @@ class CacheManager:
         if type(requests) is not list or countOf(map(type, requests), Request) != len(requests):
             return None
         n = len(requests)
-        if type(num_new_tokens) is int:
-            if num_new_tokens < 1:
+        counts = num_new_tokens
+        if type(counts) is list:
+            if len(counts) != n or countOf(map(type, counts), int) != n:
                 return None
-        elif not (type(num_new_tokens) is list and len(num_new_tokens) == n
-                  and countOf(map(type, num_new_tokens), int) == n and (not n or min(num_new_tokens) >= 1)):
+            if counts and counts.count(counts[0]) == n:  # one count for all: the coordinator's cheaper scan
+                counts = counts[0]
+        if type(counts) is int:
+            if counts < 1:
+                return None
+        elif type(counts) is not list or (counts and min(counts) < 1):
             return None
-        if len(set(map(_REQUEST_ID, requests))) != n:
+        if len({req._request_id for req in requests}) != n:  # (a comprehension: faster than map)
             return None
-        return self.coordinator.decode_work(requests, num_new_tokens)
+        return self.coordinator.decode_work(requests, counts)
 
     def _planned_calls(self, reqs: list[Request], counts: list[int], work: list[int], num_lookahead_tokens: int,
                        delay_cache_pages: bool, data_parallel_size: int | None) -> list[_Call]:
@@ -958,7 +974,7 @@ class CacheManager:
         """Apply the planned call of ``request``: the coordinator's decode step when it decides it
         alone (as `allocate_slots` does), else the general allocation; then cache."""
         req, held, num_tokens, num_slots, cached, keys, stale = call
-        new = (self.coordinator.decode_step(held, num_tokens)
+        new = (self.coordinator.extend_held(held, num_tokens)
                if held is not None and num_slots == num_tokens and data_parallel_size is None else None)
         if new is not None:
             result = CachePages._of((new,), self.page_pool) if new else self._no_new_page
@@ -971,27 +987,29 @@ class CacheManager:
             self._cache(self.coordinator.records[req._request_id], req, cached, keys)
         return result
 
-    def _make_decode_calls(self, work: list[int], calls: list[_Call], results: list[CachePages | None],
-                           data_parallel_size: int | None) -> bool:
-        """Apply planned calls that are all decode steps of running requests, their new pages
-        taken at once (`CacheCoordinator.decode_steps`), then their caching in order; False
-        (nothing changed) when the coordinator does not take them so."""
-        if data_parallel_size is not None or not calls:
-            return False
-        reqs, helds, num_tokens, num_slots, cached, keys, _ = map(list, zip(*calls))  # (one column per field)
-        if None in helds or num_slots != num_tokens:  # a request holding nothing, or lookahead slots
-            return False
-        news = self.coordinator.decode_steps(helds, num_tokens)
-        if news is None:
-            return False
-        pool, no_new_page = self.page_pool, self._no_new_page
-        for i, new in zip(work, news):
-            results[i] = CachePages._of((new,), pool) if new else no_new_page
-        if keys.count(None) < len(keys):
-            due = [k is not None for k in keys]  # the calls whose caching is due
-            self._cache_batch(list(compress(helds, due)), list(compress(reqs, due)), list(compress(cached, due)),
-                              list(compress(keys, due)))
-        return True
+    def _decode_steps(self, reqs: list[Request], counts: int | list[int], work: list[int]
+                      ) -> list[CachePages | None] | None:
+        """The results of a plain batch whose work positions (`_decode_work`) are all steps the
+        coordinator takes alone (`CacheCoordinator.held_steps`): the keys of the pages they fill
+        first, in order (a failing hash function raises with nothing changed, as the calls would),
+        then their new pages in one pool call (`CacheCoordinator.decode_steps`), then the filled
+        pages registered in order (`_cache_batch`). None (nothing changed) otherwise."""
+        steps = self.coordinator.held_steps(reqs, counts, work)
+        if steps is None:
+            return None
+        records, num_tokens, needs, due = steps
+        due_reqs = [reqs[work[j]] for j in due]
+        cached = [min(num_tokens[j], len(req._tokens)) for j, req in zip(due, due_reqs)]  # (caching's end)
+        keys = [self._step_keys(req, records[j], n, False) for j, req, n in zip(due, due_reqs, cached)]
+        # every key is computed: from here on the state changes
+        results: list[CachePages | None] = [self._no_new_page] * len(reqs)
+        pool = self.page_pool
+        for i, new in zip(work, self.coordinator.decode_steps(records, needs)):
+            if new:
+                results[i] = CachePages._of((new,), pool)
+        if due:
+            self._cache_batch([records[j] for j in due], due_reqs, cached, keys)
+        return results
 
     def _checked_batch(
         self, requests: object, num_new_tokens: object, num_lookahead_tokens: object, delay_cache_pages: object,

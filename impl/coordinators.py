@@ -39,6 +39,7 @@ from verikv.errors import (
     CacheSpecError,
     ForeignPageError,
     InvalidArgumentError,
+    OutOfPagesError,
     UnknownRequestError,
     describe,
 )
@@ -80,7 +81,8 @@ class RequestState:
     ``pages`` one page-id list per group (None: it holds nothing), ``num_cached`` per group how
     many leading pages are registered in the prefix cache, ``shard`` the DP shard they come
     from (None: the whole pool) and ``cache_at`` the token count at which caching is next due
-    (the end of the first key page not yet covered by a caching call; it never decreases);
+    (the end of the first key page not yet covered by a caching call, at most
+    ``max_model_len + 1``: a step below it is within ``max_model_len``; it never decreases);
     ``states``, per group, the indices of its real pages in a Mamba align group (empty lists
     for the other groups; `verikv.single_type_managers.MambaAlignManager`).
     A record with neither keys nor pages is dropped (`CacheCoordinator.forget_if_idle`).
@@ -157,8 +159,8 @@ class CacheCoordinator:
         self._sparse_sliding = _sparse_sliding_groups(self.single_type_managers, self._lcm_page_size,
                                                       skip_unreachable_sliding_pages)
         managers = self.single_type_managers
-        #: the one group's manager when `decode_step` can decide a step alone (a single group
-        #: that never drops pages), else None
+        #: the one group's manager when `extend_held` can decide a step alone (a single group
+        #: that never drops pages), else None; its page size (0: None)
         self._solo = _solo_manager(managers)
         self._solo_page_size = 0 if self._solo is None else self._solo.page_size
         #: a new record's `RequestState.cache_at`: 0, or with caching off a count never reached
@@ -421,21 +423,45 @@ class CacheCoordinator:
             else:
                 m.remove_skipped_pages(pages, *free)
 
-    def decode_step(self, rec: RequestState, num_tokens: int) -> list[int] | None:
-        """`allocate_slots` for the step of a request ``rec`` that holds pages, when it is
-        simple: one group that never drops pages, at most one new page, from the whole pool,
-        and it fits. Returns that group's new pages (none or one); None (nothing changed) when
-        the step is not that simple and must be planned by `allocate_slots`."""
-        solo = self._solo
-        if solo is None or num_tokens > self.max_model_len:
+    def decode_step(self, request: Request, num_new_tokens: int) -> list[int] | None:
+        """`allocate_slots` for a decode step of ``request`` (``num_new_tokens``: an int >= 1, checked
+        by the caller) when nothing else is due: this very object holds pages, it is not finished,
+        caching is not due (its keys must be computed first: `extend_held` then) and the step is
+        one `extend_held` decides. Returns that group's new pages (none or one); None (nothing
+        changed) otherwise. The common step, covered by the pages held, is decided here without
+        another call."""
+        rec = self.records.get(request._request_id, _NO_RECORD)
+        pages = rec.pages
+        if rec.request is not request or pages is None or request._status > _PREEMPTED:
+            return None
+        num_tokens = request._num_computed_tokens + num_new_tokens
+        if num_tokens < rec.cache_at:  # (so within max_model_len: `RequestState.cache_at`)
+            if num_tokens <= len(pages[0]) * self._solo_page_size:
+                return _NO_PAGE
+        elif len(request._tokens) >= rec.cache_at:  # caching is due
+            return None
+        return self.extend_held(rec, num_tokens)
+
+    def extend_held(self, rec: RequestState, num_tokens: int) -> list[int] | None:
+        """`allocate_slots` for the step to ``num_tokens`` tokens of a request ``rec`` that holds
+        pages, when it is simple: one group that never drops pages, at most one new page, from the
+        whole pool, and it fits. Returns that group's new pages (none or one); None (nothing
+        changed) when the step is not that simple and must be planned by `allocate_slots`."""
+        page_size = self._solo_page_size  # (0: no solo group)
+        if not page_size or num_tokens > self.max_model_len:
             return None
         pages: list[int] = rec.pages[0]  # type: ignore[index]  # the caller checked it holds pages
-        covered = len(pages) * self._solo_page_size
+        covered = len(pages) * page_size
         if num_tokens <= covered:
             return _NO_PAGE
-        if num_tokens <= covered + self._solo_page_size and rec.shard is None and self.page_pool.get_num_free_pages():
-            return solo.allocate_new_pages(pages, num_tokens)
-        return None
+        if num_tokens > covered + page_size or rec.shard is not None:
+            return None
+        try:  # (what `SingleTypeCacheManager.allocate_new_pages` does for one page, from the whole pool)
+            new = self.page_pool.get_new_page_ids(1)
+        except OutOfPagesError:  # (nothing changed)
+            return None
+        pages += new
+        return new
 
     def _check_hit_shape(self, new_computed_pages: object) -> None:
         """Hits are one sequence of int page ids per group, with no null page in a group that
@@ -580,52 +606,72 @@ class CacheCoordinator:
     def decode_work(self, requests: list[Request], counts: int | list[int]) -> list[int]:
         """The positions of a decode batch (``counts``: >= 1 new tokens for each request, or one
         int for all) whose `allocate_slots` call may do something. Every other one is a request
-        that holds pages under this very object, one group that never drops pages (`decode_step`
-        decides its step alone), with room in its pages for ``computed + count <= max_model_len``
-        tokens and below its next caching point: its call returns "no new page" and changes
-        nothing. A finished request is one of the positions (its call raises). Pure; one pass over
-        the batch, the only one that reads every request's record (the walrus names keep it one
-        expression per request: the record and the token count)."""
+        that holds pages under this very object, one group that never drops pages (`extend_held`
+        decides its step alone), with room in its pages for ``computed + count`` tokens, below its
+        next caching point (so within ``max_model_len``: `RequestState.cache_at`): its call
+        returns "no new page" and changes nothing. A finished request is one of the positions (its
+        call raises). Pure; one pass over the batch, the only one that reads every request's
+        record (the walrus keeps it one expression per request)."""
         solo = self._solo
         if solo is None:
             return list(range(len(requests)))
-        page_size, limit, get = solo.page_size, self.max_model_len, self.records.get
+        page_size, get = solo.page_size, self.records.get
         if isinstance(counts, int):  # the common step: one count for all (no second sequence to zip)
             return [i for i, req in enumerate(requests)
                     if (rec := get(req._request_id, _NO_RECORD)).request is not req or rec.pages is None
-                    or not rec.cache_at > (n := req._num_computed_tokens + counts) <= len(rec.pages[0]) * page_size
-                    or n > limit or req._status > _PREEMPTED]
+                    or not rec.cache_at > req._num_computed_tokens + counts <= len(rec.pages[0]) * page_size
+                    or req._status > _PREEMPTED]
         return [i for i, req, c in zip(count(), requests, counts)
                 if (rec := get(req._request_id, _NO_RECORD)).request is not req or rec.pages is None
-                or not rec.cache_at > (n := req._num_computed_tokens + c) <= len(rec.pages[0]) * page_size
-                or n > limit or req._status > _PREEMPTED]
+                or not rec.cache_at > req._num_computed_tokens + c <= len(rec.pages[0]) * page_size
+                or req._status > _PREEMPTED]
 
-    def decode_steps(self, records: list[RequestState], num_tokens: list[int]) -> list[list[int]] | None:
-        """`decode_step` for each record in order (each holds pages, within ``max_model_len``),
-        made at once: when every step is one `decode_step` decides alone (one group that never
-        drops pages, at most one new page, from the whole pool) and all the new pages are free,
-        they are taken in one pool call and handed out in order: the pages each step gets and the
-        keys evicted are those of the steps one by one. None (nothing changed) otherwise, and
-        while KV events are recorded (one call orders its removals before the caller's caching).
-        """
+    def held_steps(self, requests: list[Request], counts: int | list[int], work: list[int]
+                   ) -> tuple[list[RequestState], list[int], list[int], list[int]] | None:
+        """For the positions ``work`` of a decode batch (as `decode_work`), when each is a step
+        `extend_held` decides alone (this very object holds pages, it is running, one group that
+        never drops pages, within ``max_model_len``, at most one new page, from the whole pool),
+        all the new pages are free and no KV events are recorded: their records, token counts,
+        new-page counts (0 or 1) and the indices (into ``work``) of those whose caching is due
+        (`RequestState.cache_at`). None otherwise (the single calls decide). Pure."""
         solo = self._solo
         if solo is None or self.page_pool.event_log is not None:
             return None
-        page_size = solo.page_size
-        lists: list[list[int]] = [rec.pages[0] for rec in records]  # type: ignore[index]  # all hold pages
-        needs = [-(-n // page_size) - len(pages) for n, pages in zip(num_tokens, lists)]
-        if max(needs, default=0) > 1:
+        page_size, limit, get = solo.page_size, self.max_model_len, self.records.get
+        records: list[RequestState] = []
+        num_tokens: list[int] = []
+        needs: list[int] = []
+        due: list[int] = []
+        for j, i in enumerate(work):
+            req = requests[i]
+            rec = get(req._request_id, _NO_RECORD)
+            pages = rec.pages
+            n = req._num_computed_tokens + (counts if isinstance(counts, int) else counts[i])
+            if rec.request is not req or pages is None or req._status > _PREEMPTED or n > limit:
+                return None
+            need = -(-n // page_size) - len(pages[0])
+            if need > 0 and (need > 1 or rec.shard is not None):
+                return None
+            if n >= rec.cache_at and len(req._tokens) >= rec.cache_at:
+                due.append(j)
+            records.append(rec)
+            num_tokens.append(n)
+            needs.append(need)
+        if countOf(needs, 1) > self.page_pool.get_num_free_pages():
             return None
-        total = countOf(needs, 1)
-        if total > self.page_pool.get_num_free_pages() or (
-                total and any(rec.shard is not None for rec, need in zip(records, needs) if need > 0)):
-            return None
-        new = iter(self.page_pool.get_new_page_ids(total))
+        return records, num_tokens, needs, due
+
+    def decode_steps(self, records: list[RequestState], needs: list[int]) -> list[list[int]]:
+        """Apply the steps `held_steps` accepted: their new pages taken in one pool call and handed
+        out in order, so the pages each step gets and the keys evicted are those of the steps one
+        by one (their caching comes after all of them: with no KV events the state is the same).
+        Returns each step's new pages (none or one)."""
+        new = iter(self.page_pool.get_new_page_ids(countOf(needs, 1)))
         out: list[list[int]] = []
-        for need, pages in zip(needs, lists):
+        for rec, need in zip(records, needs):
             if need > 0:
                 page = next(new)
-                pages.append(page)
+                rec.pages[0].append(page)  # type: ignore[index]  # (it holds pages)
                 out.append([page])
             else:
                 out.append(_NO_PAGE)
@@ -636,7 +682,7 @@ class CacheCoordinator:
 _PREEMPTED = RequestStatus.PREEMPTED
 #: the record of an id that has none (its ``request`` is never a request's object)
 _NO_RECORD = RequestState(None)
-#: `decode_step`'s "no new page" (never changed: the caller returns a shared empty result)
+#: `decode_step`'s and `extend_held`'s "no new page" (never changed: the caller returns a shared empty result)
 _NO_PAGE: list[int] = []
 
 

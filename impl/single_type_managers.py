@@ -308,8 +308,11 @@ class SingleTypeCacheManager:
         after the calls in order, its key version included). Returns the new cached counts.
         """
         counts = list(map(self._full_to_cache, page_lists, num_cached, keys, num_tokens))
+        cache, gid, stride = self.page_pool.cache_page_id, self.kv_cache_group_id, self._stride
         for pages, first, request_keys, stop in zip(page_lists, num_cached, keys, counts):
-            if stop > first:
+            if stop == first + 1 and pages[first] != NULL_PAGE:  # the page a decode step filled
+                cache(pages[first], group_pool_key(request_keys[stop * stride - 1], gid))  # (as `_register`)
+            elif stop > first:
                 self._register(pages, request_keys, first, stop)
         return counts
 
@@ -324,7 +327,9 @@ class SingleTypeCacheManager:
         if type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)):
             raise InvalidArgumentError(f"keys must be a sequence of PageKey, got {type(keys).__name__}")
         stride = self._stride
-        if num_full > len(_page_list(pages)) or len(keys) < num_full * stride:
+        if type(pages) is not list:
+            _page_list(pages)  # raises
+        if num_full > len(pages) or len(keys) < num_full * stride:
             raise InvalidArgumentError(
                 f"caching {describe(num_full)} pages needs as many held pages and {describe(num_full * stride)} "
                 f"keys; the request has {len(pages)} pages and {len(keys)} keys")

@@ -214,36 +214,46 @@ def groups_freed_in_reverse(manager: Any) -> None:
     _override(manager.coordinator, free=free)
 
 
-def _with_hasher(manager: Any, hash_request: Callable[..., list[Any]]) -> None:
+def _with_hasher(manager: Any, hash_request: Callable[..., list[Any]], page_key: Callable[..., Any]) -> None:
+    """Give the manager a hasher whose ``hash_request`` and one-page key (`PageHasher._page_key`,
+    which a decode step that fills one page uses instead) are replaced."""
     from verikv.hashing import PageHasher
 
     old = manager.hasher
-    hasher_class = type("MutatedPageHasher", (PageHasher,), {"hash_request": hash_request})
+    hasher_class = type("MutatedPageHasher", (PageHasher,), {"hash_request": hash_request, "_page_key": page_key})
     manager.hasher = hasher_class(old.scheme, old.seed)
 
 
 def resumed_chain_from_root(manager: Any) -> None:
     """Hashing that resumes at page ``start > 0`` chains page ``start`` to the root, not to its
     parent: a decoded page gets the key of a first page with the same tokens."""
+    from verikv.hashing import PageHasher
+
     def hash_request(self: Any, request: Any, page_size: int, start: int = 0, parent: Any = None,
                      stop: int | None = None) -> list[Any]:
-        from verikv.hashing import PageHasher
-
         return PageHasher.hash_request(self, request, page_size, start, self.root if start else parent, stop)
-    _with_hasher(manager, hash_request)
+
+    def page_key(self: Any, parent: Any, tokens: bytes, extra: Any, suffix: bytes) -> Any:
+        return PageHasher._page_key(self, self.root_key, tokens, extra, suffix)  # (a decoded page: start > 0)
+    _with_hasher(manager, hash_request, page_key)
 
 
 def builtin_one_page_drops_parent(manager: Any) -> None:
     """The builtin scheme's one-page path hashes the page's tokens without its parent's key."""
+    from verikv.hashing import PageHasher
+
     def hash_request(self: Any, request: Any, page_size: int, start: int = 0, parent: Any = None,
                      stop: int | None = None) -> list[Any]:
-        from verikv.hashing import PageHasher
-
         keys = PageHasher.hash_request(self, request, page_size, start, parent, stop)
         if self.scheme == "builtin" and len(keys) == 1 and self.page_extra_keys(request, start, page_size) is None:
             return PageHasher.hash_request(self, request, page_size, start, 0, stop)  # parent value 0, not the parent's
         return keys
-    _with_hasher(manager, hash_request)
+
+    def page_key(self: Any, parent: Any, tokens: bytes, extra: Any, suffix: bytes) -> Any:
+        if self.scheme == "builtin" and extra is None:  # parent value 0, not the parent's
+            return PageHasher._page_key(self, self._parent_key(0), tokens, extra, suffix)
+        return PageHasher._page_key(self, parent, tokens, extra, suffix)
+    _with_hasher(manager, hash_request, page_key)
 
 
 @contextmanager

@@ -46,14 +46,16 @@ def named(name: str) -> str:
 
 def ids(pages: CachePages | None) -> tuple[list[int], ...]:
     """The page ids of an allocation's result, which must not be None."""
-    assert pages is not None
+    if pages is None:  # (not an assert: this helper module is not rewritten, and -O drops asserts)
+        raise AssertionError("the allocation did not fit")
     return pages.get_page_ids()
 
 
 def running(m: CacheManager, rid: str, tokens: list[int], **kw: Any) -> Request:
     """A request whose prompt ``tokens`` got pages and were computed, now RUNNING."""
     req = Request(rid, tokens)
-    assert m.allocate_slots(req, len(tokens), **kw) is not None
+    if m.allocate_slots(req, len(tokens), **kw) is None:  # (not an assert: under -O it would not run)
+        raise AssertionError(f"request {rid!r} did not fit")
     req.num_computed_tokens = len(tokens)
     req.status = RequestStatus.RUNNING
     return req

@@ -446,3 +446,23 @@ def test_the_last_lookup_shortcut_never_skips_the_hit_shape():
         m.allocate_slots(r, 1, n, short)
     assert (m.page_pool.free_list_ids(), m.request_ids()) == before
     assert m.allocate_slots(r, 1, n, hits) is not None  # the real lookup result is taken
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_decode_step_past_max_model_len_raises_even_inside_the_last_page(batch: bool) -> None:
+    """max_model_len 10 with pages of 4: the request's 3 pages cover 12 slots, caching is next due
+    at no reachable count (the page after 8 cached tokens ends at 12), and the step to 11 tokens
+    still raises, single or batched, with nothing changed."""
+    m = manager(max_model_len=10, groups=[full(4)])
+    req = Request("r", list(range(9)))
+    assert admit(m, req) is not None  # 9 computed tokens on pages 1, 2, 3; tokens 1-8 cached
+    req.append_output_token_ids(9)
+    step = (lambda: m.allocate_slots_batch([req], [1])) if batch else (lambda: m.allocate_slots(req, 1))
+    assert step() is not None  # 10 tokens: inside page 3
+    req.num_computed_tokens += 1
+    req.append_output_token_ids(10)
+    before = (m.get_page_ids("r"), m.num_cached_pages("r"), m.page_hashes_of("r"))
+    with pytest.raises(InvalidArgumentError, match="max_model_len"):
+        step()
+    assert (m.get_page_ids("r"), m.num_cached_pages("r"), m.page_hashes_of("r")) == before
+    assert before[:2] == (([1, 2, 3],), [2]) and len(before[2]) == 2
