@@ -745,11 +745,8 @@ class CacheManager:
     def _cache_batch(self, records: list[RequestState], reqs: list[Request], num_tokens: list[int],
                      new_keys: list[list[PageKey]]) -> None:
         """`_cache` for each of distinct records in order, the pages registered together
-        (`CacheCoordinator.cache_held_batch`)."""
-        if self._mamba_align:
-            for rec, req, n, keys in zip(records, reqs, num_tokens, new_keys):
-                self._cache(rec, req, n, keys)
-            return
+        (`CacheCoordinator.cache_held_batch`). Only steps `CacheCoordinator.held_steps` took
+        come here: one group that never drops pages, so never a Mamba align state."""
         store = self._store_in
         key_lists = [store(rec, req, keys) for rec, req, keys in zip(records, reqs, new_keys)]
         self.coordinator.cache_held_batch(records, key_lists, num_tokens)
