@@ -45,7 +45,7 @@ FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
 #: frees of at least this many ids take the vectorized path (`PagePool._free_bulk`)
 _BULK_FREE = 64
 #: touches of at least this many ids (a long prefix hit) take the vectorized path (`PagePool._touch_bulk`)
-_BULK_TOUCH = 64
+_BULK_TOUCH = 256
 #: one int32 reference count of 1, as bytes: ``_ONE_INTC * n`` is n pages held once each
 _ONE_INTC = np.ones(1, dtype=np.intc).tobytes()
 NULL_PAGE_ID = 0
