@@ -15,8 +15,10 @@ hash scheme, ns per page of:
 
 and ns per token of `Request` creation. Floors: one `hashlib.sha256` call and one
 `xxhash.xxh3_128_intdigest` call per page over the page's 128 packed token bytes,
-`array('q', tokens)` per token, and EasyDeL's per-page free (its `PagePool.free_pages`, and
-its `CacheManager.free` for reference; from the anchors venv, skipped elsewhere). The ratios
+`array('q', tokens)` per token (sampled alternately with `Request` creation, over the same
+tokens; each object is dropped after its clock read), and EasyDeL's per-page free (its
+`PagePool.free_pages`, and its `CacheManager.free` for reference; from the anchors venv,
+skipped elsewhere). The ratios
 are printed beside the issue's targets. Every timed region excludes its setup; the figure is
 the median over ``--repeats`` runs. Nothing here asserts a time.
 
@@ -81,22 +83,37 @@ def prompt_tokens(num_pages: int, seed: int) -> list[int]:
 
 
 def floors(num_pages: int, repeats: int) -> dict[str, float]:
-    """ns per page of one bare digest call over each page's packed tokens, and ns per token of
-    `array('q', tokens)`."""
+    """ns per page of one bare digest call over each page's packed tokens."""
     tokens = prompt_tokens(num_pages, 0)
     pages = [array("q", tokens[i * PAGE_SIZE:(i + 1) * PAGE_SIZE]).tobytes() for i in range(num_pages)]
-    out = {f"{scheme} call": median_ns(partial(timed_ns, micro._calls(pages, micro._raw_digest(scheme))), repeats)
-           / num_pages for scheme in ("sha256", "xxh3_128")}
-    out[ARRAY_FLOOR] = median_ns(lambda: timed_ns(lambda: array("q", tokens)), repeats) / len(tokens)
-    return out
+    return {f"{scheme} call": median_ns(partial(timed_ns, micro._calls(pages, micro._raw_digest(scheme))), repeats)
+            / num_pages for scheme in ("sha256", "xxh3_128")}
 
 
-def request_cost(num_pages: int, repeats: int) -> float:
-    """ns per token of `verikv.Request(request_id, tokens)`."""
+def created_ns(make: Callable[[], object]) -> int:
+    """Nanoseconds of creating one object with `make()`; the object is dropped after the clock
+    is read (its deallocation is not part of creating it)."""
+    t = clock_ns()
+    made = make()
+    ns = clock_ns() - t
+    del made
+    return ns
+
+
+def request_cost(num_pages: int, repeats: int) -> tuple[float, float]:
+    """ns per token of `verikv.Request(request_id, tokens)` and of its floor, `array('q', tokens)`,
+    over the same token list, their samples alternated (each after a `gc.collect()`), so that
+    both see the same allocator and cache state: the median of each."""
     from verikv.request import Request
 
     tokens = prompt_tokens(num_pages, 0)
-    return median_ns(lambda: timed_ns(lambda: Request("per-token", tokens)), repeats) / len(tokens)
+    request, floor = [], []
+    for _ in range(repeats):
+        gc.collect()
+        floor.append(created_ns(lambda: array("q", tokens)))
+        gc.collect()
+        request.append(created_ns(lambda: Request("per-token", tokens)))
+    return float(np.median(request)) / len(tokens), float(np.median(floor)) / len(tokens)
 
 
 def scheme_costs(scheme: str, num_pages: int, repeats: int) -> dict[str, float]:
@@ -185,7 +202,7 @@ def measure(page_counts: Sequence[int], schemes: Sequence[str], repeats: int, an
         if adapters is not None:
             floor.update(easydel_free(adapters, n, repeats))
         costs = {s: scheme_costs(s, n, repeats) for s in schemes}
-        request_ns = request_cost(n, repeats)
+        request_ns, floor[ARRAY_FLOOR] = request_cost(n, repeats)
         ratios: dict[str, dict[str, float]] = {}
         for s, c in costs.items():
             floor_name, _ = PREFIX_TARGETS[s]

@@ -369,11 +369,7 @@ _xxh3_128 = xxhash.xxh3_128_digest
 def _sha256_chain(parent: bytes, bodies: Iterable[bytes], extras: Iterable[Any],
                   ids: Iterable[tuple[int, ...]] | None) -> list[bytes]:
     """SHA-256 keys: each the digest of ``parent key || body``."""
-    keys: list[bytes] = []
-    for body in bodies:
-        parent = _sha256(parent + body).digest()
-        keys.append(parent)
-    return keys
+    return [parent := _sha256(parent + body).digest() for body in bodies]
 
 
 def _xxh3_chain(parent: bytes, bodies: Iterable[bytes], extras: Iterable[Any],

@@ -44,6 +44,8 @@ from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLink
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
 #: frees of at least this many ids take the vectorized path (`PagePool._free_bulk`)
 _BULK_FREE = 64
+#: touches of at least this many ids (a long prefix hit) take the vectorized path (`PagePool._touch_bulk`)
+_BULK_TOUCH = 256
 #: one int32 reference count of 1, as bytes: ``_ONE_INTC * n`` is n pages held once each
 _ONE_INTC = np.ones(1, dtype=np.intc).tobytes()
 NULL_PAGE_ID = 0
@@ -194,6 +196,8 @@ class PagePool(ESurgePoolMethods):
         ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
         if not self._all_in_range(ids):
             self._check_in_range(ids)  # raises the precise error
+        if len(ids) >= _BULK_TOUCH and self._touch_bulk(ids):
+            return
         ref, free, shards, pps = self._ref, self._free, self._shards, self._pps
         for pid in ids:
             if pid == NULL_PAGE_ID:
@@ -277,6 +281,21 @@ class PagePool(ESurgePoolMethods):
         ref[pages] = left
         if len(zeroed):
             self._free.link_back_distinct(0, zeroed, int(zeroed[0]), int(zeroed[-1]))  # (distinct: checked)
+        return True
+
+    def _touch_bulk(self, ids: list[int]) -> bool:
+        """`touch_ids` of a long list of distinct real pages (checked in range) as NumPy gathers
+        and scatters, when the free pages among them are one run of the free list (a cached
+        prefix hit); returns False, having changed nothing, when the list needs the scalar path
+        (the null page, a page listed twice, DP shard lists, free pages in several runs)."""
+        if self._shards is not None or NULL_PAGE_ID in ids or len(set(ids)) != len(ids):
+            return False
+        pages = np.fromiter(ids, np.intc, len(ids))
+        held = self._ref_np[pages]
+        leaving = pages[held == 0]
+        if len(leaving) and not self._free.unlink_run(0, leaving):
+            return False
+        self._ref_np[pages] = held + 1
         return True
 
     def cache_page_id(self, page_id: int, key: Hashable) -> None:

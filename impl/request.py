@@ -384,10 +384,14 @@ class Request:
         """Append one sampled token or several; all are validated before any is added."""
         if type(token_ids) is list and len(token_ids) == 1:  # the decode step: one plain int
             token = token_ids[0]
-            if type(token) is int and 0 <= token < TOKEN_ID_LIMIT:
-                self._tokens.append(token)
-                self._token_array.append(token)
-                return
+            if type(token) is int:
+                try:  # the array's append is the range check: it appends nothing outside [0, 2**64)
+                    self._token_array.append(token)
+                except OverflowError:
+                    pass  # the general path below raises the error naming the id
+                else:
+                    self._tokens.append(token)
+                    return
         if type(token_ids) is int or (isinstance(token_ids, numbers.Integral) and not isinstance(token_ids, bool)):
             token = operator.index(token_ids)  # (a plain int skips the ABC check: a sampled token, each step)
             if not 0 <= token < TOKEN_ID_LIMIT:

@@ -358,3 +358,75 @@ def test_a_page_held_once_and_listed_twice_is_a_double_free_on_both_paths(
     scalar = _pool_after([ids], False, monkeypatch)
     assert _pool_after([ids], True, monkeypatch) == scalar
     assert scalar[2][0] is not None and scalar[2][0][0] == "DoubleFreeError"
+
+
+# ---- long pops and touches: the vectorized paths equal the scalar ones ------------------------
+
+PoolOp = tuple[str, list[int]]
+TouchOutcome = tuple[list[int], list[int], list[int], list[int], list[object]]
+
+
+def _pool_ops(ops: Sequence[PoolOp], bulk: bool, monkeypatch: pytest.MonkeyPatch) -> TouchOutcome:
+    """Run ``ops`` ("get" n, "touch" ids, "free" ids) on a 40-page pool with the bulk thresholds
+    of pops and touches at 2 (bulk) or never reached; the free list, ref counts, the raw links
+    (both directions, so an unlinked page's links are compared too) and each call's result or
+    error."""
+    import verikv.free_queue as free_queue
+    import verikv.page_pool as page_pool
+
+    monkeypatch.setattr(page_pool, "_BULK_TOUCH", 2 if bulk else 10**9)
+    monkeypatch.setattr(free_queue, "_BULK_POP", 2 if bulk else 10**9)
+    pool = page_pool.PagePool(40)
+    results: list[object] = []
+    for op, arg in ops:
+        try:
+            if op == "get":
+                results.append(pool.get_new_page_ids(arg[0]))
+            elif op == "touch":
+                results.append(pool.touch_ids(arg))
+            else:
+                results.append(pool.free_page_ids(arg))
+        except Exception as exc:  # compared between the two paths, whatever it is
+            results.append((type(exc).__name__, str(exc)))
+    links = pool.free_page_queue.links
+    return (pool.free_list_ids(), [pool.ref_count(p) for p in range(40)], links.next.tolist(), links.prev.tolist(),
+            results)
+
+
+_page_ids = st.lists(st.integers(0, 39), max_size=12)
+_pool_op = st.one_of(
+    st.tuples(st.just("get"), st.lists(st.integers(0, 12), min_size=1, max_size=1)),
+    st.tuples(st.just("touch"), _page_ids),
+    st.tuples(st.just("touch"), st.builds(lambda a, n, rev: list(range(a, min(a + n, 40)))[::-1 if rev else 1],
+                                          st.integers(1, 39), st.integers(2, 10), st.booleans())),
+    st.tuples(st.just("free"), _page_ids),
+)
+
+
+@given(st.lists(_pool_op, max_size=25))
+def test_long_pops_and_touches_take_the_vectorized_paths_with_the_same_results(ops: list[PoolOp]) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        scalar = _pool_ops(ops, False, mp)
+        assert _pool_ops(ops, True, mp) == scalar
+
+
+def test_a_hit_in_one_run_of_the_free_list_is_unlinked_in_one_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cached prefix freed together (stored in reverse) and touched as a hit: the bulk path
+    takes it (one run), and leaves the list as page-by-page unlinks would."""
+    import verikv.free_queue as free_queue
+    import verikv.page_pool as page_pool
+
+    monkeypatch.setattr(page_pool, "_BULK_TOUCH", 2)
+    pool = page_pool.PagePool(20)
+    held = pool.get_new_page_ids(19)
+    pool.free_page_ids(held[::-1])
+    runs: list[bool] = []
+    unlink_run = free_queue.IdLinks.unlink_run
+    monkeypatch.setattr(free_queue.IdLinks, "unlink_run",
+                        lambda self, li, ids: runs.append(unlink_run(self, li, ids)) or runs[-1])
+    pool.touch_ids([5, 6, 7, 8])  # in the free list as 8, 7, 6, 5: one run
+    pool.touch_ids([1, 3])  # two runs: the scalar path
+    assert runs == [True, False]
+    assert pool.free_list_ids() == [19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 4, 2]
+    assert [pool.ref_count(p) for p in (1, 3, 5, 6, 7, 8, 2)] == [1, 1, 1, 1, 1, 1, 0]
+    assert pool.get_num_free_pages() == 13

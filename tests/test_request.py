@@ -102,8 +102,10 @@ def test_append_is_all_or_nothing():
     with pytest.raises(InvalidArgumentError):
         r.append_output_token_ids([2**64])
     with pytest.raises(InvalidArgumentError):
+        r.append_output_token_ids([-1])  # (a decode step's one token: the array's append is its range check)
+    with pytest.raises(InvalidArgumentError):
         r.append_output_token_ids(2**64)
-    assert list(r.all_token_ids) == [1]
+    assert list(r.all_token_ids) == [1] and r.token_array.tolist() == [1]
     r.append_output_token_ids([2**64 - 1])  # the largest token id (encoded as uint64)
     assert list(r.all_token_ids) == [1, 2**64 - 1]
 
