@@ -22,17 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from verikv import errors
 from verikv.dp_sharding import checked_int
-from verikv.errors import (
-    CorruptedStateError,
-    DoubleFreeError,
-    ForeignPageError,
-    InvalidArgumentError,
-    NullPageError,
-    OutOfPagesError,
-    PageStateError,
-    describe,
-)
+from verikv.errors import describe
 from verikv.typed_property import Field
 
 UNLINKED = -1
@@ -78,14 +70,14 @@ def check_key(key: Any) -> None:
     try:
         hash(key)
     except TypeError:
-        raise InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
+        raise errors.InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
 
 
 def page_list(pages: object, what: str) -> list[Any]:
     """``pages`` (any iterable but a str/bytes/mapping) as a new list; `InvalidArgumentError`
     otherwise, so a wrong container is reported instead of failing halfway."""
     if isinstance(pages, (str, bytes, Mapping)) or not isinstance(pages, Iterable):
-        raise InvalidArgumentError(f"{what} must be a list, got {type(pages).__name__}")
+        raise errors.InvalidArgumentError(f"{what} must be a list, got {type(pages).__name__}")
     return list(pages)
 
 
@@ -124,7 +116,7 @@ class CachePage:
         pid = checked_int(page_id, "page_id", minimum=0, maximum=MAX_PAGE_ID)
         ref = checked_int(ref_cnt, "ref_cnt", minimum=0)
         if not isinstance(is_null, bool):
-            raise InvalidArgumentError(f"is_null must be a bool, got {type(is_null).__name__}")
+            raise errors.InvalidArgumentError(f"is_null must be a bool, got {type(is_null).__name__}")
         check_key(page_hash)
         self.page_id: int = pid
         self._records: PageRecords = PageRecords({pid: ref}, {pid: page_hash}, pid if is_null else None, owned=False)
@@ -141,9 +133,9 @@ class CachePage:
         """``value`` if this page may take it as its first content key."""
         check_key(value)
         if self.is_null:
-            raise NullPageError("the null page is never hashed")
+            raise errors.NullPageError("the null page is never hashed")
         if self._records.key[self.page_id] is not None:
-            raise PageStateError(f"page {self.page_id} already has a hash; reset it first")
+            raise errors.PageStateError(f"page {self.page_id} already has a hash; reset it first")
         return value
 
     ref_cnt: Field[int, int] = _record_field("ref", lambda page, value: checked_int(value, "ref_cnt", minimum=0))
@@ -174,7 +166,7 @@ class CachePage:
         """ref_cnt -= 1; `DoubleFreeError` (a RuntimeError, as in eSurge) below zero."""
         self._check_mutable()
         if self._records.ref[self.page_id] <= 0:
-            raise DoubleFreeError(f"ref_cnt underflow on page {self.page_id}")
+            raise errors.DoubleFreeError(f"ref_cnt underflow on page {self.page_id}")
         self._records.ref[self.page_id] -= 1
 
     def reset_hash(self) -> None:
@@ -184,7 +176,7 @@ class CachePage:
 
     def _check_mutable(self) -> None:
         if self._records.owned:
-            raise PageStateError(
+            raise errors.PageStateError(
                 f"page {self.page_id} belongs to a PagePool; change it through the pool's methods")
 
     def __eq__(self, other: object) -> bool:
@@ -369,7 +361,7 @@ class IdLinks:
         pid = nxt[cap + 2 * li]
         while 0 <= pid < cap:
             if len(out) >= cap:
-                raise CorruptedStateError(f"free list {li} has a cycle")
+                raise errors.CorruptedStateError(f"free list {li} has a cycle")
             out.append(pid)
             pid = nxt[pid]
         return out
@@ -395,16 +387,17 @@ class FreeCachePageQueue:
         pages = page_list(pages, "pages")
         for page in pages:
             if not isinstance(page, CachePage):
-                raise InvalidArgumentError(f"FreeCachePageQueue holds CachePage objects, got {type(page).__name__}")
+                raise errors.InvalidArgumentError(
+                    f"FreeCachePageQueue holds CachePage objects, got {type(page).__name__}")
         ids = [p.page_id for p in pages]
         if len(set(ids)) != len(ids):
-            raise InvalidArgumentError("FreeCachePageQueue: a page id occurs twice")
+            raise errors.InvalidArgumentError("FreeCachePageQueue: a page id occurs twice")
         capacity = max(ids, default=-1) + 1
         if any(p._records.owned or p._records.queue is not None for p in pages):
-            raise InvalidArgumentError("FreeCachePageQueue: a page already belongs to a pool or a queue")
+            raise errors.InvalidArgumentError("FreeCachePageQueue: a page already belongs to a pool or a queue")
         nulls = [p.page_id for p in pages if p.is_null]
         if len(nulls) > 1:
-            raise InvalidArgumentError("FreeCachePageQueue: more than one null page")
+            raise errors.InvalidArgumentError("FreeCachePageQueue: more than one null page")
         records = PageRecords({p.page_id: p.ref_cnt for p in pages},
                               {p.page_id: p.page_hash for p in pages},
                               nulls[0] if nulls else None, owned=False)
@@ -458,7 +451,7 @@ class FreeCachePageQueue:
         self._check_unowned()
         count = checked_int(n, "n", minimum=0)
         if count > self.links.lengths[0]:
-            raise OutOfPagesError(f"cannot pop {count} pages: only {self.links.lengths[0]} are free")
+            raise errors.OutOfPagesError(f"cannot pop {count} pages: only {self.links.lengths[0]} are free")
         return self.links.pop_front(0, count)
 
     def remove_id(self, page_id: int) -> None:
@@ -498,7 +491,7 @@ class FreeCachePageQueue:
     def neighbour(self, page_id: int, *, forward: bool) -> CachePage | None:
         """The page after (``forward``) or before ``page_id``; ``None`` at an end or if unlinked."""
         if not isinstance(forward, bool):
-            raise InvalidArgumentError(f"forward must be a bool, got {type(forward).__name__}")
+            raise errors.InvalidArgumentError(f"forward must be a bool, got {type(forward).__name__}")
         if not self.is_linked(page_id):
             return None
         other = (self.links.next if forward else self.links.prev)[page_id]
@@ -507,7 +500,7 @@ class FreeCachePageQueue:
     def _check_unowned(self) -> None:
         """A pool's queue changes only through the pool, which keeps counts and shards in step."""
         if self._records.owned:
-            raise PageStateError("this free queue belongs to a PagePool; change it through the pool's methods")
+            raise errors.PageStateError("this free queue belongs to a PagePool; change it through the pool's methods")
 
     def _checked_ids(self, ids: Iterable[int], *, want_linked: bool) -> list[int]:
         """``ids`` as a list; raise before any change if an id is foreign (out of range, or not
@@ -519,14 +512,14 @@ class FreeCachePageQueue:
         seen: set[int] = set()
         for pid in ids:
             if (type(pid) is not int or not 0 <= pid < cap) or (sparse and pid not in ref):
-                raise ForeignPageError(f"page id {describe(pid)} is not a page of this queue")
+                raise errors.ForeignPageError(f"page id {describe(pid)} is not a page of this queue")
             if pid == self._null:
-                raise NullPageError("the null page is never linked in the free queue")
+                raise errors.NullPageError("the null page is never linked in the free queue")
             if (nxt[pid] != UNLINKED) != want_linked:
                 state = "not linked in" if want_linked else "already linked in"
-                raise PageStateError(f"page {pid} is {state} the free queue")
+                raise errors.PageStateError(f"page {pid} is {state} the free queue")
             if pid in seen:
-                raise PageStateError(f"page {pid} occurs twice in one call")
+                raise errors.PageStateError(f"page {pid} occurs twice in one call")
             seen.add(pid)
         return ids
 
@@ -540,7 +533,7 @@ class FreeCachePageQueue:
         """
         self._check_unowned()
         if self.links.lengths[0] == 0:
-            raise OutOfPagesError("No free pages available")
+            raise errors.OutOfPagesError("No free pages available")
         return self._page_of(self.links.pop_front(0, 1)[0])
 
     def popleft_n(self, n: int) -> list[CachePage]:
@@ -567,6 +560,6 @@ class FreeCachePageQueue:
 
     def _own_id(self, page: CachePage) -> int:
         if not isinstance(page, CachePage) or page._records is not self._records:
-            raise ForeignPageError(f"{describe(page)} is not a page of this queue")
+            raise errors.ForeignPageError(f"{describe(page)} is not a page of this queue")
         return page.page_id
 
