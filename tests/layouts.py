@@ -53,7 +53,8 @@ def ids(pages: CachePages | None) -> tuple[list[int], ...]:
 def running(m: CacheManager, rid: str, tokens: list[int], **kw: Any) -> Request:
     """A request whose prompt ``tokens`` got pages and were computed, now RUNNING."""
     req = Request(rid, tokens)
-    assert m.allocate_slots(req, len(tokens), **kw) is not None
+    pages = m.allocate_slots(req, len(tokens), **kw)  # (not inside the assert: the suite also runs under -O)
+    assert pages is not None
     req.num_computed_tokens = len(tokens)
     req.status = RequestStatus.RUNNING
     return req
