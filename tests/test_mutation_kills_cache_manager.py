@@ -897,3 +897,95 @@ def test_a_batch_raises_what_its_first_failing_call_raises() -> None:
     with pytest.raises(InvalidArgumentError, match=named("data_parallel_size")):
         m.allocate_slots_batch([ok, done], 2, data_parallel_size=4)
     assert state(m) == before
+
+
+# --- batches with DP arguments (allocate_slots for each request, with the call's DP size) ----------
+
+
+@pytest.mark.parametrize("value", [0, -1, "2", 4])  # 4: this manager's DP size is 2
+def test_a_bad_dp_size_of_a_batch_is_rejected_by_name_and_changes_nothing(value: Any) -> None:
+    m = manager(16, data_parallel_size=2)
+    reqs = grown([running(m, rid, list(range(k * 10, k * 10 + 4))) for k, rid in enumerate("ab")], 4)
+    before = state(m)
+    with pytest.raises(InvalidArgumentError, match=named("data_parallel_size")):
+        m.allocate_slots_batch(reqs, 4, data_parallel_size=value)
+    assert state(m) == before
+
+
+@pytest.mark.parametrize("dp", [2, None])
+def test_a_batch_step_of_a_sharded_request_takes_its_pages_in_its_shard(dp: int | None) -> None:
+    m = manager(16, data_parallel_size=2)  # shard 1: pages 8 .. 15
+    a = running(m, "a", list(range(4)), dp_shard_hint=1, data_parallel_size=2)
+    b = running(m, "b", list(range(20, 28)), dp_shard_hint=1, data_parallel_size=2)
+    grown([a, b], 4)
+    out = m.allocate_slots_batch([a, b], 4, data_parallel_size=dp)  # one new page each
+    assert all(o is not None and len(o.get_page_ids()[0]) == 1 for o in out)
+    assert all(8 <= p < 16 for rid in "ab" for p in m.get_page_ids(rid)[0])
+    assert m.request_shard("a") == 1 and m.request_shard("b") == 1
+
+
+def test_a_dp_batch_caches_the_pages_its_steps_fill() -> None:
+    m = manager(16, data_parallel_size=2)
+    a = running(m, "a", list(range(4)), dp_shard_hint=0, data_parallel_size=2)
+    a.append_output_token_ids([4, 5, 6, 7])
+    out = m.allocate_slots_batch([a], 4, data_parallel_size=2)
+    assert out[0] is not None
+    probe = Request("probe", [*range(8), 99])
+    assert m.get_computed_pages(probe, dp_shard_hint=0, data_parallel_size=2)[1] == 8
+
+
+def test_a_batch_of_plain_decode_steps_gives_the_shared_result_and_pool_views() -> None:
+    """Every step takes at most one page: the pages are taken at once, and each result is what
+    its single call returns."""
+    m = manager(32)
+    a, b = running(m, "a", list(range(100, 107))), running(m, "b", list(range(200, 208)))
+    a.append_output_token_ids([107])  # 8 tokens: page 2 fills up and is cached, no new page
+    b.append_output_token_ids([208])  # 9 tokens: one new page
+    first, second = m.allocate_slots_batch([a, b], 1)
+    d = grown([running(m, "d", list(range(400, 407)))], 1)[0]
+    assert first is m.allocate_slots(d, 1)  # the manager's one shared result
+    assert second is not None and len(second.get_page_ids()[0]) == 1
+    assert [p.page_id for p in second.pages[0]] == second.get_page_ids()[0]
+    assert _hit_length(m, list(range(100, 108))) == 8
+
+
+@pytest.mark.parametrize("hint", [0, 3])
+def test_a_dp_size_of_one_is_accepted_and_uses_the_whole_pool(hint: int) -> None:
+    m = manager(8)
+    pages = m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=hint, data_parallel_size=1)
+    assert pages is not None
+    assert m.request_shard("a") is None and m.data_parallel_size == 1
+
+
+@pytest.mark.parametrize("value", ["0", 1.0])
+def test_a_bad_dp_shard_hint_is_rejected_by_name_without_a_dp_size_too(value: Any) -> None:
+    m = manager()
+    with pytest.raises(InvalidArgumentError, match=named("dp_shard_hint")):
+        m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=value)
+    assert m.request_ids() == []
+
+
+def test_a_dp_call_without_a_shard_hint_does_not_fix_an_open_dp_size() -> None:
+    """docs/semantics.md: the first successful call whose DP is active *and that names a shard*
+    fixes an open DP size."""
+    m = manager(8)
+    pages = m.allocate_slots(Request("a", [1, 2]), 2, data_parallel_size=2)
+    assert pages is not None and m.data_parallel_size == 1
+    pages = m.allocate_slots(Request("b", [1, 2]), 2, dp_shard_hint=1, data_parallel_size=4)
+    assert pages is not None and m.data_parallel_size == 4 and m.request_shard("b") == 1
+
+
+def test_a_lookup_of_a_request_subclass_works() -> None:
+    class Traced(Request):
+        __slots__ = ()
+
+    m = manager()
+    cached(m, list(range(8)))
+    assert m.get_computed_pages(Traced("a", list(range(9))))[1] == 8
+
+
+@pytest.mark.parametrize("cap", [8, 9, 100])
+def test_a_hit_cap_beyond_the_prompt_still_leaves_its_last_token_to_compute(cap: int) -> None:
+    m = manager()
+    cached(m, list(range(8)))
+    assert m.get_computed_pages(Request("a", list(range(8))), max_cache_hit_length=cap)[1] == 4
