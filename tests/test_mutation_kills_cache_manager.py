@@ -850,6 +850,7 @@ def test_a_request_stepped_twice_a_page_in_a_batch_is_counted_once_as_holder() -
     m = manager(32)
     (_, _, c), out = _mixed_batch(m)
     assert out[2] is not None and len(out[2].get_page_ids()[0]) == 2
+    assert [p.page_id for p in out[2].pages[0]] == out[2].get_page_ids()[0]  # views of the pool
     m.free(c)
     c.cache_salt = "tenant"  # freed: its identity may change again
     assert c.cache_salt == "tenant"
@@ -922,6 +923,8 @@ def test_a_batch_step_of_a_sharded_request_takes_its_pages_in_its_shard(dp: int 
     assert all(o is not None and len(o.get_page_ids()[0]) == 1 for o in out)
     assert all(8 <= p < 16 for rid in "ab" for p in m.get_page_ids(rid)[0])
     assert m.request_shard("a") == 1 and m.request_shard("b") == 1
+    m.free(a)
+    a.cache_salt = "tenant"  # freed: its identity may change again (one holder, counted once)
 
 
 def test_a_dp_batch_caches_the_pages_its_steps_fill() -> None:
@@ -989,3 +992,45 @@ def test_a_hit_cap_beyond_the_prompt_still_leaves_its_last_token_to_compute(cap:
     m = manager()
     cached(m, list(range(8)))
     assert m.get_computed_pages(Request("a", list(range(8))), max_cache_hit_length=cap)[1] == 4
+
+
+@pytest.mark.parametrize("call", ["single", "batch", "batch of counts"])
+def test_another_request_object_under_a_held_id_is_refused_and_changes_nothing(call: str) -> None:
+    m = manager(32)
+    grown([running(m, "a", list(range(8)))], 1)
+    imposter = Request("a", list(range(9)))  # the same id, another object
+    imposter.num_computed_tokens, imposter.status = 8, RequestStatus.RUNNING
+    before = state(m)
+    with pytest.raises(InvalidArgumentError, match="another Request object"):
+        if call == "single":
+            m.allocate_slots(imposter, 1)
+        else:
+            m.allocate_slots_batch([imposter], 1 if call == "batch" else [1])
+    assert state(m) == before
+
+
+def test_a_step_planned_in_general_counts_its_request_once_as_holder() -> None:
+    m = manager(32)
+    req = running(m, "a", list(range(4)))
+    req.append_output_token_ids(list(range(4, 12)))
+    out = m.allocate_slots(req, 8)  # two new pages: not a decode step
+    assert out is not None and len(out.get_page_ids()[0]) == 2
+    m.free(req)
+    req.cache_salt = "tenant"  # freed: its identity may change again
+    assert req.cache_salt == "tenant"
+
+
+@pytest.mark.parametrize("skip", [None, False, True])  # None: the default (off)
+def test_skip_unreachable_sliding_pages_leaves_only_those_pages_unkeyed(skip: bool | None) -> None:
+    """Full attention (page 8) + sliding window 2 (page 2): the hit unit spans 4 sliding pages,
+    and a hit needs only the last of them (docs/differences.md); 17 tokens fill 8 pages."""
+    options = {} if skip is None else {"skip_unreachable_sliding_pages": skip}
+    m = CacheManager(64, [full(8), sliding(2, 2)], 64, hash_seed=1, **options)
+    out = m.allocate_slots(Request("r", list(range(17))), 17)
+    assert out is not None
+    sliding_pages = out.get_page_ids()[1]  # 9 pages, the last one partial
+    unkeyed = out.get_unhashed_page_ids_all_groups()[1]
+    if skip:
+        assert unkeyed == [p for j, p in enumerate(sliding_pages) if j % 4 != 3]  # the partial one among them
+    else:
+        assert unkeyed == sliding_pages[-1:]  # only the partial page
