@@ -177,7 +177,9 @@ def test_fields_built_at_import_read_assign_check_and_are_documented() -> None:
         req.request_id = ""
     assert (req.request_id, req.lora_id) == ("b", 2)
     for name in ("request_id", "cache_salt", "lora_id", "lora_name", "lora_path", "num_computed_tokens", "status"):
-        assert getattr(fresh, name).__doc__, name  # help(Request) documents every field
+        # help(Request) shows each field's own text (the source's, as the first import built it)
+        assert getattr(fresh, name).__doc__ == getattr(Request, name).__doc__, name
+        assert not getattr(fresh, name).__doc__.startswith("attrgetter"), name
 
 
 @pytest.mark.parametrize("field", ["lora_name", "lora_path"])
@@ -229,3 +231,28 @@ def test_changing_the_lora_identity_changes_the_page_keys() -> None:
     req.lora_name = "m"
     renamed = hasher.hash_request(req, 4)
     assert len({tuple(named), tuple(with_path), tuple(renamed)}) == 3
+
+
+@pytest.mark.parametrize("field", ["lora_name", "lora_path"])
+def test_a_lora_text_with_a_lone_surrogate_is_rejected_by_name(field: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=rf"\b{field}\b"):
+        options: dict[str, Any] = {"lora_name": "n", field: "bad\ud800"}
+        Request("a", [1, 2], **options)
+
+
+def test_multimodal_features_given_as_a_tuple_are_kept() -> None:
+    req = Request("a", list(range(4)), mm_features=(("img", 1, 2),))
+    assert [tuple(f) for f in req.mm_features] == [("img", 1, 2)]
+
+
+def test_one_token_of_any_integral_type_is_appended_as_one_element_list_would_be() -> None:
+    req = Request("a", [1, 2])
+    five: Any = np.int64(5)  # (typed Any: the API is annotated with int)
+    six: Any = np.int64(6)
+    req.append_output_token_ids(five)
+    req.append_output_token_ids([six])
+    assert list(req.all_token_ids) == [1, 2, 5, 6] and all(type(t) is int for t in req.all_token_ids)
+    for bad in (True, [True]):
+        with pytest.raises(InvalidArgumentError):
+            req.append_output_token_ids(bad)  # a bool is not a token id
+    assert list(req.all_token_ids) == [1, 2, 5, 6]
