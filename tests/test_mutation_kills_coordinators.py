@@ -33,7 +33,13 @@ from verikv import (
     UnknownRequestError,
     get_kv_cache_coordinator,
 )
-from verikv.coordinators import MAX_MODEL_LEN, CacheCoordinator, HybridCacheCoordinator, UnitaryCacheCoordinator
+from verikv.coordinators import (
+    MAX_MODEL_LEN,
+    CacheCoordinator,
+    HybridCacheCoordinator,
+    UnitaryCacheCoordinator,
+    sliding_page_can_hit,
+)
 from verikv.hashing import PageHasher
 
 HASHER = PageHasher("sha256", seed=11)
@@ -937,3 +943,46 @@ def test_a_hit_given_back_after_the_request_freed_its_pages_is_checked_by_its_ke
 def test_mamba_zero_state_tokens_take_no_state_page(zero: Any) -> None:
     c = get_kv_cache_coordinator(16, [full(4), mamba(8)], 64, False, True, mamba_cache_mode="align")
     assert c.allocate_slots("a", 0, 4, None, num_state_tokens=zero) == ([1], [])
+
+
+# --- found by the run on ecbc580 ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("per", "need", "keyed"), [
+    (4, 1, [3, 7]), (4, 2, [2, 3, 6, 7]), (4, 3, [1, 2, 3, 5, 6, 7]), (4, 4, list(range(8))), (4, 6, list(range(8))),
+])
+def test_a_sliding_page_can_hit_only_among_the_last_pages_of_each_hit_unit(per: int, need: int,
+                                                                            keyed: list[int]) -> None:
+    """docs/semantics.md: page j is kept when ``need >= per`` or ``j % per >= per - need``."""
+    assert [j for j in range(8) if sliding_page_can_hit(j, per, need)] == keyed
+
+
+@pytest.mark.parametrize(("window", "keyed"), [
+    (1, [3, 7]), (2, [3, 7]), (3, [3, 7]), (4, [2, 3, 6, 7]), (5, [2, 3, 6, 7]), (7, [1, 2, 3, 5, 6, 7]),
+    (9, list(range(8))),
+])
+def test_skipping_unreachable_sliding_pages_keys_the_pages_a_hit_needs(window: int, keyed: list[int]) -> None:
+    """Full attention (page 8) + sliding (page 2): a hit unit is 4 sliding pages, and a hit needs
+    the last ``max(1, cdiv(window - 1, 2))`` of them (docs/semantics.md); 16 tokens fill 8 pages."""
+    c = get_kv_cache_coordinator(64, [full(8), sliding(2, window)], 64, False, True,
+                                 skip_unreachable_sliding_pages=True)
+    tokens = list(range(16))
+    assert c.allocate_slots("r", 0, 16, None) is not None
+    c.cache_pages("r", HASHER.hash_request(Request("r", tokens), 2), 16)
+    pages = c.get_pages("r")
+    assert pages is not None
+    assert [j for j, p in enumerate(pages[1]) if c.page_pool.key_of(p) is not None] == keyed
+    assert all(c.page_pool.key_of(p) is not None for p in pages[0])  # full attention: every page
+
+
+def test_caching_held_records_in_a_batch_caches_every_group_of_each() -> None:
+    c = get_kv_cache_coordinator(32, [full(4), sliding(4, 8)], 64, False, True)
+    keys = {}
+    for k, rid in enumerate("ab"):
+        tokens = list(range(10 * k, 10 * k + 8))
+        assert c.allocate_slots(rid, 0, 8, None) is not None
+        keys[rid] = HASHER.hash_request(Request(rid, tokens), 4)
+    c.cache_held_batch([c.records["a"], c.records["b"]], [keys["a"], keys["b"]], [8, 8])
+    assert c.records["a"].num_cached == [2, 2] and c.records["b"].num_cached == [2, 2]
+    pages = [c.get_pages(rid) for rid in "ab"]
+    assert all(c.page_pool.key_of(p) is not None for held in pages if held for group in held for p in group)
