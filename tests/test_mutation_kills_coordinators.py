@@ -986,3 +986,10 @@ def test_caching_held_records_in_a_batch_caches_every_group_of_each() -> None:
     assert c.records["a"].num_cached == [2, 2] and c.records["b"].num_cached == [2, 2]
     pages = [c.get_pages(rid) for rid in "ab"]
     assert all(c.page_pool.key_of(p) is not None for held in pages if held for group in held for p in group)
+
+
+def test_the_decode_steps_of_no_record_take_no_page() -> None:
+    c = get_kv_cache_coordinator(16, [full(4)], 32, False, True)
+    free = c.page_pool.get_num_free_pages()
+    assert c.decode_steps([], []) == []  # `decode_step` for each of no record
+    assert c.page_pool.get_num_free_pages() == free
