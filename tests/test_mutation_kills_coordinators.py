@@ -30,6 +30,7 @@ from verikv import (
     CacheSpecError,
     InvalidArgumentError,
     Request,
+    RequestStatus,
     UnknownRequestError,
     get_kv_cache_coordinator,
 )
@@ -993,3 +994,59 @@ def test_the_decode_steps_of_no_record_take_no_page() -> None:
     free = c.page_pool.get_num_free_pages()
     assert c.decode_steps([], []) == []  # `decode_step` for each of no record
     assert c.page_pool.get_num_free_pages() == free
+
+
+# --- the decode batch's work list (CacheCoordinator.decode_work, through the manager's batch) -----
+# Every position whose single call may do something or raises is in the work list; leaving one
+# out returns "no new page" for it without the call.
+
+COUNTS = [pytest.param(lambda n: 1, id="one count"), pytest.param(lambda n: [1] * n, id="a count each")]
+
+
+def _manager() -> CacheManager:
+    return CacheManager(32, [full(4)], 64, hash_seed=1)
+
+
+def _pages_and_keys(m: CacheManager) -> tuple[Any, ...]:
+    return (m.page_pool.free_list_ids(), {rid: m.get_page_ids(rid) for rid in m.request_ids()},
+            sorted(map(repr, m.page_pool.cached_items())))
+
+
+@pytest.mark.parametrize("counts", COUNTS)
+def test_a_batch_refuses_another_object_under_a_held_id_even_when_its_step_fits(counts: Any) -> None:
+    m = _manager()
+    running(m, "a", list(range(6)))  # 2 pages: room for 8 tokens, caching next due at 8
+    imposter = Request("a", list(range(7)))  # the same id, another object: 6 + 1 tokens fit
+    imposter.num_computed_tokens, imposter.status = 6, RequestStatus.RUNNING
+    before = _pages_and_keys(m)
+    with pytest.raises(InvalidArgumentError, match="another Request object"):
+        m.allocate_slots_batch([imposter], counts(1))
+    assert _pages_and_keys(m) == before
+
+
+@pytest.mark.parametrize("counts", COUNTS)
+def test_a_batch_admits_a_request_that_holds_nothing(counts: Any) -> None:
+    m = _manager()
+    out = m.allocate_slots_batch([Request("new", [1, 2, 3])], counts(1))
+    assert out[0] is not None and len(out[0].get_page_ids()[0]) == 1
+
+
+@pytest.mark.parametrize("counts", COUNTS)
+def test_a_batch_readmits_a_preempted_request_whose_keys_are_kept(counts: Any) -> None:
+    m = _manager()
+    req = running(m, "a", list(range(8)))  # its 2 pages are cached: the record keeps the keys
+    m.free(req)
+    req.num_computed_tokens, req.status = 0, RequestStatus.PREEMPTED
+    out = m.allocate_slots_batch([req], counts(1))
+    assert out[0] is not None and len(out[0].get_page_ids()[0]) == 1
+
+
+@pytest.mark.parametrize("counts", COUNTS)
+def test_a_finished_request_in_a_batch_raises_even_when_its_step_fits(counts: Any) -> None:
+    m = _manager()
+    req = running(m, "a", list(range(6)))  # room for 8 tokens
+    req.status = RequestStatus.FINISHED_STOPPED
+    before = _pages_and_keys(m)
+    with pytest.raises(InvalidArgumentError, match="finished"):
+        m.allocate_slots_batch([req], counts(1))
+    assert _pages_and_keys(m) == before
