@@ -1050,3 +1050,12 @@ def test_a_finished_request_in_a_batch_raises_even_when_its_step_fits(counts: An
     with pytest.raises(InvalidArgumentError, match="finished"):
         m.allocate_slots_batch([req], counts(1))
     assert _pages_and_keys(m) == before
+
+
+def test_a_coordinator_keys_every_full_sliding_page_by_default() -> None:
+    """skip_unreachable_sliding_pages is off unless asked for (docs/differences.md)."""
+    c = get_kv_cache_coordinator(64, [full(8), sliding(2, 2)], 64, False, True)
+    assert c.allocate_slots("r", 0, 16, None) is not None
+    c.cache_pages("r", HASHER.hash_request(Request("r", list(range(16))), 2), 16)
+    pages = c.get_pages("r")
+    assert pages is not None and all(c.page_pool.key_of(p) is not None for group in pages for p in group)
