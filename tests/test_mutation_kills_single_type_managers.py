@@ -531,3 +531,23 @@ def test_freeing_a_full_attention_list_with_the_null_page_is_refused() -> None:
     with pytest.raises(NullPageError):
         manager.free([pages[0], 0, pages[1]])  # a null page there by mistake
     assert [manager.page_pool.ref_count(p) for p in pages] == [1, 1]
+
+
+def test_a_full_attention_group_other_than_group_zero_finds_its_own_pages() -> None:
+    pool = PagePool(POOL)
+    manager = get_manager_for_kv_cache_spec(FullAttentionSpec(page_size=PAGE_SIZE, **KW), pool, 1)
+    pages, keys = pool.get_new_page_ids(3), _keys(3)
+    _cache(manager, pages, keys, [0, 1, 2])
+    assert manager.find_longest_cache_hit(keys, 3 * PAGE_SIZE, (1,)) == (pages,)
+    assert manager.find_longest_cache_hit(keys, 3 * PAGE_SIZE, (0,)) == ([],)  # group 0 holds none of them
+
+
+def test_caching_refuses_keys_that_are_not_page_keys_with_several_keys_per_page() -> None:
+    """Page size 4 over key pages of 2: two keys per page, every one of them checked."""
+    pool = PagePool(POOL)
+    manager = get_manager_for_kv_cache_spec(FullAttentionSpec(page_size=PAGE_SIZE, **KW), pool, 0, 2)
+    pages = pool.get_new_page_ids(2)
+    keys: list[Any] = [_keys(1, page_size=2)[0], "not a key", "not a key", "not a key"]
+    with pytest.raises(InvalidArgumentError, match=_named("keys")):
+        manager.cache_pages(pages, 0, keys, 2 * PAGE_SIZE)
+    assert pool.cached_items() == []
