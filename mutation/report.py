@@ -3,8 +3,9 @@
 A mutant is *detected* when a killer test failed on it (mutmut: ``killed``), or it made the tests
 hang or crash (``timeout``, ``segfault``). Every other mutant (``survived``, ``no tests``: no killer
 test calls the mutated function) is *undetected* and must appear in ``mutation/triage.toml``:
-``equivalent`` with the reason no test can tell it from the original, or it stays open. The kill
-rate is detected / (all mutants - equivalent ones).
+``equivalent`` with the reason no test can tell it from the original, or it stays open (an entry
+with ``verdict = "open"`` says why, e.g. the behaviour it changes is not specified; RESULTS.md
+shows that reason beside the mutant). The kill rate is detected / (all mutants - equivalent ones).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def summarize(record: dict[str, Any], triage: list[dict[str, str]], detected: Co
         "timeout": record["counts"].get("timeout", 0) + record["counts"].get("segfault", 0),
         "survived": record["counts"].get("survived", 0), "no_tests": record["counts"].get("no tests", 0),
         "equivalent": len(equivalent), "open": [n for n in undetected if n not in equivalent],
+        "why_open": {n: e["reason"] for n, e in entries.items() if e is not None and e["verdict"] == "open"},
         "detected": found, "rate": found / relevant if relevant else 1.0,
     }
 
@@ -111,5 +113,5 @@ def write_report(results: Path, triage_path: Path, out: Path, modules: Iterable[
     for r in rows:
         if r["open"]:
             lines += ["", f"## {r['module']}: undetected, not triaged as equivalent ({len(r['open'])})", ""]
-            lines += [f"- `{name}`" for name in r["open"]]
+            lines += [f"- `{name}`" + (f": {r['why_open'][name]}" if name in r["why_open"] else "") for name in r["open"]]
     out.write_text("\n".join(lines) + "\n")

@@ -18,6 +18,7 @@ never from what the code returned:
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -136,7 +137,8 @@ def test_a_bad_data_parallel_size_is_rejected_by_name(value: Any) -> None:
 def test_a_bad_dp_shard_hint_is_rejected_by_name(value: Any) -> None:
     m = manager(data_parallel_size=2)
     if value is None:
-        assert m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=None, data_parallel_size=2) is not None
+        pages = m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=None, data_parallel_size=2)
+        assert pages is not None
         return
     with pytest.raises(InvalidArgumentError, match=named("dp_shard_hint")):
         m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=value, data_parallel_size=2)
@@ -175,7 +177,8 @@ def test_the_shared_no_new_page_result_has_pool_views() -> None:
 
 def test_a_dp_size_is_adopted_from_the_first_call_that_uses_one() -> None:
     m = manager(8)
-    assert m.allocate_slots(Request("x", [1, 2]), 2) is not None  # no DP: nothing adopted
+    pages = m.allocate_slots(Request("x", [1, 2]), 2)  # no DP: nothing adopted
+    assert pages is not None
     assert m.data_parallel_size == 1
     assert ids(m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=1, data_parallel_size=2)) == ([4],)
     assert m.data_parallel_size == 2 and m.request_shard("a") == 1
@@ -194,7 +197,8 @@ def test_a_dp_size_that_does_not_divide_the_pool_leaves_dp_off() -> None:
 def cached(m: CacheManager, tokens: list[int], rid: str = "seed") -> None:
     """Cache ``tokens`` under ``rid`` and free it."""
     req = Request(rid, tokens)
-    assert m.allocate_slots(req, len(tokens)) is not None
+    pages = m.allocate_slots(req, len(tokens))
+    assert pages is not None
     m.free(req)
 
 
@@ -232,7 +236,8 @@ def test_null_placeholders_only_lead_and_only_in_windowed_groups() -> None:
     with pytest.raises(InvalidArgumentError, match="null page at hit position 1"):
         m.allocate_slots(req, 1, 8, CachePages([full_hit, [window_hit[1], 0]]))
     assert m.request_ids() == []
-    assert m.allocate_slots(req, 1, 8, hit) is not None
+    pages = m.allocate_slots(req, 1, 8, hit)
+    assert pages is not None
 
 
 def test_a_mamba_hit_is_placeholders_then_one_state_page() -> None:
@@ -249,7 +254,8 @@ def test_a_mamba_hit_is_placeholders_then_one_state_page() -> None:
     with pytest.raises(InvalidArgumentError, match="Mamba hit"):
         m.allocate_slots(req, 1, 8, CachePages([full_hit, [0, 0]]))
     assert m.request_ids() == []
-    assert m.allocate_slots(req, 1, 8, hit) is not None
+    pages = m.allocate_slots(req, 1, 8, hit)
+    assert pages is not None
 
 
 def test_a_hit_must_cover_whole_pages_of_every_group() -> None:
@@ -330,7 +336,8 @@ def test_a_reused_request_id_drops_the_keys_of_the_object_it_named() -> None:
     kept = m.page_hashes_of("a")
     assert len(kept) == 2
     second = Request("a", list(range(100, 108)))
-    assert m.allocate_slots(second, 8, delay_cache_pages=True) is not None
+    pages = m.allocate_slots(second, 8, delay_cache_pages=True)
+    assert pages is not None
     assert m.page_hashes_of("a") == ()  # first's keys are gone, second's not computed yet
     m.cache_pages(second, 8)
     assert len(m.page_hashes_of("a")) == 2 and set(m.page_hashes_of("a")).isdisjoint(kept)
@@ -796,3 +803,234 @@ def test_a_bad_count_in_a_batchs_list_is_rejected_by_name(bad: Any) -> None:
     with pytest.raises(InvalidArgumentError, match=named("num_new_tokens")):
         m.allocate_slots_batch(reqs, [1, bad])
     assert state(m) == before
+
+
+# --- a batch taken element by element, and its caching keys (full run on ecbc580) ------------------
+# When one element of a decode batch needs two new pages, the pages are not taken at once: each
+# element is the single `allocate_slots` call it stands for (the method's docstring).
+
+
+def _mixed_batch(m: CacheManager) -> tuple[list[Request], list[CachePages | None]]:
+    """Page size 4. "a" holds 7 computed tokens and decodes its 8th: its page fills up and gets
+    cached, no new page. "b" holds 8 and decodes its 9th: one new page. "c" holds 4 and takes 8
+    more in one step: two new pages, and two more pages to cache."""
+    a, b = running(m, "a", list(range(100, 107))), running(m, "b", list(range(200, 208)))
+    a.append_output_token_ids([107])
+    b.append_output_token_ids([208])
+    c = Request("c", list(range(300, 304)))
+    first = m.allocate_slots(c, 4)
+    assert first is not None
+    c.num_computed_tokens, c.status = 4, RequestStatus.RUNNING
+    c.append_output_token_ids(list(range(304, 312)))
+    return [a, b, c], m.allocate_slots_batch([a, b, c], [1, 1, 8])
+
+
+def _hit_length(m: CacheManager, tokens: list[int], **request_options: Any) -> int:
+    """Tokens a new request starting with ``tokens`` (and one more) finds cached."""
+    return m.get_computed_pages(Request("probe", [*tokens, 999], **request_options))[1]
+
+
+def test_an_element_that_needs_no_page_gets_the_shared_no_new_page_result() -> None:
+    m = manager(32)
+    _, (first, _, _) = _mixed_batch(m)
+    d = grown([running(m, "d", list(range(400, 407)))], 1)[0]
+    assert first is m.allocate_slots(d, 1)  # the manager's one shared result
+    assert first is not None and first.get_page_ids() == ([],)
+    assert len(first.page_ids) == 1 and isinstance(first.page_ids[0], tuple)  # its group: an empty tuple
+
+
+def test_an_element_that_takes_one_page_gets_pool_views() -> None:
+    m = manager(32)
+    _, (_, second, _) = _mixed_batch(m)
+    assert second is not None and len(second.get_page_ids()[0]) == 1
+    assert [p.page_id for p in second.pages[0]] == second.get_page_ids()[0]
+
+
+def test_a_request_stepped_twice_a_page_in_a_batch_is_counted_once_as_holder() -> None:
+    m = manager(32)
+    (_, _, c), out = _mixed_batch(m)
+    assert out[2] is not None and len(out[2].get_page_ids()[0]) == 2
+    assert [p.page_id for p in out[2].pages[0]] == out[2].get_page_ids()[0]  # views of the pool
+    m.free(c)
+    c.cache_salt = "tenant"  # freed: its identity may change again
+    assert c.cache_salt == "tenant"
+
+
+def test_a_batch_step_caches_every_page_it_completes() -> None:
+    m = manager(32)
+    _mixed_batch(m)
+    assert _hit_length(m, list(range(100, 108))) == 8
+    assert _hit_length(m, list(range(300, 312))) == 12  # two key pages completed in one step
+
+
+@pytest.mark.parametrize("step", [4, 8])  # one key page, two
+def test_a_batch_step_keys_a_lora_requests_pages_with_its_adapter(step: int) -> None:
+    m = manager(32)
+    lora: dict[str, Any] = {"lora_name": "adapter", "lora_path": "/weights"}
+    req = Request("c", list(range(300, 304)), **lora)
+    first = m.allocate_slots(req, 4)
+    assert first is not None
+    req.num_computed_tokens, req.status = 4, RequestStatus.RUNNING
+    req.append_output_token_ids(list(range(304, 304 + step)))
+    out = m.allocate_slots_batch([req], step)
+    assert out[0] is not None
+    assert _hit_length(m, list(range(300, 304 + step)), **lora) == 4 + step
+    assert _hit_length(m, list(range(300, 304 + step))) == 0  # the same tokens without the adapter
+
+
+def test_the_keys_of_a_batch_step_do_not_depend_on_the_hosts_byte_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a big-endian host the manager has no one-page key shortcut; the keys are the same."""
+    monkeypatch.setattr(sys, "byteorder", "big")
+    m = manager(32)
+    _mixed_batch(m)
+    assert _hit_length(m, list(range(100, 108))) == 8
+    assert _hit_length(m, list(range(300, 312))) == 12
+
+
+def test_a_batch_raises_what_its_first_failing_call_raises() -> None:
+    """`allocate_slots_batch` is `allocate_slots` for each request in order: with a DP size the
+    manager refuses, the first call already raises for it, before a later request's own error."""
+    m = manager(16, data_parallel_size=2)
+    ok = Request("ok", [1, 2])
+    done = Request("done", [3, 4])
+    done.status = RequestStatus.FINISHED_STOPPED
+    before = state(m)
+    with pytest.raises(InvalidArgumentError, match=named("data_parallel_size")):
+        m.allocate_slots_batch([ok, done], 2, data_parallel_size=4)
+    assert state(m) == before
+
+
+# --- batches with DP arguments (allocate_slots for each request, with the call's DP size) ----------
+
+
+@pytest.mark.parametrize("value", [0, -1, "2", 4])  # 4: this manager's DP size is 2
+def test_a_bad_dp_size_of_a_batch_is_rejected_by_name_and_changes_nothing(value: Any) -> None:
+    m = manager(16, data_parallel_size=2)
+    reqs = grown([running(m, rid, list(range(k * 10, k * 10 + 4))) for k, rid in enumerate("ab")], 4)
+    before = state(m)
+    with pytest.raises(InvalidArgumentError, match=named("data_parallel_size")):
+        m.allocate_slots_batch(reqs, 4, data_parallel_size=value)
+    assert state(m) == before
+
+
+@pytest.mark.parametrize("dp", [2, None])
+def test_a_batch_step_of_a_sharded_request_takes_its_pages_in_its_shard(dp: int | None) -> None:
+    m = manager(16, data_parallel_size=2)  # shard 1: pages 8 .. 15
+    a = running(m, "a", list(range(4)), dp_shard_hint=1, data_parallel_size=2)
+    b = running(m, "b", list(range(20, 28)), dp_shard_hint=1, data_parallel_size=2)
+    grown([a, b], 4)
+    out = m.allocate_slots_batch([a, b], 4, data_parallel_size=dp)  # one new page each
+    assert all(o is not None and len(o.get_page_ids()[0]) == 1 for o in out)
+    assert all(8 <= p < 16 for rid in "ab" for p in m.get_page_ids(rid)[0])
+    assert m.request_shard("a") == 1 and m.request_shard("b") == 1
+    m.free(a)
+    a.cache_salt = "tenant"  # freed: its identity may change again (one holder, counted once)
+
+
+def test_a_dp_batch_caches_the_pages_its_steps_fill() -> None:
+    m = manager(16, data_parallel_size=2)
+    a = running(m, "a", list(range(4)), dp_shard_hint=0, data_parallel_size=2)
+    a.append_output_token_ids([4, 5, 6, 7])
+    out = m.allocate_slots_batch([a], 4, data_parallel_size=2)
+    assert out[0] is not None
+    probe = Request("probe", [*range(8), 99])
+    assert m.get_computed_pages(probe, dp_shard_hint=0, data_parallel_size=2)[1] == 8
+
+
+def test_a_batch_of_plain_decode_steps_gives_the_shared_result_and_pool_views() -> None:
+    """Every step takes at most one page: the pages are taken at once, and each result is what
+    its single call returns."""
+    m = manager(32)
+    a, b = running(m, "a", list(range(100, 107))), running(m, "b", list(range(200, 208)))
+    a.append_output_token_ids([107])  # 8 tokens: page 2 fills up and is cached, no new page
+    b.append_output_token_ids([208])  # 9 tokens: one new page
+    first, second = m.allocate_slots_batch([a, b], 1)
+    d = grown([running(m, "d", list(range(400, 407)))], 1)[0]
+    assert first is m.allocate_slots(d, 1)  # the manager's one shared result
+    assert second is not None and len(second.get_page_ids()[0]) == 1
+    assert [p.page_id for p in second.pages[0]] == second.get_page_ids()[0]
+    assert _hit_length(m, list(range(100, 108))) == 8
+
+
+@pytest.mark.parametrize("hint", [0, 3])
+def test_a_dp_size_of_one_is_accepted_and_uses_the_whole_pool(hint: int) -> None:
+    m = manager(8)
+    pages = m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=hint, data_parallel_size=1)
+    assert pages is not None
+    assert m.request_shard("a") is None and m.data_parallel_size == 1
+
+
+@pytest.mark.parametrize("value", ["0", 1.0])
+def test_a_bad_dp_shard_hint_is_rejected_by_name_without_a_dp_size_too(value: Any) -> None:
+    m = manager()
+    with pytest.raises(InvalidArgumentError, match=named("dp_shard_hint")):
+        m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=value)
+    assert m.request_ids() == []
+
+
+def test_a_dp_call_without_a_shard_hint_does_not_fix_an_open_dp_size() -> None:
+    """docs/semantics.md: the first successful call whose DP is active *and that names a shard*
+    fixes an open DP size."""
+    m = manager(8)
+    pages = m.allocate_slots(Request("a", [1, 2]), 2, data_parallel_size=2)
+    assert pages is not None and m.data_parallel_size == 1
+    pages = m.allocate_slots(Request("b", [1, 2]), 2, dp_shard_hint=1, data_parallel_size=4)
+    assert pages is not None and m.data_parallel_size == 4 and m.request_shard("b") == 1
+
+
+def test_a_lookup_of_a_request_subclass_works() -> None:
+    class Traced(Request):
+        __slots__ = ()
+
+    m = manager()
+    cached(m, list(range(8)))
+    assert m.get_computed_pages(Traced("a", list(range(9))))[1] == 8
+
+
+@pytest.mark.parametrize("cap", [8, 9, 100])
+def test_a_hit_cap_beyond_the_prompt_still_leaves_its_last_token_to_compute(cap: int) -> None:
+    m = manager()
+    cached(m, list(range(8)))
+    assert m.get_computed_pages(Request("a", list(range(8))), max_cache_hit_length=cap)[1] == 4
+
+
+@pytest.mark.parametrize("call", ["single", "batch", "batch of counts"])
+def test_another_request_object_under_a_held_id_is_refused_and_changes_nothing(call: str) -> None:
+    m = manager(32)
+    grown([running(m, "a", list(range(8)))], 1)
+    imposter = Request("a", list(range(9)))  # the same id, another object
+    imposter.num_computed_tokens, imposter.status = 8, RequestStatus.RUNNING
+    before = state(m)
+    with pytest.raises(InvalidArgumentError, match="another Request object"):
+        if call == "single":
+            m.allocate_slots(imposter, 1)
+        else:
+            m.allocate_slots_batch([imposter], 1 if call == "batch" else [1])
+    assert state(m) == before
+
+
+def test_a_step_planned_in_general_counts_its_request_once_as_holder() -> None:
+    m = manager(32)
+    req = running(m, "a", list(range(4)))
+    req.append_output_token_ids(list(range(4, 12)))
+    out = m.allocate_slots(req, 8)  # two new pages: not a decode step
+    assert out is not None and len(out.get_page_ids()[0]) == 2
+    m.free(req)
+    req.cache_salt = "tenant"  # freed: its identity may change again
+    assert req.cache_salt == "tenant"
+
+
+@pytest.mark.parametrize("skip", [None, False, True])  # None: the default (off)
+def test_skip_unreachable_sliding_pages_leaves_only_those_pages_unkeyed(skip: bool | None) -> None:
+    """Full attention (page 8) + sliding window 2 (page 2): the hit unit spans 4 sliding pages,
+    and a hit needs only the last of them (docs/differences.md); 17 tokens fill 8 pages."""
+    options = {} if skip is None else {"skip_unreachable_sliding_pages": skip}
+    m = CacheManager(64, [full(8), sliding(2, 2)], 64, hash_seed=1, **options)
+    out = m.allocate_slots(Request("r", list(range(17))), 17)
+    assert out is not None
+    sliding_pages = out.get_page_ids()[1]  # 9 pages, the last one partial
+    unkeyed = out.get_unhashed_page_ids_all_groups()[1]
+    if skip:
+        assert unkeyed == [p for j, p in enumerate(sliding_pages) if j % 4 != 3]  # the partial one among them
+    else:
+        assert unkeyed == sliding_pages[-1:]  # only the partial page

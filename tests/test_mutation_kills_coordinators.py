@@ -30,10 +30,17 @@ from verikv import (
     CacheSpecError,
     InvalidArgumentError,
     Request,
+    RequestStatus,
     UnknownRequestError,
     get_kv_cache_coordinator,
 )
-from verikv.coordinators import MAX_MODEL_LEN, CacheCoordinator, HybridCacheCoordinator, UnitaryCacheCoordinator
+from verikv.coordinators import (
+    MAX_MODEL_LEN,
+    CacheCoordinator,
+    HybridCacheCoordinator,
+    UnitaryCacheCoordinator,
+    sliding_page_can_hit,
+)
 from verikv.hashing import PageHasher
 
 HASHER = PageHasher("sha256", seed=11)
@@ -937,3 +944,118 @@ def test_a_hit_given_back_after_the_request_freed_its_pages_is_checked_by_its_ke
 def test_mamba_zero_state_tokens_take_no_state_page(zero: Any) -> None:
     c = get_kv_cache_coordinator(16, [full(4), mamba(8)], 64, False, True, mamba_cache_mode="align")
     assert c.allocate_slots("a", 0, 4, None, num_state_tokens=zero) == ([1], [])
+
+
+# --- found by the run on ecbc580 ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("per", "need", "keyed"), [
+    (4, 1, [3, 7]), (4, 2, [2, 3, 6, 7]), (4, 3, [1, 2, 3, 5, 6, 7]), (4, 4, list(range(8))), (4, 6, list(range(8))),
+])
+def test_a_sliding_page_can_hit_only_among_the_last_pages_of_each_hit_unit(per: int, need: int,
+                                                                            keyed: list[int]) -> None:
+    """docs/semantics.md: page j is kept when ``need >= per`` or ``j % per >= per - need``."""
+    assert [j for j in range(8) if sliding_page_can_hit(j, per, need)] == keyed
+
+
+@pytest.mark.parametrize(("window", "keyed"), [
+    (1, [3, 7]), (2, [3, 7]), (3, [3, 7]), (4, [2, 3, 6, 7]), (5, [2, 3, 6, 7]), (7, [1, 2, 3, 5, 6, 7]),
+    (9, list(range(8))),
+])
+def test_skipping_unreachable_sliding_pages_keys_the_pages_a_hit_needs(window: int, keyed: list[int]) -> None:
+    """Full attention (page 8) + sliding (page 2): a hit unit is 4 sliding pages, and a hit needs
+    the last ``max(1, cdiv(window - 1, 2))`` of them (docs/semantics.md); 16 tokens fill 8 pages."""
+    c = get_kv_cache_coordinator(64, [full(8), sliding(2, window)], 64, False, True,
+                                 skip_unreachable_sliding_pages=True)
+    tokens = list(range(16))
+    assert c.allocate_slots("r", 0, 16, None) is not None
+    c.cache_pages("r", HASHER.hash_request(Request("r", tokens), 2), 16)
+    pages = c.get_pages("r")
+    assert pages is not None
+    assert [j for j, p in enumerate(pages[1]) if c.page_pool.key_of(p) is not None] == keyed
+    assert all(c.page_pool.key_of(p) is not None for p in pages[0])  # full attention: every page
+
+
+def test_caching_held_records_in_a_batch_caches_every_group_of_each() -> None:
+    c = get_kv_cache_coordinator(32, [full(4), sliding(4, 8)], 64, False, True)
+    keys = {}
+    for k, rid in enumerate("ab"):
+        tokens = list(range(10 * k, 10 * k + 8))
+        assert c.allocate_slots(rid, 0, 8, None) is not None
+        keys[rid] = HASHER.hash_request(Request(rid, tokens), 4)
+    c.cache_held_batch([c.records["a"], c.records["b"]], [keys["a"], keys["b"]], [8, 8])
+    assert c.records["a"].num_cached == [2, 2] and c.records["b"].num_cached == [2, 2]
+    pages = [c.get_pages(rid) for rid in "ab"]
+    assert all(c.page_pool.key_of(p) is not None for held in pages if held for group in held for p in group)
+
+
+def test_the_decode_steps_of_no_record_take_no_page() -> None:
+    c = get_kv_cache_coordinator(16, [full(4)], 32, False, True)
+    free = c.page_pool.get_num_free_pages()
+    assert c.decode_steps([], []) == []  # `decode_step` for each of no record
+    assert c.page_pool.get_num_free_pages() == free
+
+
+# --- the decode batch's work list (CacheCoordinator.decode_work, through the manager's batch) -----
+# Every position whose single call may do something or raises is in the work list; leaving one
+# out returns "no new page" for it without the call.
+
+COUNTS = [pytest.param(lambda n: 1, id="one count"), pytest.param(lambda n: [1] * n, id="a count each")]
+
+
+def _manager() -> CacheManager:
+    return CacheManager(32, [full(4)], 64, hash_seed=1)
+
+
+def _pages_and_keys(m: CacheManager) -> tuple[Any, ...]:
+    return (m.page_pool.free_list_ids(), {rid: m.get_page_ids(rid) for rid in m.request_ids()},
+            sorted(map(repr, m.page_pool.cached_items())))
+
+
+@pytest.mark.parametrize("counts", COUNTS)
+def test_a_batch_refuses_another_object_under_a_held_id_even_when_its_step_fits(counts: Any) -> None:
+    m = _manager()
+    running(m, "a", list(range(6)))  # 2 pages: room for 8 tokens, caching next due at 8
+    imposter = Request("a", list(range(7)))  # the same id, another object: 6 + 1 tokens fit
+    imposter.num_computed_tokens, imposter.status = 6, RequestStatus.RUNNING
+    before = _pages_and_keys(m)
+    with pytest.raises(InvalidArgumentError, match="another Request object"):
+        m.allocate_slots_batch([imposter], counts(1))
+    assert _pages_and_keys(m) == before
+
+
+@pytest.mark.parametrize("counts", COUNTS)
+def test_a_batch_admits_a_request_that_holds_nothing(counts: Any) -> None:
+    m = _manager()
+    out = m.allocate_slots_batch([Request("new", [1, 2, 3])], counts(1))
+    assert out[0] is not None and len(out[0].get_page_ids()[0]) == 1
+
+
+@pytest.mark.parametrize("counts", COUNTS)
+def test_a_batch_readmits_a_preempted_request_whose_keys_are_kept(counts: Any) -> None:
+    m = _manager()
+    req = running(m, "a", list(range(8)))  # its 2 pages are cached: the record keeps the keys
+    m.free(req)
+    req.num_computed_tokens, req.status = 0, RequestStatus.PREEMPTED
+    out = m.allocate_slots_batch([req], counts(1))
+    assert out[0] is not None and len(out[0].get_page_ids()[0]) == 1
+
+
+@pytest.mark.parametrize("counts", COUNTS)
+def test_a_finished_request_in_a_batch_raises_even_when_its_step_fits(counts: Any) -> None:
+    m = _manager()
+    req = running(m, "a", list(range(6)))  # room for 8 tokens
+    req.status = RequestStatus.FINISHED_STOPPED
+    before = _pages_and_keys(m)
+    with pytest.raises(InvalidArgumentError, match="finished"):
+        m.allocate_slots_batch([req], counts(1))
+    assert _pages_and_keys(m) == before
+
+
+def test_a_coordinator_keys_every_full_sliding_page_by_default() -> None:
+    """skip_unreachable_sliding_pages is off unless asked for (docs/differences.md)."""
+    c = get_kv_cache_coordinator(64, [full(8), sliding(2, 2)], 64, False, True)
+    assert c.allocate_slots("r", 0, 16, None) is not None
+    c.cache_pages("r", HASHER.hash_request(Request("r", list(range(16))), 2), 16)
+    pages = c.get_pages("r")
+    assert pages is not None and all(c.page_pool.key_of(p) is not None for group in pages for p in group)

@@ -9,12 +9,15 @@ the arguments, not from running the code.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 import pytest
 
+from verikv import free_queue
 from verikv.errors import ForeignPageError, InvalidArgumentError, PageStateError
 from verikv.free_queue import UNLINKED, CachePage, FreeCachePageQueue, IdLinks, PageRecords
 
@@ -162,3 +165,31 @@ def test_link_back_distinct_refuses_repeats_and_changes_nothing(repeated: list[i
     ids = np.array(repeated, dtype=np.uint32)
     assert not links.link_back_distinct(1, ids, repeated[0], repeated[-1])
     assert (links.ids(0), links.ids(1), list(links.lengths), list(links.next), list(links.prev)) == before
+
+
+# --- import-time code (run on ecbc580) ----------------------------------------------------------
+# `CachePage`'s ``ref_cnt`` and ``page_hash`` properties are built by `_record_field` when the
+# module is imported; a second execution of the module's file builds them again, so what it
+# builds is checked here (a mutation tool that activates a change after the import sees it too).
+
+
+def _fresh_free_queue() -> ModuleType:
+    """A second execution of verikv/free_queue.py under its own name (not registered)."""
+    spec = importlib.util.spec_from_file_location(free_queue.__name__, free_queue.__file__)
+    assert spec is not None and spec.loader is not None
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    return fresh
+
+
+def test_a_lone_pages_record_fields_read_and_assign_through_their_checks() -> None:
+    page = _fresh_free_queue().CachePage(3, ref_cnt=1)
+    assert (page.ref_cnt, page.page_hash) == (1, None)
+    page.ref_cnt = 2
+    page.page_hash = b"key"
+    assert (page.ref_cnt, page.page_hash) == (2, b"key")
+    with pytest.raises(InvalidArgumentError, match="ref_cnt"):
+        page.ref_cnt = -1
+    with pytest.raises(PageStateError):
+        page.page_hash = b"other"  # it already has a hash
+    assert (page.ref_cnt, page.page_hash) == (2, b"key")

@@ -557,3 +557,32 @@ def test_on_a_big_endian_host_token_words_are_swapped_to_little_endian(
     expected = hasher.hash_request(swapped, page_size, start, parent, stop)
     monkeypatch.setattr(hashing, "_BIG_ENDIAN", True)
     assert hasher.hash_request(Request("r", tokens), page_size, start, parent, stop) == expected
+
+
+# --- found by the run on ecbc580 ------------------------------------------------------------------
+
+
+def test_the_pool_key_of_a_page_names_its_group_except_group_zeros_bytes_keys() -> None:
+    key = hashing.PageHasher("sha256", seed=1).hash_request(Request("a", list(range(4))), 4)[0]
+    assert hashing.group_pool_key(key, 0) is key  # group 0 keeps the content key itself
+    for group in (1, 2):
+        pool_key = hashing.group_pool_key(key, group)
+        assert isinstance(pool_key, hashing.PageHashWithGroupId) and tuple(pool_key) == (key, group)
+    assert len({hashing.group_pool_key(key, g) for g in (0, 1, 2)}) == 3  # one page per group, no collision
+
+
+@pytest.mark.parametrize("pages", [2, 12])  # a short run, and one past the NumPy threshold
+def test_a_callable_scheme_sees_a_duck_typed_requests_tokens_as_ints(pages: int) -> None:
+    """The scheme's function gets (parent value, token tuple, extra keys), the tokens as the
+    request's checked ids: plain ints, whatever integral type the request holds them in."""
+    seen: list[tuple[Any, ...]] = []
+
+    def scheme(obj: Any) -> int:
+        seen.append(obj[1])
+        return hash(repr(obj[1]))  # (the value depends on how the tokens print)
+
+    tokens = list(range(4 * pages))
+    duck = SimpleNamespace(all_token_ids=[np.int64(t) for t in tokens])
+    keys = PageHasher(scheme, seed=1).hash_request(duck, 4)
+    assert all(type(t) is int for page in seen for t in page)
+    assert keys == PageHasher(scheme, seed=1).hash_request(Request("a", tokens), 4)

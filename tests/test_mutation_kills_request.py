@@ -9,14 +9,24 @@ preempted request is not finished. Expected values come from the arguments.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
 
-from verikv import CacheGroupSpec, CacheManager, FullAttentionSpec, Request, RequestStatus
+from verikv import (
+    CacheGroupSpec,
+    CacheManager,
+    FullAttentionSpec,
+    PageHasher,
+    Request,
+    RequestStatus,
+    request as request_module,
+)
 from verikv.errors import InvalidArgumentError
 from verikv.request import TokenView
 
@@ -137,3 +147,112 @@ def test_bytes_are_not_a_token_list() -> None:
         Request("r", b"\x01\x02")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         _request().append_output_token_ids(b"\x01")  # type: ignore[arg-type]
+
+
+# --- import-time code and the LoRA fields (run on ecbc580) ----------------------------------------
+# `Request`'s fields are properties built by `_field` / `_identity_field` when the module is
+# imported; a second execution of the module's file builds them again, so what it builds is
+# checked here (a mutation tool that activates a change after the import sees it too).
+
+
+def _fresh_request_module() -> ModuleType:
+    """A second execution of verikv/request.py under its own name (not registered)."""
+    spec = importlib.util.spec_from_file_location(request_module.__name__, request_module.__file__)
+    assert spec is not None and spec.loader is not None
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    return fresh
+
+
+def test_fields_built_at_import_read_assign_check_and_are_documented() -> None:
+    fresh = _fresh_request_module().Request
+    req = fresh("a", [1, 2, 3], cache_salt="s", lora_id=1, lora_name="n", lora_path="/p")
+    assert (req.request_id, req.cache_salt, req.lora_id, req.lora_name, req.lora_path) == ("a", "s", 1, "n", "/p")
+    req.request_id, req.cache_salt, req.lora_id = "b", "t", 2
+    req.num_computed_tokens = 2
+    assert (req.request_id, req.cache_salt, req.lora_id, req.num_computed_tokens) == ("b", "t", 2, 2)
+    with pytest.raises(InvalidArgumentError, match="lora_id"):
+        req.lora_id = -1
+    with pytest.raises(InvalidArgumentError, match="request_id"):
+        req.request_id = ""
+    assert (req.request_id, req.lora_id) == ("b", 2)
+    for name in ("request_id", "cache_salt", "lora_id", "lora_name", "lora_path", "num_computed_tokens", "status"):
+        # help(Request) shows each field's own text (the source's, as the first import built it)
+        assert getattr(fresh, name).__doc__ == getattr(Request, name).__doc__, name
+        assert not getattr(fresh, name).__doc__.startswith("attrgetter"), name
+
+
+@pytest.mark.parametrize("field", ["lora_name", "lora_path"])
+@pytest.mark.parametrize("bad", ["", 3, b"n"])
+def test_a_lora_name_or_path_must_be_a_non_empty_str_named_in_the_error(field: str, bad: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match=rf"\b{field}\b"):
+        Request("a", [1, 2], **{"lora_name": "n", field: bad})
+    req = Request("a", [1, 2], lora_name="n", lora_path="/p")
+    with pytest.raises(InvalidArgumentError, match=rf"\b{field}\b"):
+        setattr(req, field, bad)
+    assert (req.lora_name, req.lora_path) == ("n", "/p")
+
+
+def test_a_lora_name_and_path_are_stored_as_plain_str() -> None:
+    class Name(str):
+        pass
+
+    req = Request("a", [1, 2], lora_name=Name("n"), lora_path=Name("/p"))
+    assert (req.lora_name, req.lora_path) == ("n", "/p")
+    assert type(req.lora_name) is str and type(req.lora_path) is str
+    req.lora_name, req.lora_path = Name("m"), Name("/q")
+    assert (req.lora_name, req.lora_path) == ("m", "/q") and type(req.lora_name) is str and type(req.lora_path) is str
+
+
+def test_a_lora_path_needs_a_name_and_a_name_is_kept_while_a_path_is_set() -> None:
+    with pytest.raises(InvalidArgumentError, match="lora_path"):
+        Request("a", [1, 2], lora_path="/p")
+    assert Request("a", [1, 2], lora_name="n").lora_path is None
+    req = Request("a", [1, 2])
+    with pytest.raises(InvalidArgumentError, match="lora_path"):
+        req.lora_path = "/p"
+    req.lora_name = "n"
+    req.lora_path = "/p"
+    with pytest.raises(InvalidArgumentError, match="lora_name"):
+        req.lora_name = None
+    assert (req.lora_name, req.lora_path) == ("n", "/p")
+    req.lora_path = None
+    req.lora_name = None
+    assert (req.lora_name, req.lora_path) == (None, None)
+
+
+def test_changing_the_lora_identity_changes_the_page_keys() -> None:
+    hasher = PageHasher("sha256", seed=1)
+    req = Request("a", list(range(8)), lora_name="n")
+    named = hasher.hash_request(req, 4)
+    req.lora_path = "/p"
+    with_path = hasher.hash_request(req, 4)
+    req.lora_path = None
+    req.lora_name = "m"
+    renamed = hasher.hash_request(req, 4)
+    assert len({tuple(named), tuple(with_path), tuple(renamed)}) == 3
+
+
+@pytest.mark.parametrize("field", ["lora_name", "lora_path"])
+def test_a_lora_text_with_a_lone_surrogate_is_rejected_by_name(field: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=rf"\b{field}\b"):
+        options: dict[str, Any] = {"lora_name": "n", field: "bad\ud800"}
+        Request("a", [1, 2], **options)
+
+
+def test_multimodal_features_given_as_a_tuple_are_kept() -> None:
+    req = Request("a", list(range(4)), mm_features=(("img", 1, 2),))
+    assert [tuple(f) for f in req.mm_features] == [("img", 1, 2)]
+
+
+def test_one_token_of_any_integral_type_is_appended_as_one_element_list_would_be() -> None:
+    req = Request("a", [1, 2])
+    five: Any = np.int64(5)  # (typed Any: the API is annotated with int)
+    six: Any = np.int64(6)
+    req.append_output_token_ids(five)
+    req.append_output_token_ids([six])
+    assert list(req.all_token_ids) == [1, 2, 5, 6] and all(type(t) is int for t in req.all_token_ids)
+    for bad in (True, [True]):
+        with pytest.raises(InvalidArgumentError):
+            req.append_output_token_ids(bad)  # a bool is not a token id
+    assert list(req.all_token_ids) == [1, 2, 5, 6]

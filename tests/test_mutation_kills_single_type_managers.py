@@ -21,6 +21,7 @@ from verikv import (
     FullAttentionSpec,
     InvalidArgumentError,
     MambaSpec,
+    NullPageError,
     PagePool,
     Request,
     SlidingWindowSpec,
@@ -487,3 +488,66 @@ def test_a_long_cached_run_skips_its_placeholders() -> None:
     pages = [0] * 5 + real  # the window dropped the first five pages
     assert manager.cache_pages(pages, 0, keys, 40 * PAGE_SIZE) == 40
     assert pool.keys_of_ids(real) == [manager.group_key(keys[j]) for j in range(5, 40)]
+
+
+# --- found by the run on ecbc580 ------------------------------------------------------------------
+
+
+def _full_with_requests() -> tuple[SingleTypeCacheManager, list[list[int]], list[list[bytes]]]:
+    """A full-attention manager whose pool holds three requests' pages (3, 2 and 2 pages)."""
+    manager = _manager()
+    page_lists = [manager.page_pool.get_new_page_ids(n) for n in (3, 2, 2)]
+    keys = [_keys(3, seed=1), _keys(2, seed=2), _keys(2, seed=3)]
+    return manager, page_lists, keys
+
+
+def test_caching_a_batch_ends_as_caching_each_request_in_order() -> None:
+    """`cache_pages_batch`: each request's pages registered as its own call registers them,
+    the pool ending as after the calls in order, its key version included."""
+    num_cached, num_tokens = [0, 1, 2], [12, 8, 8]  # the third request has nothing new to cache
+    batch, lists, keys = _full_with_requests()
+    counts = batch.cache_pages_batch([list(p) for p in lists], list(num_cached), keys, list(num_tokens))
+    one_by_one, lists2, keys2 = _full_with_requests()
+    expected = [one_by_one.cache_pages(p, c, k, n) for p, c, k, n in zip(lists2, num_cached, keys2, num_tokens)]
+    assert counts == expected == [3, 2, 2]
+    assert batch.page_pool.cached_items() == one_by_one.page_pool.cached_items()
+    assert batch.page_pool.key_version == one_by_one.page_pool.key_version
+
+
+def test_a_mamba_group_caches_nothing_in_a_batch_and_reads_nothing_in_a_lookup() -> None:
+    pool = PagePool(POOL)
+    manager = get_manager_for_kv_cache_spec(MambaSpec(page_size=64, shapes=((2, 2),), dtype=np.float32), pool, 0)
+    pages = [pool.get_new_page_ids(1), pool.get_new_page_ids(1)]
+    assert manager.cache_pages_batch(pages, [0, 0], [_keys(1), _keys(1, seed=2)], [64, 64]) == [0, 0]
+    assert pool.cached_items() == []
+    queries = pool.prefix_cache_stats.queries
+    assert manager.find_longest_cache_hit(_keys(2), 128, (0,)) == ([],)
+    assert pool.prefix_cache_stats.queries == queries  # a recurrent state is not a prefix: no key read
+
+
+def test_freeing_a_full_attention_list_with_the_null_page_is_refused() -> None:
+    manager = _manager()
+    pages = manager.page_pool.get_new_page_ids(2)
+    with pytest.raises(NullPageError):
+        manager.free([pages[0], 0, pages[1]])  # a null page there by mistake
+    assert [manager.page_pool.ref_count(p) for p in pages] == [1, 1]
+
+
+def test_a_full_attention_group_other_than_group_zero_finds_its_own_pages() -> None:
+    pool = PagePool(POOL)
+    manager = get_manager_for_kv_cache_spec(FullAttentionSpec(page_size=PAGE_SIZE, **KW), pool, 1)
+    pages, keys = pool.get_new_page_ids(3), _keys(3)
+    _cache(manager, pages, keys, [0, 1, 2])
+    assert manager.find_longest_cache_hit(keys, 3 * PAGE_SIZE, (1,)) == (pages,)
+    assert manager.find_longest_cache_hit(keys, 3 * PAGE_SIZE, (0,)) == ([],)  # group 0 holds none of them
+
+
+def test_caching_refuses_keys_that_are_not_page_keys_with_several_keys_per_page() -> None:
+    """Page size 4 over key pages of 2: two keys per page, every one of them checked."""
+    pool = PagePool(POOL)
+    manager = get_manager_for_kv_cache_spec(FullAttentionSpec(page_size=PAGE_SIZE, **KW), pool, 0, 2)
+    pages = pool.get_new_page_ids(2)
+    keys: list[Any] = [_keys(1, page_size=2)[0], "not a key", "not a key", "not a key"]
+    with pytest.raises(InvalidArgumentError, match=_named("keys")):
+        manager.cache_pages(pages, 0, keys, 2 * PAGE_SIZE)
+    assert pool.cached_items() == []
