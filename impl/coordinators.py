@@ -522,7 +522,10 @@ class CacheCoordinator:
         return needed
 
     def cache_pages(self, request_id: str, keys: Sequence[PageKey], num_tokens: int) -> None:
-        """Register the request's full pages up to ``num_tokens`` tokens in every group."""
+        """Register the request's full pages up to ``num_tokens`` tokens in every group. A Mamba
+        align group keys no state here: a state is keyed only once the step that ends it is over,
+        and the coordinator is not told which tokens are computed (`CacheManager.cache_pages`
+        is, and keys it)."""
         rec = self.holding(request_id)
         if rec is None:
             raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
@@ -531,7 +534,9 @@ class CacheCoordinator:
     def cache_held(self, rec: RequestState, keys: Sequence[PageKey], num_tokens: int,
                    num_computed_tokens: int = 0) -> None:
         """`cache_pages` for the record of a request that holds pages (the arguments are
-        checked against every group before the first one caches)."""
+        checked against every group before the first one caches). A Mamba align group keys the
+        state of ``num_computed_tokens`` (`MambaAlignManager.cache_states`); the default, 0,
+        keys none."""
         managers = self.single_type_managers
         pages: PageIds = rec.pages  # type: ignore[assignment]
         cached = rec.num_cached

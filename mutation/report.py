@@ -113,5 +113,6 @@ def write_report(results: Path, triage_path: Path, out: Path, modules: Iterable[
     for r in rows:
         if r["open"]:
             lines += ["", f"## {r['module']}: undetected, not triaged as equivalent ({len(r['open'])})", ""]
-            lines += [f"- `{name}`" + (f": {r['why_open'][name]}" if name in r["why_open"] else "") for name in r["open"]]
+            why = r["why_open"]
+            lines += [f"- `{name}`" + (f": {why[name]}" if name in why else "") for name in r["open"]]
     out.write_text("\n".join(lines) + "\n")

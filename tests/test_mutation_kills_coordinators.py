@@ -1059,3 +1059,17 @@ def test_a_coordinator_keys_every_full_sliding_page_by_default() -> None:
     c.cache_pages("r", HASHER.hash_request(Request("r", list(range(16))), 2), 16)
     pages = c.get_pages("r")
     assert pages is not None and all(c.page_pool.key_of(p) is not None for group in pages for p in group)
+
+
+def test_the_coordinators_cache_pages_keys_no_mamba_align_state() -> None:
+    """Documented: `CacheCoordinator.cache_pages` is not told which tokens are computed, so a
+    Mamba align group keys no state there (the attention pages are keyed). One token on pages
+    of one token: the state page after it would be keyable by its position."""
+    c = get_kv_cache_coordinator(16, [full(1), mamba(1)], 32, False, True, mamba_cache_mode="align")
+    assert c.key_page_size == 1
+    keys = HASHER.hash_request(Request("r", [5]), 1)
+    assert c.allocate_slots("r", 0, 1, None) is not None
+    c.cache_pages("r", keys, 1)
+    attention, states = held(c, "r")
+    assert len(attention) == 1 and c.page_pool.key_of(attention[0]) is not None
+    assert states[-1] != 0 and c.page_pool.key_of(states[-1]) is None
