@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
@@ -383,9 +384,11 @@ def _pool_ops(ops: Sequence[PoolOp], bulk: bool, monkeypatch: pytest.MonkeyPatch
             if op == "get":
                 results.append(pool.get_new_page_ids(arg[0]))
             elif op == "touch":
-                results.append(pool.touch_ids(arg))
+                pool.touch_ids(arg)
+                results.append("touched")
             else:
-                results.append(pool.free_page_ids(arg))
+                pool.free_page_ids(arg)
+                results.append("freed")
         except Exception as exc:  # compared between the two paths, whatever it is
             results.append((type(exc).__name__, str(exc)))
     links = pool.free_page_queue.links
@@ -422,8 +425,12 @@ def test_a_hit_in_one_run_of_the_free_list_is_unlinked_in_one_step(monkeypatch: 
     pool.free_page_ids(held[::-1])
     runs: list[bool] = []
     unlink_run = free_queue.IdLinks.unlink_run
-    monkeypatch.setattr(free_queue.IdLinks, "unlink_run",
-                        lambda self, li, ids: runs.append(unlink_run(self, li, ids)) or runs[-1])
+
+    def recorded_unlink_run(self: free_queue.IdLinks, li: int, ids: np.ndarray) -> bool:
+        runs.append(unlink_run(self, li, ids))
+        return runs[-1]
+
+    monkeypatch.setattr(free_queue.IdLinks, "unlink_run", recorded_unlink_run)
     pool.touch_ids([5, 6, 7, 8])  # in the free list as 8, 7, 6, 5: one run
     pool.touch_ids([1, 3])  # two runs: the scalar path
     assert runs == [True, False]

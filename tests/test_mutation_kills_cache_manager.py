@@ -1024,7 +1024,7 @@ def test_a_step_planned_in_general_counts_its_request_once_as_holder() -> None:
 def test_skip_unreachable_sliding_pages_leaves_only_those_pages_unkeyed(skip: bool | None) -> None:
     """Full attention (page 8) + sliding window 2 (page 2): the hit unit spans 4 sliding pages,
     and a hit needs only the last of them (docs/differences.md); 17 tokens fill 8 pages."""
-    options = {} if skip is None else {"skip_unreachable_sliding_pages": skip}
+    options: dict[str, Any] = {} if skip is None else {"skip_unreachable_sliding_pages": skip}
     m = CacheManager(64, [full(8), sliding(2, 2)], 64, hash_seed=1, **options)
     out = m.allocate_slots(Request("r", list(range(17))), 17)
     assert out is not None

@@ -9,13 +9,12 @@ the arguments, not from running the code.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Callable
-from types import ModuleType
 
 import numpy as np
 import pytest
+from reexecuted import reexecuted
 
 from verikv import free_queue
 from verikv.errors import ForeignPageError, InvalidArgumentError, PageStateError
@@ -173,17 +172,8 @@ def test_link_back_distinct_refuses_repeats_and_changes_nothing(repeated: list[i
 # builds is checked here (a mutation tool that activates a change after the import sees it too).
 
 
-def _fresh_free_queue() -> ModuleType:
-    """A second execution of verikv/free_queue.py under its own name (not registered)."""
-    spec = importlib.util.spec_from_file_location(free_queue.__name__, free_queue.__file__)
-    assert spec is not None and spec.loader is not None
-    fresh = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fresh)
-    return fresh
-
-
 def test_a_lone_pages_record_fields_read_and_assign_through_their_checks() -> None:
-    page = _fresh_free_queue().CachePage(3, ref_cnt=1)
+    page = reexecuted(free_queue).CachePage(3, ref_cnt=1)
     assert (page.ref_cnt, page.page_hash) == (1, None)
     page.ref_cnt = 2
     page.page_hash = b"key"

@@ -9,14 +9,13 @@ preempted request is not finished. Expected values come from the arguments.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from reexecuted import reexecuted
 
 from verikv import (
     CacheGroupSpec,
@@ -155,17 +154,8 @@ def test_bytes_are_not_a_token_list() -> None:
 # checked here (a mutation tool that activates a change after the import sees it too).
 
 
-def _fresh_request_module() -> ModuleType:
-    """A second execution of verikv/request.py under its own name (not registered)."""
-    spec = importlib.util.spec_from_file_location(request_module.__name__, request_module.__file__)
-    assert spec is not None and spec.loader is not None
-    fresh = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fresh)
-    return fresh
-
-
 def test_fields_built_at_import_read_assign_check_and_are_documented() -> None:
-    fresh = _fresh_request_module().Request
+    fresh = reexecuted(request_module).Request
     req = fresh("a", [1, 2, 3], cache_salt="s", lora_id=1, lora_name="n", lora_path="/p")
     assert (req.request_id, req.cache_salt, req.lora_id, req.lora_name, req.lora_path) == ("a", "s", 1, "n", "/p")
     req.request_id, req.cache_salt, req.lora_id = "b", "t", 2
