@@ -445,7 +445,7 @@ class FreeCachePageQueue:
     def popleft_ids(self, n: int) -> list[int]:
         """Unlink and return the first ``n`` ids (`OutOfPagesError` if fewer are linked).
 
-        raises: OutOfPagesError, InvalidArgumentError, PageStateError
+        raises: errors.OutOfPagesError, errors.InvalidArgumentError, errors.PageStateError
         post: __return__ == __old__.self.ids()[:n] and self.ids() == __old__.self.ids()[n:]
         """
         self._check_unowned()
@@ -457,7 +457,7 @@ class FreeCachePageQueue:
     def remove_id(self, page_id: int) -> None:
         """Unlink ``page_id`` from anywhere in the queue (`PageStateError` if not linked).
 
-        raises: ForeignPageError, NullPageError, PageStateError
+        raises: errors.ForeignPageError, errors.NullPageError, errors.PageStateError
         post: self.ids() == [p for p in __old__.self.ids() if p != page_id]
         """
         self._check_unowned()
@@ -467,7 +467,7 @@ class FreeCachePageQueue:
     def append_ids(self, ids: list[int]) -> None:
         """Link unlinked, distinct, non-null ids at the tail in the given order.
 
-        raises: ForeignPageError, NullPageError, PageStateError
+        raises: errors.ForeignPageError, errors.NullPageError, errors.PageStateError
         post: self.ids() == __old__.self.ids() + ids
         """
         self._check_unowned()
@@ -477,7 +477,7 @@ class FreeCachePageQueue:
     def prepend_ids(self, ids: list[int]) -> None:
         """Link unlinked, distinct, non-null ids before the head, keeping their order.
 
-        raises: ForeignPageError, NullPageError, PageStateError
+        raises: errors.ForeignPageError, errors.NullPageError, errors.PageStateError
         post: self.ids() == ids + __old__.self.ids()
         """
         self._check_unowned()
@@ -528,7 +528,7 @@ class FreeCachePageQueue:
     def popleft(self) -> CachePage:
         """Unlink and return the head page (`OutOfPagesError`, a ValueError, when empty).
 
-        raises: OutOfPagesError, PageStateError
+        raises: errors.OutOfPagesError, errors.PageStateError
         post: [__return__.page_id, *self.ids()] == __old__.self.ids()
         """
         self._check_unowned()
