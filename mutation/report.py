@@ -79,7 +79,8 @@ def _table(rows: Iterable[dict[str, Any]]) -> list[str]:
             commit += f" with the kill tests of `{r['kill_tests_from']}`"
         if r["changed_rerun_on"]:
             again = r["changed_rerun_on"]
-            commit += (f"; the {again['mutants']} mutants of the {len(again['functions'])} functions changed since "
+            functions = len(again["functions"])
+            commit += (f"; the {again['mutants']} mutants of the {functions} function{'s' * (functions != 1)} changed since "
                        f"re-run on `{again['commit']}`" + (" + uncommitted changes" if again["uncommitted_changes"] else ""))
         if r["functions"]:
             commit += ", only the functions " + ", ".join(f"`{f}`" for f in r["functions"])
