@@ -80,8 +80,9 @@ def _table(rows: Iterable[dict[str, Any]]) -> list[str]:
         if r["changed_rerun_on"]:
             again = r["changed_rerun_on"]
             functions = len(again["functions"])
-            commit += (f"; the {again['mutants']} mutants of the {functions} function{'s' * (functions != 1)} changed since "
-                       f"re-run on `{again['commit']}`" + (" + uncommitted changes" if again["uncommitted_changes"] else ""))
+            dirty = " + uncommitted changes" if again["uncommitted_changes"] else ""
+            commit += (f"; the {again['mutants']} mutants of the {functions} function{'s' * (functions != 1)} "
+                       f"changed since re-run on `{again['commit']}`{dirty}")
         if r["functions"]:
             commit += ", only the functions " + ", ".join(f"`{f}`" for f in r["functions"])
         if r["not_run"]:
