@@ -63,6 +63,32 @@ def stage(module: Module, source: Path) -> Path:
     return root
 
 
+def restage(module: Module, source: Path) -> Path:
+    """Refresh the code and tests of ``module``'s staged copy from ``source`` in place, keeping
+    mutmut's verdicts in ``mutants/``: the next ``mutmut run`` there regenerates the mutants,
+    compares each function's hash with the one recorded and runs again only the mutants of the
+    functions whose source changed (and of new functions); the others keep their verdicts.
+    Files are copied with a new mtime (mutmut regenerates a mutated file only when its source
+    is newer), and the recorded map from tests to the functions they call is dropped, so mutmut
+    collects it again for the new code (its incremental update only looks at new tests).
+    """
+    root = STAGE / module.name
+    if not (root / "mutants" / f"{module.path}.meta").exists():
+        raise SystemExit(f"{module.name}: no staged run to refresh in {root}; run the module first")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for sub, target in (("impl", root / "verikv"), ("spec", root / "verikv" / "spec"),
+                        ("proofs", root / "verikv" / "proofs"), ("tests", root / "tests")):
+        if target.exists():
+            for old in target.rglob("*.py"):  # files deleted since are removed, the rest rewritten
+                old.unlink()
+        shutil.copytree(source / sub, target, ignore=ignore, copy_function=shutil.copyfile, dirs_exist_ok=True)
+    for kill_tests in (REPO / "tests").glob("test_mutation_kills_*.py"):
+        shutil.copyfile(kill_tests, root / "tests" / kill_tests.name)
+    (root / "pyproject.toml").write_text(staged_pyproject(module))
+    (root / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
+    return root
+
+
 def killers(module: Module) -> list[str]:
     """The module's killer test files that exist here (its kill-test file may not be written yet)."""
     return [k for k in (*module.killers, module.kill_tests) if (REPO / k).exists()]
@@ -123,6 +149,44 @@ def measure(module: Module, max_children: int, source: Path = REPO, functions: S
     root = stage(module, source)
     run_mutmut(root, max_children, [f"verikv.{module.name}.{f}__mutmut_*" for f in functions])
     write_record(root, module, origin, functions)
+
+
+def measure_changed(module: Module, max_children: int, source: Path = REPO) -> None:
+    """Run again, on ``source``'s code, the mutants of the functions changed since the module's
+    recorded run (see `restage`), and record them in place of that run's verdicts for those
+    functions; the other functions keep the recorded verdicts (with their rechecks)."""
+    meta = STAGE / module.name / "mutants" / f"{module.path}.meta"
+    old_hashes = json.loads(meta.read_text())["hash_by_function_name"]
+    now = measured_commit(source)
+    root = restage(module, source)
+    run_mutmut(root, max_children)
+    record_changed(root, module, old_hashes, now)
+
+
+def record_changed(root: Path, module: Module, old_hashes: dict[str, str], now: dict[str, object]) -> None:
+    """Merge the verdicts of the functions whose hash differs from ``old_hashes`` (as the run
+    staged in ``root`` found them) into the module's recorded results."""
+    path = RESULTS / f"{module.name}.json"
+    record = json.loads(path.read_text())
+    new_hashes = json.loads((root / "mutants" / f"{module.path}.meta").read_text())["hash_by_function_name"]
+    changed = sorted(f for f, h in new_hashes.items() if old_hashes.get(f) != h)
+
+    def function_of(name: str) -> str:
+        return name.rpartition(".")[2].rpartition("__mutmut_")[0]
+
+    fresh = verdicts(root, module)
+    merged = {name: verdict for name, verdict in record["verdicts"].items()
+              if function_of(name) in new_hashes and function_of(name) not in changed}
+    merged.update({name: verdict for name, verdict in fresh.items() if function_of(name) in changed})
+    rerun = [name for name in merged if function_of(name) in changed]
+    undetected = {name: diff for name, diff in record["undetected"].items() if name in merged and name not in rerun}
+    undetected.update(diffs_of(root, module, [n for n in rerun if merged[n] not in DETECTED]))
+    counts: dict[str, int] = {}
+    for verdict in merged.values():
+        counts[verdict] = counts.get(verdict, 0) + 1
+    record.update(verdicts=dict(sorted(merged.items())), undetected=dict(sorted(undetected.items())), counts=counts,
+                  killers=killers(module), changed_rerun_on={**now, "functions": changed, "mutants": len(rerun)})
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
 
 
 def write_record(root: Path, module: Module, origin: dict[str, object], functions: Sequence[str] = ()) -> None:
@@ -220,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record-staged", type=str, default=None, metavar="COMMIT",
                         help="only record the verdicts of the module's staged run as they stand (an interrupted or "
                              "resumed mutmut run), stating COMMIT as the commit its code and tests came from")
+    parser.add_argument("--changed", action="store_true",
+                        help="refresh the module's staged run with this checkout's code and tests and run again only "
+                             "the mutants of the functions changed since (the others keep their verdicts)")
     parser.add_argument("--functions", nargs="+", default=(), metavar="NAME",
                         help="measure only these functions (mutmut's mangled names, globs allowed, "
                              "e.g. 'x_cdiv' or 'xǁKVCacheManagerǁ*'); recorded in the results")
@@ -231,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.modules or list(BY_NAME):
             if args.record_staged:
                 write_record(STAGE / name, BY_NAME[name], {"commit": args.record_staged, "uncommitted_changes": False})
+            elif args.changed:
+                measure_changed(BY_NAME[name], args.max_children, args.source)
             elif args.recheck:
                 recheck(BY_NAME[name])
             else:

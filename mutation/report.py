@@ -59,6 +59,7 @@ def summarize(record: dict[str, Any], triage: list[dict[str, str]], detected: Co
     return {
         "module": record["module"], "commit": record["commit"], "dirty": record["uncommitted_changes"],
         "rechecked": record.get("rechecked"), "kill_tests_from": record.get("kill_tests_from"),
+        "changed_rerun_on": record.get("changed_rerun_on"),
         "functions": record.get("functions"), "not_run": record.get("not_run", 0),
         "total": len(verdicts), "killed": record["counts"].get("killed", 0),
         "timeout": record["counts"].get("timeout", 0) + record["counts"].get("segfault", 0),
@@ -76,6 +77,12 @@ def _table(rows: Iterable[dict[str, Any]]) -> list[str]:
         commit = f"`{r['commit']}`" + (" + uncommitted tests" if r["dirty"] else "")
         if r["kill_tests_from"]:
             commit += f" with the kill tests of `{r['kill_tests_from']}`"
+        if r["changed_rerun_on"]:
+            again = r["changed_rerun_on"]
+            functions = len(again["functions"])
+            dirty = " + uncommitted changes" if again["uncommitted_changes"] else ""
+            commit += (f"; the {again['mutants']} mutants of the {functions} function{'s' * (functions != 1)} "
+                       f"changed since re-run on `{again['commit']}`{dirty}")
         if r["functions"]:
             commit += ", only the functions " + ", ".join(f"`{f}`" for f in r["functions"])
         if r["not_run"]:

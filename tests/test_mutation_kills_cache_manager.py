@@ -1034,3 +1034,21 @@ def test_skip_unreachable_sliding_pages_leaves_only_those_pages_unkeyed(skip: bo
         assert unkeyed == [p for j, p in enumerate(sliding_pages) if j % 4 != 3]  # the partial one among them
     else:
         assert unkeyed == sliding_pages[-1:]  # only the partial page
+
+
+# --- caching's next due point (RequestState.cache_at, rebuilt on febc211) -----------------------------
+
+
+def test_caching_is_next_due_at_the_end_of_the_key_page_after_the_cached_tokens() -> None:
+    # RequestState: cache_at is the end of the first key page not yet covered by a caching
+    # call, at most max_model_len + 1 ("never": that page ends past max_model_len)
+    m = CacheManager(32, [full(4)], 16, hash_seed=1)
+    req = Request("a", list(range(16)))
+    expected = {6: 8, 12: 16, 16: 17}  # tokens cached -> next due: 1 key page, 3 (ends at 16), 4
+    computed = 0
+    for num_tokens, due in expected.items():
+        req.num_computed_tokens = computed
+        assert m.allocate_slots(req, num_tokens - computed) is not None
+        assert m.coordinator.records["a"].cache_at == due
+        computed = num_tokens
+        req.status = RequestStatus.RUNNING

@@ -1073,3 +1073,17 @@ def test_the_coordinators_cache_pages_keys_no_mamba_align_state() -> None:
     attention, states = held(c, "r")
     assert len(attention) == 1 and c.page_pool.key_of(attention[0]) is not None
     assert states[-1] != 0 and c.page_pool.key_of(states[-1]) is None
+
+
+# --- the decode work list as rebuilt on febc211 ----------------------------------------------------
+
+
+@pytest.mark.parametrize("counts", COUNTS)
+def test_the_work_list_holds_another_object_under_a_held_id(counts: Any) -> None:
+    m = _manager()
+    running(m, "a", list(range(6)))  # 2 pages: room for 8 tokens, caching next due at 8
+    imposter = Request("a", list(range(7)))  # the same id, another object: 6 + 1 tokens fit
+    imposter.num_computed_tokens, imposter.status = 6, RequestStatus.RUNNING
+    # decode_work: every position not held by this very object is one whose call may do something
+    assert m.coordinator.decode_work([imposter], counts(1)) == [0]
+

@@ -183,3 +183,17 @@ def test_a_lone_pages_record_fields_read_and_assign_through_their_checks() -> No
     with pytest.raises(PageStateError):
         page.page_hash = b"other"  # it already has a hash
     assert (page.ref_cnt, page.page_hash) == (2, b"key")
+
+
+# --- IdLinks.unlink_run (febc211) ----------------------------------------------------------------
+
+
+def test_unlink_run_refuses_ids_around_an_id_a_former_run_held() -> None:
+    links = IdLinks(8)
+    links.link_back(0, range(8))
+    assert links.unlink_run(0, np.array([2, 3]))  # one run: unlinked
+    links.link_back(0, [2, 3])  # linked again at the end: 0 1 4 5 6 7 2 3
+    # 7 and 3 are not one run (2 lies between them): nothing changes, False
+    assert not links.unlink_run(0, np.array([7, 3]))
+    assert links.ids(0) == [0, 1, 4, 5, 6, 7, 2, 3]
+    assert links.lengths[0] == 8

@@ -559,3 +559,27 @@ def test_a_long_free_listing_a_page_as_often_as_it_is_held_frees_it() -> None:
     pool.free_page_ids([*held, held[0]])
     assert [pool.ref_count(p) for p in held] == [0] * LONG
     assert pool.free_list_ids() == [*held[1:], held[0]]  # each joins the tail when it reaches 0
+
+
+# --- touch_ids of a long list (the bulk path of febc211) -------------------------------------------
+
+
+def test_a_long_touch_skips_the_null_page() -> None:
+    pool = PagePool(600)
+    ids = pool.get_new_page_ids(299)  # all held: only the null page could leave the free list
+    free = pool.get_num_free_pages()
+    pool.touch_ids([0, *ids])  # null ids are skipped
+    assert pool.ref_count(0) == 0
+    assert pool.get_num_free_pages() == free
+    assert [pool.ref_count(p) for p in ids] == [2] * len(ids)
+
+
+def test_a_long_touch_takes_the_pages_out_of_their_dp_shard() -> None:
+    pool = PagePool(1201)  # 2 shards of 600 pages
+    dp = {"dp_shard_hint": 0, "data_parallel_size": 2}
+    ids = pool.get_new_page_ids(300, **dp)
+    pool.free_page_ids(ids)  # free again: one run of the free list
+    free = pool.get_num_free_pages(**dp)
+    pool.touch_ids(ids)  # each leaves the free list, and so its shard
+    assert pool.get_num_free_pages(**dp) == free - 300
+    assert pool.get_num_free_pages() == 1200 - 300

@@ -551,3 +551,25 @@ def test_caching_refuses_keys_that_are_not_page_keys_with_several_keys_per_page(
     with pytest.raises(InvalidArgumentError, match=_named("keys")):
         manager.cache_pages(pages, 0, keys, 2 * PAGE_SIZE)
     assert pool.cached_items() == []
+
+
+def test_a_batch_step_over_a_page_the_window_dropped_caches_as_the_call_does() -> None:
+    """`cache_pages_batch` of one new full page that a sliding window already replaced by the
+    null page ends as `cache_pages` does (the pool's null page is never registered)."""
+    def step() -> tuple[SingleTypeCacheManager, list[int], list[bytes]]:
+        manager = _sliding(PAGE_SIZE)
+        return manager, [0, *manager.page_pool.get_new_page_ids(1)], _keys(2)  # page 0 slid out
+
+    batch, pages, keys = step()
+    counts = batch.cache_pages_batch([pages], [0], [keys], [PAGE_SIZE])
+    one_by_one, pages2, keys2 = step()
+    assert counts == [one_by_one.cache_pages(pages2, 0, keys2, PAGE_SIZE)]
+    assert batch.page_pool.cached_items() == one_by_one.page_pool.cached_items()
+
+
+def test_caching_refuses_pages_that_are_not_a_list_and_names_their_type() -> None:
+    manager = _manager()
+    pages = manager.page_pool.get_new_page_ids(2)
+    with pytest.raises(InvalidArgumentError, match="pages must be a request's page list, got tuple"):
+        manager.cache_pages(tuple(pages), 0, _keys(2), 2 * PAGE_SIZE)  # type: ignore[arg-type]
+    assert manager.page_pool.cached_items() == []
