@@ -1052,3 +1052,21 @@ def test_caching_is_next_due_at_the_end_of_the_key_page_after_the_cached_tokens(
         assert m.coordinator.records["a"].cache_at == due
         computed = num_tokens
         req.status = RequestStatus.RUNNING
+
+
+def test_cache_pages_after_cached_steps_extends_the_request_keys() -> None:
+    # the keys already computed for the request are kept and only the missing ones are added:
+    # one key per full page, each page then found under its own key by another request
+    m = manager()
+    tokens = list(range(13))
+    req = Request("a", tokens)
+    m.allocate_slots(req, 8)  # pages 1-2 cached at once, with their keys
+    assert len(m.page_hashes_of("a")) == 2
+    req.num_computed_tokens = 8
+    m.allocate_slots(req, 4, delay_cache_pages=True)
+    m.cache_pages(req, 12)
+    keys = m.page_hashes_of("a")
+    assert len(keys) == 3 and len(set(keys)) == 3
+    assert m.num_cached_pages("a") == [3]
+    _, hit = m.get_computed_pages(Request("b", tokens))
+    assert hit == 12
