@@ -89,7 +89,8 @@ def _table(rows: Iterable[dict[str, Any]]) -> list[str]:
             commit += (f"; **partial run**: {r['total']} of {r['total'] + r['not_run']} mutants run (mutmut runs the "
                        "cheapest first), the rest not run")
         if r["rechecked"]:
-            commit += f"; survivors rechecked with the kill tests of `{r['rechecked']['commit']}`"
+            dirty = " + uncommitted changes" if r["rechecked"]["uncommitted_changes"] else ""
+            commit += f"; survivors rechecked with the kill tests of `{r['rechecked']['commit']}`{dirty}"
         lines.append(f"| {r['module']} | {commit} | {r['total']} | {r['killed']} | {r['timeout']} | {r['survived']} "
                      f"| {r['no_tests']} | {r['equivalent']} | {len(r['open'])} | {100 * r['rate']:.1f} % |")
     return lines
