@@ -1012,12 +1012,19 @@ def _pages_and_keys(m: CacheManager) -> tuple[Any, ...]:
             sorted(map(repr, m.page_pool.cached_items())))
 
 
+def _held_and_imposter() -> tuple[CacheManager, Request]:
+    """A manager where "a" runs with 2 pages (room for 8 tokens, caching next due at 8), and
+    another RUNNING object under the id "a" whose 6 + 1 tokens would fit."""
+    m = _manager()
+    running(m, "a", list(range(6)))
+    imposter = Request("a", list(range(7)))
+    imposter.num_computed_tokens, imposter.status = 6, RequestStatus.RUNNING
+    return m, imposter
+
+
 @pytest.mark.parametrize("counts", COUNTS)
 def test_a_batch_refuses_another_object_under_a_held_id_even_when_its_step_fits(counts: Any) -> None:
-    m = _manager()
-    running(m, "a", list(range(6)))  # 2 pages: room for 8 tokens, caching next due at 8
-    imposter = Request("a", list(range(7)))  # the same id, another object: 6 + 1 tokens fit
-    imposter.num_computed_tokens, imposter.status = 6, RequestStatus.RUNNING
+    m, imposter = _held_and_imposter()
     before = _pages_and_keys(m)
     with pytest.raises(InvalidArgumentError, match="another Request object"):
         m.allocate_slots_batch([imposter], counts(1))
@@ -1080,10 +1087,7 @@ def test_the_coordinators_cache_pages_keys_no_mamba_align_state() -> None:
 
 @pytest.mark.parametrize("counts", COUNTS)
 def test_the_work_list_holds_another_object_under_a_held_id(counts: Any) -> None:
-    m = _manager()
-    running(m, "a", list(range(6)))  # 2 pages: room for 8 tokens, caching next due at 8
-    imposter = Request("a", list(range(7)))  # the same id, another object: 6 + 1 tokens fit
-    imposter.num_computed_tokens, imposter.status = 6, RequestStatus.RUNNING
+    m, imposter = _held_and_imposter()
     # decode_work: every position not held by this very object is one whose call may do something
     assert m.coordinator.decode_work([imposter], counts(1)) == [0]
 
