@@ -674,6 +674,11 @@ def _guarded(fn: Callable[[Any], object]) -> Callable[[Any], int]:
 def _plain(request: Any) -> bool:
     """True if the request has no per-page extra keys (no LoRA, salt or multimodal items); a
     stray ``lora_path`` is not plain, so `_ExtraKeys` reports it."""
+    if type(request) is _REQUEST:  # a `verikv.Request`: its slots, read without the properties'
+        # cost (~180 ns less; a decode step asks at every page it fills). Its lora_path is
+        # never set without its lora_name.
+        return (request._lora_id is None and request._lora_name is None and request._cache_salt is None
+                and not request._mm_features)
     return (getattr(request, "lora_id", None) is None and getattr(request, "lora_name", None) is None
             and getattr(request, "lora_path", None) is None and getattr(request, "cache_salt", None) is None
             and not getattr(request, "mm_features", None))

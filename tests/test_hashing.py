@@ -114,6 +114,22 @@ def test_a_request_and_its_duck_typed_copy_get_the_same_keys(scheme: str) -> Non
     assert hasher.hash_request(req, 4) == hasher.hash_request(duck, 4)  # the packed array is kept in step
 
 
+@pytest.mark.parametrize("identity", [
+    {"lora_id": 2}, {"lora_name": "a"}, {"lora_name": "a", "lora_path": "/w"}, {"cache_salt": "t"},
+    {"cache_salt": b"t"}, {"mm_features": [("img", 4, 4)]},
+])
+def test_each_identity_field_of_a_request_enters_its_keys(identity: dict[str, object]) -> None:
+    # `verikv.Request` objects are told plain (no extra keys) from their slots, duck-typed
+    # requests from their attributes: one field alone must make both non-plain, alike
+    hasher = PageHasher("sha256", seed=3)
+    tokens = list(range(16))
+    req = Request("r", tokens, **identity)  # type: ignore[arg-type]
+    duck = request(tokens, **{"lora_id": None, "lora_name": None, "lora_path": None, "cache_salt": None,
+                              "mm_features": req.mm_features, **{k: getattr(req, k) for k in identity}})
+    plain = hasher.hash_request(Request("p", tokens), 4)
+    assert hasher.hash_request(req, 4) == hasher.hash_request(duck, 4) != plain
+
+
 def test_parent_must_be_a_key_of_the_scheme() -> None:
     sha, builtin = PageHasher("sha256", seed=0), PageHasher("builtin", seed=0)
     keys = sha.hash_request(request(range(8)), 4)
