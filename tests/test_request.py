@@ -97,8 +97,8 @@ class _Int(int):
         ([1, 2**64 - 1, 0], [1, 2**64 - 1, 0]),
         ((1, 2**64 - 1, 0), [1, 2**64 - 1, 0]),
         (range(3), [0, 1, 2]),
-        (iter([5, 6]), [5, 6]),
-        ((t for t in [7, 8]), [7, 8]),
+        (lambda: iter([5, 6]), [5, 6]),  # (made per run: an iterator is used up by one)
+        (lambda: (t for t in [7, 8]), [7, 8]),
         ([np.int64(3), np.uint64(2**64 - 1), _Int(4)], [3, 2**64 - 1, 4]),
         (np.array([1, 2], dtype=np.int32), [1, 2]),
         (bytearray(b"\x01\x02"), [1, 2]),
@@ -106,7 +106,7 @@ class _Int(int):
     ids=["list", "tuple", "range", "iterator", "generator", "integral types", "numpy array", "bytearray"],
 )
 def test_any_iterable_of_integers_is_a_prompt_of_plain_ints(tokens, expected):
-    r = Request("a", tokens)
+    r = Request("a", tokens() if callable(tokens) else tokens)
     assert list(r.all_token_ids) == expected and all(type(t) is int for t in r.all_token_ids)
     assert r.token_array.typecode == "Q" and r.token_array.tolist() == expected
 
@@ -119,7 +119,7 @@ def test_any_iterable_of_integers_is_a_prompt_of_plain_ints(tokens, expected):
         ((3, 4, -1), r"prompt_token_ids\[2\] must be in \[0, 2\*\*64\)"),
         ([np.int64(1), -5], r"prompt_token_ids\[1\] must be in \[0, 2\*\*64\)"),
         ([1, True], r"prompt_token_ids\[1\] must be an integer, got bool"),
-        ((t for t in [1, 2, False]), r"prompt_token_ids\[2\] must be an integer, got bool"),
+        (lambda: (t for t in [1, 2, False]), r"prompt_token_ids\[2\] must be an integer, got bool"),
         ([1, 2.0], r"prompt_token_ids\[1\] must be an integer, got float"),
         ([[1]], r"prompt_token_ids\[0\] must be an integer, got list"),
         ("12", r"prompt_token_ids must be an iterable of ints, got str"),
@@ -130,7 +130,7 @@ def test_any_iterable_of_integers_is_a_prompt_of_plain_ints(tokens, expected):
 )
 def test_a_bad_token_is_named_by_its_index(tokens, message):
     with pytest.raises(InvalidArgumentError, match=message):
-        Request("a", tokens)
+        Request("a", tokens() if callable(tokens) else tokens)
 
 
 def test_num_computed_tokens_and_status():
