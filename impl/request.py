@@ -84,11 +84,10 @@ class TokenView(Sequence[int]):
         """As a list: an int index (IndexError past the end, as the sequence protocol wants)
         or a slice (a new list); any other index is an `InvalidArgumentError`."""
         try:
-            if isinstance(index, slice):
-                return self._tokens[index].tolist()  # (a slice of the array is an array)
-            return self._tokens[index]
+            item: Any = self._tokens[index]  # an int, or for a slice an array
         except TypeError:
             raise InvalidArgumentError(f"token index must be an int or a slice, got {type(index).__name__}") from None
+        return item if type(item) is int else item.tolist()
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._tokens)
