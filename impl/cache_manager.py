@@ -412,7 +412,7 @@ class CacheManager:
         if (kept and self._one_page_keys and self._caching_key_size and num_tokens // size == len(kept) + 1
                 and _plain(req)):
             start = len(kept) * size
-            return [self.hasher._page_key(kept[-1], req._token_array[start:start + size].tobytes(), None, b"")]
+            return [self.hasher._page_key(kept[-1], req._tokens[start:start + size].tobytes(), None, b"")]
         return self._caching_keys(req, num_tokens, stale)
 
     def _store_keys(self, req: Request, new: list[PageKey]) -> tuple[RequestState, list[PageKey]]:

@@ -513,12 +513,7 @@ class PageHasher:
             return []
         pages = _page_bytes(packed, first, last, ps)
         extras = None if _plain(request) else _ExtraKeys(request)
-        ids = None
-        if not self._width and last - first > _NUMPY_PAGES and isinstance(request, _request_type()):
-            # the tuple schemes hash token tuples: a long run cuts the request's own ints (no new
-            # int object per token, as unpacking the bytes makes; a short run is not worth the slice)
-            ids = zip(*[iter(request.all_token_ids[first * ps:last * ps])] * ps)
-        return self._chain(parent_key, pages, extras, first, ps, ids)
+        return self._chain(parent_key, pages, extras, first, ps)
 
     def _chain(self, parent: PageKey, pages: list[bytes], extras: _ExtraKeys | None,
                first: int, page_size: int, ids: Iterable[tuple[int, ...]] | None = None) -> list[PageKey]:

@@ -63,11 +63,12 @@ class RequestStatus(enum.IntEnum):
 
 
 class TokenView(Sequence[int]):
-    """Read-only view of a request's token list (no copy); slicing returns a new list."""
+    """Read-only view of a request's token ids (no copy of the request's ``array('Q')``):
+    an index gives an int, a slice a new list."""
 
     __slots__ = ("_tokens",)
 
-    def __init__(self, tokens: list[int]) -> None:
+    def __init__(self, tokens: array[int]) -> None:
         self._tokens = tokens
 
     def __len__(self) -> int:
@@ -81,11 +82,12 @@ class TokenView(Sequence[int]):
 
     def __getitem__(self, index: int | slice) -> int | list[int]:
         """As a list: an int index (IndexError past the end, as the sequence protocol wants)
-        or a slice; any other index is an `InvalidArgumentError`."""
+        or a slice (a new list); any other index is an `InvalidArgumentError`."""
         try:
-            return self._tokens[index]
+            item: Any = self._tokens[index]  # an int, or for a slice an array
         except TypeError:
             raise InvalidArgumentError(f"token index must be an int or a slice, got {type(index).__name__}") from None
+        return item if type(item) is int else item.tolist()
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._tokens)
@@ -94,37 +96,48 @@ class TokenView(Sequence[int]):
         if isinstance(other, TokenView):
             return self._tokens == other._tokens
         if isinstance(other, (list, tuple)):
-            return self._tokens == list(other)
+            return self._tokens.tolist() == list(other)  # (element by element, as two lists compare)
         return NotImplemented
 
-    __hash__: ClassVar[None] = None  # type: ignore[assignment]  # the view tracks a mutable list
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]  # the view tracks a growing array
 
     def __repr__(self) -> str:
-        return f"TokenView({self._tokens!r})"
+        return f"TokenView({self._tokens.tolist()!r})"
 
 
-def _checked_tokens(tokens: object, what: str) -> tuple[list[int], array[int]]:
-    """The token ids as a list of exact Python ints in ``[0, 2**64)`` and as the ``array('Q')``
-    of the same values, or InvalidArgumentError."""
-    if type(tokens) is not list and (isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable)):
+def _checked_tokens(tokens: object, what: str) -> array[int]:
+    """The token ids as a new ``array('Q')`` (the caller's list is never kept): exact Python
+    ints, or integers converted by `operator.index`, in ``[0, 2**64)``; or InvalidArgumentError."""
+    if type(tokens) is list:
+        items: list[Any] = tokens  # packed without a copy: the array built below is the copy
+    elif isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
         raise InvalidArgumentError(f"{what} must be an iterable of ints, got {type(tokens).__name__}")
-    try:
-        out = list(tokens)
-    except (TypeError, ValueError) as exc:  # e.g. iterating a 0-d NumPy array
-        raise InvalidArgumentError(f"{what} must be an iterable of ints: {describe(exc)}") from None
-    if countOf(map(type, out), int) == len(out):  # exact ints (no bools): the range is checked at C speed
+    else:
         try:
-            return out, array("Q", out)  # OverflowError for an id outside [0, 2**64)
+            items = list(tokens)
+        except (TypeError, ValueError) as exc:  # e.g. iterating a 0-d NumPy array
+            raise InvalidArgumentError(f"{what} must be an iterable of ints: {describe(exc)}") from None
+    if countOf(map(type, items), int) == len(items):  # exact ints (no bools): the range is checked at C speed
+        try:
+            return array("Q", items)  # OverflowError for an id outside [0, 2**64)
         except OverflowError:
             pass  # the loop below names the id
-    for i, t in enumerate(out):
+    return _converted_tokens(items, what)
+
+
+def _converted_tokens(items: list[Any], what: str) -> array[int]:
+    """`_checked_tokens` one id at a time: bools and non-integers refused, other integers
+    (int subclasses, NumPy integers) converted, the first bad id named by its index."""
+    packed = array("Q")
+    for i, t in enumerate(items):
         if type(t) is not int:
             if isinstance(t, bool) or not isinstance(t, numbers.Integral):  # (no repr: it may be deep)
                 raise InvalidArgumentError(f"{what}[{i}] must be an integer, got {type(t).__name__}")
-            out[i] = t = operator.index(t)
+            t = operator.index(t)
         if not 0 <= t < TOKEN_ID_LIMIT:
             raise InvalidArgumentError(f"{what}[{i}] must be in [0, 2**64), got {describe(t)}")
-    return out, array("Q", out)
+        packed.append(t)
+    return packed
 
 
 def _checked_features(features: object, num_prompt_tokens: int) -> tuple[MMFeature, ...]:
@@ -221,7 +234,6 @@ class Request:
         "_prompt_logprobs",
         "_request_id",
         "_status",
-        "_token_array",
         "_tokens",
         "_view",
     )
@@ -239,7 +251,7 @@ class Request:
         prompt_logprobs: bool = False,
     ) -> None:
         rid = _checked_request_id(request_id)
-        tokens, packed = _checked_tokens(prompt_token_ids, "prompt_token_ids")
+        tokens = _checked_tokens(prompt_token_ids, "prompt_token_ids")
         if not tokens:
             raise InvalidArgumentError(f"request {rid!r}: the prompt must have at least one token")
         salt = _checked_salt(cache_salt)
@@ -253,10 +265,9 @@ class Request:
         if not isinstance(prompt_logprobs, bool):
             raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(prompt_logprobs).__name__}")
         self._request_id = rid
+        #: every token id, prompt then output: the one store of them (``array('Q')``, 8 bytes
+        #: per id and no int objects; page hashing reads its bytes, the views read its items)
         self._tokens = tokens
-        #: the same ids as ``array('Q')`` (built by the range check), kept in step with
-        #: ``_tokens``: page hashing reads the bytes without converting the list again
-        self._token_array = packed
         self._num_prompt_tokens = len(tokens)
         self._num_computed_tokens = 0
         self._status = RequestStatus.WAITING
@@ -327,14 +338,14 @@ class Request:
         "Whether prompt logprobs are wanted (such requests skip the prefix lookup).")
     all_token_ids: ReadOnly[TokenView] = _field(
         "_view", None, "Prompt followed by the generated tokens, as a read-only view.")
-    token_array: ReadOnly[array[int]] = _field("_token_array", None, (
+    token_array: ReadOnly[array[int]] = _field("_tokens", None, (
         "Internal API for page hashing: every token id (prompt then output) as the request's "
         "own ``array('Q')``, each validated to be an int in [0, 2**64). Not a copy: read it, "
         "never change it (the request appends to it as tokens are added)."))
 
     @property
     def prompt_token_ids(self) -> TokenView:
-        """The prompt tokens (a read-only view over a copy taken at construction)."""
+        """The prompt tokens (a read-only view over a copy of them)."""
         return TokenView(self._tokens[: self._num_prompt_tokens])
 
     @property
@@ -386,22 +397,18 @@ class Request:
             token = token_ids[0]
             if type(token) is int:
                 try:  # the array's append is the range check: it appends nothing outside [0, 2**64)
-                    self._token_array.append(token)
+                    self._tokens.append(token)
                 except OverflowError:
                     pass  # the general path below raises the error naming the id
                 else:
-                    self._tokens.append(token)
                     return
         if type(token_ids) is int or (isinstance(token_ids, numbers.Integral) and not isinstance(token_ids, bool)):
             token = operator.index(token_ids)  # (a plain int skips the ABC check: a sampled token, each step)
             if not 0 <= token < TOKEN_ID_LIMIT:
                 raise InvalidArgumentError(f"token id must be in [0, 2**64), got {describe(token)}")
             self._tokens.append(token)
-            self._token_array.append(token)
             return
-        tokens, packed = _checked_tokens(token_ids, "token_ids")
-        self._tokens.extend(tokens)
-        self._token_array.extend(packed)
+        self._tokens.extend(_checked_tokens(token_ids, "token_ids"))
 
     def __repr__(self) -> str:
         return (

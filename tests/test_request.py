@@ -37,7 +37,100 @@ def test_prompt_is_copied():
     prompt = [1, 2, 3]
     r = Request("a", prompt)
     prompt.append(4)
-    assert r.num_tokens == 3
+    prompt[0] = 9  # (a list is packed without a copy of its own: the request's array is the copy)
+    assert r.num_tokens == 3 and list(r.all_token_ids) == [1, 2, 3] and list(r.prompt_token_ids) == [1, 2, 3]
+    added = [5, 6]
+    r.append_output_token_ids(added)
+    added[0] = 9
+    assert list(r.output_token_ids) == [5, 6]
+
+
+def test_token_views_read_as_lists_do():
+    tokens = [4, 0, 2**64 - 1, 7]
+    r = Request("a", tokens)
+    r.append_output_token_ids([8, 9])
+    full = [*tokens, 8, 9]
+    view = r.all_token_ids
+    assert len(view) == 6 and list(view) == full and list(reversed(view)) == full[::-1]
+    assert [view[i] for i in range(-6, 6)] == [full[i] for i in range(-6, 6)]
+    assert all(type(view[i]) is int for i in range(6)) and all(type(t) is int for t in view)
+    for part in (slice(1, 3), slice(None), slice(None, None, -2), slice(4, 99), slice(3, 1)):
+        assert view[part] == full[part] and type(view[part]) is list
+    for past in (6, -7):
+        with pytest.raises(IndexError):
+            view[past]
+    for bad in ("1", 1.0, None):
+        with pytest.raises(InvalidArgumentError):
+            view[bad]  # type: ignore[call-overload]
+    assert 2**64 - 1 in view and 3 not in view and view.index(7) == 3 and view.count(9) == 1
+    assert repr(view) == f"TokenView({full!r})"
+    assert repr(r.prompt_token_ids) == f"TokenView({tokens!r})" and repr(r.output_token_ids) == "TokenView([8, 9])"
+
+
+def test_token_views_compare_as_lists_do():
+    r = Request("a", [1, 2])
+    view = r.all_token_ids
+    assert view == [1, 2] and view == (1, 2) and view == Request("b", (1, 2)).all_token_ids
+    assert view == [1.0, 2.0]  # (element by element, as [1, 2] == [1.0, 2.0])
+    assert view != [1, 2, 3] and view != (2, 1) and view != [] and view != Request("b", [1, 3]).all_token_ids
+    assert view != "12" and view != {1, 2} and view != 12  # not a list or tuple: never equal
+    assert r.prompt_token_ids == view and r.output_token_ids == [] and r.output_token_ids == ()
+    with pytest.raises(TypeError):
+        hash(view)
+
+
+def test_prompt_and_output_views_are_copies_taken_when_read():
+    r = Request("a", [1, 2])
+    prompt, output = r.prompt_token_ids, r.output_token_ids
+    r.append_output_token_ids([3])
+    assert list(prompt) == [1, 2] and list(output) == [] and list(r.output_token_ids) == [3]
+    assert r.num_prompt_tokens == 2 and r.num_output_tokens == 1 and r.num_tokens == 3
+
+
+class _Int(int):
+    pass
+
+
+@pytest.mark.parametrize(
+    "tokens, expected",
+    [
+        ([1, 2**64 - 1, 0], [1, 2**64 - 1, 0]),
+        ((1, 2**64 - 1, 0), [1, 2**64 - 1, 0]),
+        (range(3), [0, 1, 2]),
+        (lambda: iter([5, 6]), [5, 6]),  # (made per run: an iterator is used up by one)
+        (lambda: (t for t in [7, 8]), [7, 8]),
+        ([np.int64(3), np.uint64(2**64 - 1), _Int(4)], [3, 2**64 - 1, 4]),
+        (np.array([1, 2], dtype=np.int32), [1, 2]),
+        (bytearray(b"\x01\x02"), [1, 2]),
+    ],
+    ids=["list", "tuple", "range", "iterator", "generator", "integral types", "numpy array", "bytearray"],
+)
+def test_any_iterable_of_integers_is_a_prompt_of_plain_ints(tokens, expected):
+    r = Request("a", tokens() if callable(tokens) else tokens)
+    assert list(r.all_token_ids) == expected and all(type(t) is int for t in r.all_token_ids)
+    assert r.token_array.typecode == "Q" and r.token_array.tolist() == expected
+
+
+@pytest.mark.parametrize(
+    "tokens, message",
+    [
+        ([1, 2**64], r"prompt_token_ids\[1\] must be in \[0, 2\*\*64\)"),
+        ([3, -1], r"prompt_token_ids\[1\] must be in \[0, 2\*\*64\)"),
+        ((3, 4, -1), r"prompt_token_ids\[2\] must be in \[0, 2\*\*64\)"),
+        ([np.int64(1), -5], r"prompt_token_ids\[1\] must be in \[0, 2\*\*64\)"),
+        ([1, True], r"prompt_token_ids\[1\] must be an integer, got bool"),
+        (lambda: (t for t in [1, 2, False]), r"prompt_token_ids\[2\] must be an integer, got bool"),
+        ([1, 2.0], r"prompt_token_ids\[1\] must be an integer, got float"),
+        ([[1]], r"prompt_token_ids\[0\] must be an integer, got list"),
+        ("12", r"prompt_token_ids must be an iterable of ints, got str"),
+        (b"12", r"prompt_token_ids must be an iterable of ints, got bytes"),
+        (12, r"prompt_token_ids must be an iterable of ints, got int"),
+        (np.array(3), r"prompt_token_ids must be an iterable of ints"),
+    ],
+)
+def test_a_bad_token_is_named_by_its_index(tokens, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        Request("a", tokens() if callable(tokens) else tokens)
 
 
 def test_num_computed_tokens_and_status():
