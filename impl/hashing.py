@@ -516,12 +516,11 @@ class PageHasher:
         return self._chain(parent_key, pages, extras, first, ps)
 
     def _chain(self, parent: PageKey, pages: list[bytes], extras: _ExtraKeys | None,
-               first: int, page_size: int, ids: Iterable[tuple[int, ...]] | None = None) -> list[PageKey]:
+               first: int, page_size: int) -> list[PageKey]:
         """The one path from pages to keys: the keys of ``pages`` (the pages ``first ..`` of a
-        request, their token bytes) chained from ``parent``, with the request's ``extras``;
-        ``ids``: the same tokens as tuples of ints, if the caller has them (the tuple schemes
-        unpack the bytes otherwise). Each page's body (tokens and suffix) goes to the scheme's
-        chain function."""
+        request, their token bytes) chained from ``parent``, with the request's ``extras``. Each
+        page's body (tokens and suffix) goes to the scheme's chain function; the tuple schemes
+        also get each page's tokens as a tuple of ints, unpacked from its bytes."""
         bodies: Iterable[bytes] = pages
         page_extras: Iterable[Any] = repeat(None)
         if extras is not None:
@@ -529,8 +528,7 @@ class PageHasher:
             encoded: dict[Any, bytes] = {}  # a LoRA request has the same extra keys on every page
             suffixes = [encoded[e] if e in encoded else encoded.setdefault(e, page_suffix(e)) for e in page_extras]
             bodies = list(map(bytes.__add__, pages, suffixes))
-        if not self._width and ids is None:
-            ids = map(_unpacker(len(pages[0])), pages) if pages else ()
+        ids = None if self._width else map(_unpacker(len(pages[0])), pages) if pages else ()
         return self._chain_keys(parent, bodies, page_extras, ids)
 
     def _page_key(self, parent: PageKey, tokens: bytes, extra: Any, suffix: bytes) -> PageKey:

@@ -633,9 +633,8 @@ class SlidingNeedsOneMore(SlidingWindowManager):
 class HasherWithoutExtraKeys(PageHasher):
     """Page keys ignore the extra keys (salt, LoRA, multimodal): tenants share cached pages."""
 
-    def _chain(self, parent: Any, pages: list[bytes], extras: Any, first: int, page_size: int,
-               ids: Any = None) -> list[Any]:
-        return super()._chain(parent, pages, None, first, page_size, ids)
+    def _chain(self, parent: Any, pages: list[bytes], extras: Any, first: int, page_size: int) -> list[Any]:
+        return super()._chain(parent, pages, None, first, page_size)
 
 
 _ACTIVE: dict[str, Any] = {
