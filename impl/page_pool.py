@@ -289,7 +289,15 @@ class PagePool(ESurgePoolMethods):
         no page is listed twice (`IdLinks.link_back_distinct`). After ``gc.collect()`` every
         pass and NumPy call starts from cold caches, which is what a long list's free costs.
         """
-        if self._shards is not None or self.free_order != "esurge" or countOf(map(type, ids), int) != len(ids):
+        if self._shards is not None or self.free_order != "esurge":
+            return False
+        if len(ids) < _BULK_FREE_SHARED:  # only pages held once each: decided by one C-level pass
+            try:
+                if countOf(map(self._ref.__getitem__, ids), 1) != len(ids):
+                    return False
+            except (TypeError, IndexError):  # a bad id: the scalar path reports it
+                return False
+        if countOf(map(type, ids), int) != len(ids):
             return False
         ref = self._ref_np
         try:
@@ -303,7 +311,7 @@ class PagePool(ESurgePoolMethods):
                 return True
             ref[pages] = 1  # a page listed twice: undone, for the scalar path to report
             return False
-        if len(ids) < _BULK_FREE_SHARED or held.min() < 1 or len(set(ids)) != len(ids):  # a set finds repeats
+        if held.min() < 1 or len(set(ids)) != len(ids):  # shared pages: a set finds repeats
             return False
         left = held - 1
         zeroed = pages[left == 0]
