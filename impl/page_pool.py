@@ -291,12 +291,8 @@ class PagePool(ESurgePoolMethods):
         """
         if self._shards is not None or self.free_order != "esurge":
             return False
-        if len(ids) < _BULK_FREE_SHARED:  # only pages held once each: decided by one C-level pass
-            try:
-                if countOf(map(self._ref.__getitem__, ids), 1) != len(ids):
-                    return False
-            except (TypeError, IndexError):  # a bad id: the scalar path reports it
-                return False
+        if len(ids) < _BULK_FREE_SHARED and not self._last_held_once(ids):
+            return False
         if countOf(map(type, ids), int) != len(ids):
             return False
         ref = self._ref_np
@@ -319,6 +315,16 @@ class PagePool(ESurgePoolMethods):
         if len(zeroed):
             self._free.link_back_distinct(0, zeroed, int(zeroed[0]), int(zeroed[-1]))  # (distinct: checked)
         return True
+
+    def _last_held_once(self, ids: list[int]) -> bool:
+        """Whether the last of ``ids`` is a page held once (False for a bad id: the scalar path
+        reports it). O(1): a request's shared pages are a prefix hit, so they begin with its
+        first page, which its free (in eviction order, last page first) lists last; a guess
+        only for speed, as the NumPy path checks every page."""
+        try:
+            return self._ref[ids[-1]] == 1
+        except (TypeError, IndexError):
+            return False
 
     def _touch_bulk(self, ids: list[int]) -> bool:
         """`touch_ids` of a long list of distinct real pages (checked in range) as NumPy gathers
