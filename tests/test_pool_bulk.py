@@ -52,10 +52,13 @@ def _run(ops: Sequence[Op], *, events: bool) -> tuple[PoolState, list[object]]:
 
 
 _ids = st.lists(st.integers(0, 23), max_size=12)
+_few_ids = st.lists(st.integers(1, 6), min_size=2, max_size=8)  # repeats and shared pages, often
 _op = st.one_of(
     st.tuples(st.just("get"), st.lists(st.integers(0, 10), min_size=1, max_size=1)),
     st.tuples(st.just("touch"), _ids),
+    st.tuples(st.just("touch"), _few_ids),
     st.tuples(st.just("free"), _ids),
+    st.tuples(st.just("free"), _few_ids),
     # keys 0..3 only: pages of equal content share an entry (a dict), which eviction must handle
     st.tuples(st.just("cache"), st.tuples(st.integers(0, 23), st.integers(0, 3)).map(list)),
 )
@@ -101,6 +104,8 @@ def _held_pool(length: int, num_shared: int) -> tuple[PagePool, list[int]]:
 
 @pytest.mark.parametrize(("length", "shared_last", "numpy_path"), [
     (100, True, False),  # shorter than the threshold, the last page shared: the scalar path
+    (149, True, False),
+    (150, True, True),  # (the threshold itself)
     (100, False, True),  # the last page held once: the NumPy path (its shared branch)
     (200, True, True),  # from the threshold on, shared pages take the NumPy path
 ])
