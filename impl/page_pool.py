@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import logging
 from array import array
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, MutableMapping, MutableSequence, Sequence
 from functools import partial
 from itertools import chain, takewhile
-from operator import countOf, eq, is_not, ne
+from operator import countOf, is_not, ne
 from typing import Any
 
 import numpy as np
@@ -190,28 +190,28 @@ class PagePool(ESurgePoolMethods):
         """Give each page just popped from the free list ref 1, evicting its key first if it has
         one (lazy eviction), in order.
 
-        With events off, when every keyed page's cached-map entry is exactly its own id (no
-        equal pages, no changed key: the common case, checked at C speed), the keys are removed
-        in one pass and ``key_version`` is bumped once by their count, as one `_evict` per page
-        would bump it. Otherwise (or with events on, so the ``removed`` events keep page order)
-        each keyed page takes `_evict`.
+        With events off, a page whose cached-map entry is exactly its own id (no equal pages, an
+        unchanged key: the common case) is evicted inline, without a call per page, and
+        ``key_version`` is bumped by the count at the end, as one `_evict` per page would bump
+        it; any other entry takes `_evict`. With events on every eviction takes `_evict`, so the
+        ``removed`` events stay in page order.
         """
-        ref, key = self._ref, self._key
-        if self._events is None:
-            keys = list(map(key.__getitem__, ids))
-            keyed = len(ids) - countOf(keys, None)
-            # a keyless page's entry is None (None is never a key); a dict entry never equals an int
-            if keyed == 0 or countOf(map(eq, map(self._cached.get, keys), ids), True) == keyed:
-                deque(map(self._cached.__delitem__, filter(_is_entry, keys)), maxlen=0)
-                for pid in ids:
-                    key[pid] = None
-                    ref[pid] = 1
-                self.key_version += keyed
-                return
-        for pid in ids:
-            if key[pid] is not None:
-                self._evict(pid)
-            ref[pid] = 1
+        ref, key, cached = self._ref, self._key, self._cached
+        inline = self._events is None
+        evicted = 0
+        try:
+            for pid in ids:
+                k = key[pid]
+                if k is not None:
+                    if inline and cached.get(k) == pid:  # (a dict entry never equals an int)
+                        del cached[k]
+                        key[pid] = None
+                        evicted += 1
+                    else:
+                        self._evict(pid)
+                ref[pid] = 1
+        finally:  # (also when `_evict` raises: the count so far, as the calls would have bumped it)
+            self.key_version += evicted
 
     def touch_ids(self, page_ids: Sequence[int]) -> None:
         """Take one more reference on each page (a cache hit); null ids are skipped.
