@@ -384,6 +384,21 @@ class FreeCachePageQueue:
     """  # noqa: E501 -- a CrossHair contract is one line; splitting it would renumber its checks
 
     def __init__(self, pages: list[CachePage]) -> None:
+        pages, null_id = self._checked_new_pages(pages)
+        ids = [p.page_id for p in pages]
+        records = PageRecords({p.page_id: p.ref_cnt for p in pages},
+                              {p.page_id: p.page_hash for p in pages}, null_id, owned=False)
+        by_id = {p.page_id: p for p in pages}
+        for page in pages:
+            page._records = records
+        self._setup(records, IdLinks(max(ids, default=-1) + 1), by_id.__getitem__)
+        self.links.link_back(0, ids)
+
+    @staticmethod
+    def _checked_new_pages(pages: object) -> tuple[list[CachePage], int | None]:
+        """``pages`` as a list, and the id of its null page (or None), if they can make a queue:
+        lone `CachePage` objects (of no pool or queue), distinct ids, at most one null page.
+        Read-only."""
         pages = page_list(pages, "pages")
         for page in pages:
             if not isinstance(page, CachePage):
@@ -392,20 +407,12 @@ class FreeCachePageQueue:
         ids = [p.page_id for p in pages]
         if len(set(ids)) != len(ids):
             raise errors.InvalidArgumentError("FreeCachePageQueue: a page id occurs twice")
-        capacity = max(ids, default=-1) + 1
         if any(p._records.owned or p._records.queue is not None for p in pages):
             raise errors.InvalidArgumentError("FreeCachePageQueue: a page already belongs to a pool or a queue")
         nulls = [p.page_id for p in pages if p.is_null]
         if len(nulls) > 1:
             raise errors.InvalidArgumentError("FreeCachePageQueue: more than one null page")
-        records = PageRecords({p.page_id: p.ref_cnt for p in pages},
-                              {p.page_id: p.page_hash for p in pages},
-                              nulls[0] if nulls else None, owned=False)
-        by_id = {p.page_id: p for p in pages}
-        for page in pages:
-            page._records = records
-        self._setup(records, IdLinks(capacity), by_id.__getitem__)
-        self.links.link_back(0, ids)
+        return pages, nulls[0] if nulls else None
 
     @classmethod
     def for_range(cls, records: PageRecords, first: int, stop: int,

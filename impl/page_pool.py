@@ -44,6 +44,11 @@ from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLink
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
 #: frees of at least this many ids take the vectorized path (`PagePool._free_bulk`)
 _BULK_FREE = 64
+#: frees of at least this many ids that include shared pages (held more than once) take the
+#: vectorized path too; shorter ones the scalar path. Measured in the anchors traces
+#: (docs/perf-notes.md, 2026-11-26): with shared pages the NumPy path's fixed costs made it
+#: slower than the scalar path per page below ~160 ids, and faster from ~256
+_BULK_FREE_SHARED = 192
 #: touches of at least this many ids (a long prefix hit) take the vectorized path (`PagePool._touch_bulk`)
 _BULK_TOUCH = 256
 #: one int32 reference count of 1, as bytes: ``_ONE_INTC * n`` is n pages held once each
@@ -178,12 +183,35 @@ class PagePool(ESurgePoolMethods):
             ids = shard_lists.pop_front(shard, count)
             for pid in ids:
                 free.unlink(0, pid)
-        ref, key = self._ref, self._key
-        for pid in ids:
-            if key[pid] is not None:
-                self._evict(pid)
-            ref[pid] = 1
+        self._claim(ids)
         return ids
+
+    def _claim(self, ids: list[int]) -> None:
+        """Give each page just popped from the free list ref 1, evicting its key first if it has
+        one (lazy eviction), in order.
+
+        With events off, a page whose cached-map entry is exactly its own id (no equal pages, an
+        unchanged key: the common case) is evicted inline, without a call per page, and
+        ``key_version`` is bumped by the count at the end, as one `_evict` per page would bump
+        it; any other entry takes `_evict`. With events on every eviction takes `_evict`, so the
+        ``removed`` events stay in page order.
+        """
+        ref, key, cached = self._ref, self._key, self._cached
+        inline = self._events is None
+        evicted = 0
+        try:
+            for pid in ids:
+                k = key[pid]
+                if k is not None:
+                    if inline and cached.get(k) == pid:  # (a dict entry never equals an int)
+                        del cached[k]
+                        key[pid] = None
+                        evicted += 1
+                    else:
+                        self._evict(pid)
+                ref[pid] = 1
+        finally:  # (also when `_evict` raises: the count so far, as the calls would have bumped it)
+            self.key_version += evicted
 
     def touch_ids(self, page_ids: Sequence[int]) -> None:
         """Take one more reference on each page (a cache hit); null ids are skipped.
@@ -251,7 +279,8 @@ class PagePool(ESurgePoolMethods):
         """`free_page_ids` for a long list, as NumPy gathers and scatters over views of the
         ``ref`` and link arrays (no copy). Returns False, having changed nothing, when the list
         needs the scalar path: a bad id or page (that path raises the precise error), pages
-        listed twice, DP shard lists or the ``"unhashed-first"`` order.
+        listed twice, DP shard lists, the ``"unhashed-first"`` order, or shared pages in a list
+        shorter than `_BULK_FREE_SHARED` (there the scalar path is faster).
 
         Each check rides on a pass the free needs anyway, so the ids are walked at Python level
         only twice (their types, then their conversion to uint32, which rejects a negative id):
@@ -260,7 +289,11 @@ class PagePool(ESurgePoolMethods):
         no page is listed twice (`IdLinks.link_back_distinct`). After ``gc.collect()`` every
         pass and NumPy call starts from cold caches, which is what a long list's free costs.
         """
-        if self._shards is not None or self.free_order != "esurge" or countOf(map(type, ids), int) != len(ids):
+        if self._shards is not None or self.free_order != "esurge":
+            return False
+        if len(ids) < _BULK_FREE_SHARED and not self._last_held_once(ids):
+            return False
+        if countOf(map(type, ids), int) != len(ids):
             return False
         ref = self._ref_np
         try:
@@ -282,6 +315,16 @@ class PagePool(ESurgePoolMethods):
         if len(zeroed):
             self._free.link_back_distinct(0, zeroed, int(zeroed[0]), int(zeroed[-1]))  # (distinct: checked)
         return True
+
+    def _last_held_once(self, ids: list[int]) -> bool:
+        """Whether the last of ``ids`` is a page held once (False for a bad id: the scalar path
+        reports it). O(1): a request's shared pages are a prefix hit, so they begin with its
+        first page, which its free (in eviction order, last page first) lists last; a guess
+        only for speed, as the NumPy path checks every page."""
+        try:
+            return self._ref[ids[-1]] == 1
+        except (TypeError, IndexError):
+            return False
 
     def _touch_bulk(self, ids: list[int]) -> bool:
         """`touch_ids` of a long list of distinct real pages (checked in range) as NumPy gathers

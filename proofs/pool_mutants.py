@@ -114,10 +114,11 @@ class PagesLostOnFailedAllocation(PagePool):
 class EvictionKeepsKey(PagePool):
     """Reusing a cached page removes it from the cached map but not its key."""
 
-    def _evict(self, pid: int) -> None:
-        key = self._key[pid]
-        super()._evict(pid)
-        self._key[pid] = key
+    def _claim(self, ids: list[int]) -> None:  # where every reused page is evicted (inline or by `_evict`)
+        keys = [self._key[pid] for pid in ids]
+        super()._claim(ids)
+        for pid, key in zip(ids, keys):
+            self._key[pid] = key
 
 
 class UsageCountsNullPage(PagePool):

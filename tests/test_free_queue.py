@@ -312,6 +312,7 @@ def _pool_after(frees: Sequence[Sequence[object]], bulk: bool, monkeypatch: pyte
     import verikv.page_pool as page_pool
 
     monkeypatch.setattr(page_pool, "_BULK_FREE", 64 if bulk else 10**9)
+    monkeypatch.setattr(page_pool, "_BULK_FREE_SHARED", 64)  # shared pages too, whatever the last page
     pool = page_pool.PagePool(200)
     held = pool.get_new_page_ids(199)
     pool.touch_ids(held[100:150])
