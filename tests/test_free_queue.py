@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
+from pool_helpers import apply_ops
 
 from verikv.errors import (
     CorruptedStateError,
@@ -379,19 +380,7 @@ def _pool_ops(ops: Sequence[PoolOp], bulk: bool, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(page_pool, "_BULK_TOUCH", 2 if bulk else 10**9)
     monkeypatch.setattr(free_queue, "_BULK_POP", 2 if bulk else 10**9)
     pool = page_pool.PagePool(40)
-    results: list[object] = []
-    for op, arg in ops:
-        try:
-            if op == "get":
-                results.append(pool.get_new_page_ids(arg[0]))
-            elif op == "touch":
-                pool.touch_ids(arg)
-                results.append("touched")
-            else:
-                pool.free_page_ids(arg)
-                results.append("freed")
-        except Exception as exc:  # compared between the two paths, whatever it is
-            results.append((type(exc).__name__, str(exc)))
+    results = apply_ops(pool, ops)
     links = pool.free_page_queue.links
     return (pool.free_list_ids(), [pool.ref_count(p) for p in range(40)], links.next.tolist(), links.prev.tolist(),
             results)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from pool_helpers import ShiftyKey
 
 from verikv import page_pool
 from verikv.errors import DoubleFreeError, ForeignPageError, InvalidArgumentError, NullPageError, PageStateError
@@ -364,26 +365,10 @@ def test_an_ordinary_eviction_logs_nothing(caplog: pytest.LogCaptureFixture) -> 
     assert pool.key_of(1) is None and pool.cached_items() == []
 
 
-class _Shifty:
-    """A user key whose hash and equality follow a mutable field (the pool must survive it)."""
-
-    def __init__(self, value: int) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return hash(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Shifty) and other.value == self.value
-
-    def __repr__(self) -> str:
-        return f"_Shifty({self.value})"
-
-
 def test_a_key_changed_to_equal_another_is_evicted_and_the_other_entry_kept(caplog: pytest.LogCaptureFixture) -> None:
     pool = PagePool(4)
     pool.get_new_page_ids(3)
-    changed, other = _Shifty(1), _Shifty(2)
+    changed, other = ShiftyKey(1), ShiftyKey(2)
     pool.cache_page_id(1, changed)
     pool.cache_page_id(2, other)
     changed.value = 2  # now equal to `other`, and hashed like it
@@ -391,9 +376,9 @@ def test_a_key_changed_to_equal_another_is_evicted_and_the_other_entry_kept(capl
     with caplog.at_level(logging.WARNING, logger="verikv.page_pool"):
         assert pool.get_new_page_ids(1) == [1]
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
-    assert "_Shifty(2)" in caplog.records[0].getMessage()
+    assert "ShiftyKey(2)" in caplog.records[0].getMessage()
     assert pool.key_of(1) is None
-    assert pool.cached_items() == [(_Shifty(2), (2,))]
+    assert pool.cached_items() == [(ShiftyKey(2), (2,))]
     assert pool.cached_items()[0][0] is other  # the entry is kept under its own key object
     assert pool.get_new_page_ids(2) == [2, 3]
     assert pool.get_num_free_pages() == 0
@@ -408,7 +393,7 @@ def test_a_key_whose_hash_changed_is_evicted_beside_equal_pages(caplog: pytest.L
     pool.get_new_page_ids(4)
     for pid in (2, 3):
         pool.cache_page_id(pid, tuple([7, 7]))  # equal keys, distinct objects
-    changed = _Shifty(10)
+    changed = ShiftyKey(10)
     pool.cache_page_id(1, changed)
     changed.value = 11
     pool.free_page_ids([1, 2, 3, 4])
@@ -416,7 +401,7 @@ def test_a_key_whose_hash_changed_is_evicted_beside_equal_pages(caplog: pytest.L
         assert pool.get_new_page_ids(1) == [1]
     assert pool.cached_items() == [((7, 7), (2, 3))]
     assert len(caplog.records) == 1
-    assert "_Shifty(11)" in caplog.records[0].getMessage()  # the key, as it is now
+    assert "ShiftyKey(11)" in caplog.records[0].getMessage()  # the key, as it is now
 
 
 # --- shards: lookups, front links, repeated allocations ------------------------------------------
@@ -530,7 +515,7 @@ def test_a_batch_of_new_keys_moves_the_key_version_once() -> None:
 def test_a_key_changed_to_equal_a_key_of_equal_pages_is_evicted_and_that_entry_kept() -> None:
     pool = PagePool(5)
     pool.get_new_page_ids(4)
-    changed, first, second = _Shifty(1), _Shifty(2), _Shifty(2)
+    changed, first, second = ShiftyKey(1), ShiftyKey(2), ShiftyKey(2)
     pool.cache_page_id(1, changed)
     pool.cache_page_id(2, first)
     pool.cache_page_id(3, second)  # equal to `first`: pages 2 and 3 are equal pages
@@ -538,7 +523,7 @@ def test_a_key_changed_to_equal_a_key_of_equal_pages_is_evicted_and_that_entry_k
     pool.free_page_ids([1, 2, 3, 4])
     assert pool.get_new_page_ids(1) == [1]
     assert pool.key_of(1) is None
-    assert pool.cached_items() == [(_Shifty(2), (2, 3))]
+    assert pool.cached_items() == [(ShiftyKey(2), (2, 3))]
     assert pool.cached_items()[0][0] is first  # kept under its own key object
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
+from pool_helpers import ShiftyKey, apply_ops
 
 import verikv.page_pool as page_pool
 from verikv.errors import (
@@ -630,22 +631,7 @@ def _run(ops: Sequence[Op], *, events: bool) -> tuple[PoolState, list[object]]:
     """Run ``ops`` ("get" [n], "touch" ids, "free" ids, "cache" [id, key]) on a 24-page pool;
     its state and each call's result or error (type and message)."""
     pool = PagePool(24, enable_kv_events=events)
-    results: list[object] = []
-    for op, arg in ops:
-        try:
-            if op == "get":
-                results.append(pool.get_new_page_ids(arg[0]))
-            elif op == "touch":
-                pool.touch_ids(arg)
-                results.append("touched")
-            elif op == "free":
-                pool.free_page_ids(arg)
-                results.append("freed")
-            else:
-                pool.cache_page_id(arg[0], arg[1])
-                results.append("cached")
-        except Exception as exc:  # compared between the two pools, whatever it is
-            results.append((type(exc).__name__, str(exc)))
+    results = apply_ops(pool, ops)
     return _state(pool), results
 
 
@@ -746,22 +732,6 @@ def test_a_short_free_ending_with_a_bad_id_takes_the_scalar_path_and_its_error(
 # --- inline eviction: the fallback cases ------------------------------------------------------------
 
 
-class _Shifty:
-    """A user key whose hash and equality follow a mutable field."""
-
-    def __init__(self, value: int) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return hash(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Shifty) and other.value == self.value
-
-    def __repr__(self) -> str:
-        return f"_Shifty({self.value})"
-
-
 def _evicting_pool(events: bool, case: str) -> tuple[PagePool, list[Hashable]]:
     """A pool whose free list holds, in order, pages 1..4 cached and page 5 without a key.
     Pages 1 and 3 have ordinary keys (their entry is their own id); pages 2 and 4 make the
@@ -770,12 +740,12 @@ def _evicting_pool(events: bool, case: str) -> tuple[PagePool, list[Hashable]]:
     whose entry is page 4)."""
     pool = PagePool(6, enable_kv_events=events)
     pool.get_new_page_ids(5)
-    second, fourth = (("same", "same") if case == "equal" else (_Shifty(20), _Shifty(40)))
+    second, fourth = (("same", "same") if case == "equal" else (ShiftyKey(20), ShiftyKey(40)))
     keys: list[Hashable] = ["one", second, "three", fourth]
     for pid, key in zip(range(1, 5), keys):
         pool.cache_page_id(pid, key)
     pool.free_page_ids([1, 2, 3, 4, 5])
-    if isinstance(second, _Shifty):
+    if isinstance(second, ShiftyKey):
         second.value = 21 if case == "hash changed" else 40
     return pool, keys
 
