@@ -518,9 +518,9 @@ class PageHasher:
     def _chain(self, parent: PageKey, pages: list[bytes], extras: _ExtraKeys | None,
                first: int, page_size: int) -> list[PageKey]:
         """The one path from pages to keys: the keys of ``pages`` (the pages ``first ..`` of a
-        request, their token bytes) chained from ``parent``, with the request's ``extras``. Each
-        page's body (tokens and suffix) goes to the scheme's chain function; the tuple schemes
-        also get each page's tokens as a tuple of ints, unpacked from its bytes."""
+        request, their token bytes; at least one) chained from ``parent``, with the request's
+        ``extras``. Each page's body (tokens and suffix) goes to the scheme's chain function; the
+        tuple schemes also get each page's tokens as a tuple of ints, unpacked from its bytes."""
         bodies: Iterable[bytes] = pages
         page_extras: Iterable[Any] = repeat(None)
         if extras is not None:
@@ -528,7 +528,7 @@ class PageHasher:
             encoded: dict[Any, bytes] = {}  # a LoRA request has the same extra keys on every page
             suffixes = [encoded[e] if e in encoded else encoded.setdefault(e, page_suffix(e)) for e in page_extras]
             bodies = list(map(bytes.__add__, pages, suffixes))
-        ids = None if self._width else map(_unpacker(len(pages[0])), pages) if pages else ()
+        ids = None if self._width else map(_unpacker(len(pages[0])), pages)
         return self._chain_keys(parent, bodies, page_extras, ids)
 
     def _page_key(self, parent: PageKey, tokens: bytes, extra: Any, suffix: bytes) -> PageKey:
