@@ -601,10 +601,10 @@ class CacheManager:
                 raise InvalidArgumentError(f"these hits were not looked up for this request {request_id!r}")
             hits = self._checked_hits(req, new_computed_pages, num_new_computed_tokens, shard, dp)
         if self._mamba_align:  # Mamba states go to the step's end, lookahead slots excluded
-            new = self.coordinator.allocate_checked(request_id, req._num_computed_tokens, num_slots, hits, shard, dp,
-                                                    num_state_tokens=num_tokens)
+            new = self.coordinator.allocate_slots(request_id, req._num_computed_tokens, num_slots, hits, shard, dp,
+                                                  num_state_tokens=num_tokens)
         else:
-            new = self.coordinator.allocate_checked(request_id, req._num_computed_tokens, num_slots, hits, shard, dp)
+            new = self.coordinator.allocate_slots(request_id, req._num_computed_tokens, num_slots, hits, shard, dp)
         if new is None:
             return None
         self._adopt_dp(dp)

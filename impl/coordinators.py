@@ -295,15 +295,6 @@ class CacheCoordinator:
         none).
         """
         self._check_allocation(request_id, num_computed_tokens, num_slots, new_computed_pages)
-        return self.allocate_checked(request_id, num_computed_tokens, num_slots, new_computed_pages, shard, dp,
-                                     num_state_tokens)
-
-    def allocate_checked(self, request_id: str, num_computed_tokens: int, num_slots: int,
-                         new_computed_pages: PageIds | None, shard: int | None = None, dp: int | None = None,
-                         num_state_tokens: int | None = None) -> PageIds | None:
-        """`allocate_slots` for a caller that has checked the arguments as `allocate_slots` does
-        (`CacheManager` checks every argument of its own call first, hits included, so they are
-        not checked twice: a prefix hit's ids are otherwise walked once more per allocation)."""
         if not self.single_type_managers:
             return ()
         if self._mamba_align:
