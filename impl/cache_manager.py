@@ -637,7 +637,6 @@ class CacheManager:
         self._check_hit_lengths(ids, num_new_computed_tokens)
         self._check_hit_ids(ids)
         if rec is None or not self._is_last_lookup(rec, pages, num_new_computed_tokens, shard):
-            self._check_hit_range(ids)  # (the keys are read by id; else the pool checks the range in the plan)
             self._check_hit_keys(ids, () if rec is None or rec.keys is None else rec.keys)
         if shard is not None:
             self._check_hit_shard(ids, shard, dp)
@@ -676,23 +675,15 @@ class CacheManager:
 
     def _check_hit_ids(self, ids: PageIds) -> None:
         """Every hit id is an exact int (so comparing ids runs no user code); null placeholders
-        only lead, in windowed groups. Ranges: `_check_hit_range`."""
+        only lead, in windowed groups. Ranges are checked by the pool wherever it reads its tables
+        by id (the keys of `_check_hit_keys`, the free count of the coordinator's plan), before
+        anything changes."""
         for gid, group_ids in enumerate(ids):
             if countOf(map(type, group_ids), int) != len(group_ids):
                 page = next(p for p in group_ids if type(p) is not int)
                 raise ForeignPageError(f"page id {describe(page)} is not a page of this pool (0..{self.num_pages - 1})")
             if NULL_PAGE in group_ids:
                 self._check_hit_placeholders(gid, group_ids)
-
-    def _check_hit_range(self, ids: PageIds) -> None:
-        """Every hit id (an exact int: `_check_hit_ids`) is a page of this pool. Needed before
-        the pool's keys are read by id; the coordinator's plan checks it too, through the pool,
-        before anything changes, so a hit equal to the last lookup result is not checked twice."""
-        n = self.num_pages
-        for group_ids in ids:
-            if group_ids and (min(group_ids) < 0 or max(group_ids) >= n):
-                page = next(p for p in group_ids if not 0 <= p < n)
-                raise ForeignPageError(f"page id {describe(page)} is not a page of this pool (0..{n - 1})")
 
     def _check_hit_placeholders(self, gid: int, group_ids: Sequence[int]) -> None:
         """Null placeholders in a group's hit only lead, and only where the group's rule makes

@@ -213,9 +213,9 @@ class SingleTypeCacheManager:
         return min(_count(max_length, "max_length") // self.page_size, len(_key_list(keys)) // self._stride)
 
     def hit_mismatch(self, hits: Sequence[int], keys: Sequence[PageKey]) -> int | None:
-        """The first position of ``hits`` (real pages, in range) whose page does not hold the
-        request key of that position in this group, or None when every one does. Null
-        placeholders are skipped. Pure."""
+        """The first position of ``hits`` (page ids: the pool checks their range) whose page does
+        not hold the request key of that position in this group, or None when every one does.
+        Null placeholders are skipped. Pure."""
         stored = self.page_pool.keys_of_ids(hits)
         stride, num_keys = self._stride, len(keys)
         m = len(hits)

@@ -448,6 +448,51 @@ def test_the_last_lookup_shortcut_never_skips_the_hit_shape():
     assert m.allocate_slots(r, 1, n, hits) is not None  # the real lookup result is taken
 
 
+@pytest.mark.parametrize("bad", [-1, -15, 16, 99])
+def test_a_hit_of_another_origin_is_range_checked_before_its_keys_are_read(bad: int) -> None:
+    """A hit that is not the request's last lookup result has its keys compared page by page,
+    which reads the pool's key table by id: an id outside the pool (set after construction, which
+    checks ids itself) is a `ForeignPageError` first, with nothing changed; a negative id must
+    not read the table from the end."""
+    m = manager(16)
+    first = Request("a", list(range(9)))
+    admit(m, first)
+    m.free(first)
+    r = Request("b", list(range(9)))
+    hits, n = m.get_computed_pages(r)
+    other = CachePages((list(hits.page_ids[0]),), m.page_pool)  # equal ids, but not the lookup's object
+    other.page_ids[0][1] = bad
+    before = (m.page_pool.free_list_ids(), m.request_ids(), m.page_pool.cached_items())
+    with pytest.raises(ForeignPageError, match="not a page of this pool"):
+        m.allocate_slots(r, 1, n, other)
+    assert (m.page_pool.free_list_ids(), m.request_ids(), m.page_pool.cached_items()) == before
+
+
+@pytest.mark.parametrize("bad", [-1, -15, 16, 99])
+def test_a_hit_equal_to_the_last_lookup_is_still_range_checked(bad: int) -> None:
+    """The manager range-checks hit ids only where it reads keys by id; a hit equal to the
+    request's last lookup skips that read, and its ids are then range-checked by the pool in
+    the coordinator's plan, before anything changes (here the record's last lookup is forged
+    to hold a page id outside the pool of 16, as a wrong lookup would leave it; a negative id
+    must not index the pool's tables from the end)."""
+    m = manager(16)
+    first = Request("a", list(range(9)))
+    admit(m, first)
+    m.free(first)
+    r = Request("b", list(range(9)))
+    hits, n = m.get_computed_pages(r)
+    assert n == 8 and len(hits.page_ids[0]) == 2
+    forged = CachePages((list(hits.page_ids[0]),), m.page_pool)
+    forged.page_ids[0][1] = bad  # (after construction, which rejects a negative id itself)
+    rec = m.coordinator.records["b"]
+    rec.lookup = (forged, m.page_pool.key_version, n, None, tuple(map(list, forged.page_ids)))
+    before = (m.page_pool.free_list_ids(), m.request_ids(), m.page_pool.cached_items())
+    with pytest.raises(ForeignPageError):
+        m.allocate_slots(r, 1, n, forged)
+    assert (m.page_pool.free_list_ids(), m.request_ids(), m.page_pool.cached_items()) == before
+    assert m.allocate_slots(r, 1, n, hits) is not None  # the real lookup result is taken
+
+
 @pytest.mark.parametrize("batch", [False, True])
 def test_a_decode_step_past_max_model_len_raises_even_inside_the_last_page(batch: bool) -> None:
     """max_model_len 10 with pages of 4: the request's 3 pages cover 12 slots, caching is next due
