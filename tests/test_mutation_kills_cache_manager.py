@@ -214,6 +214,21 @@ def test_a_hit_page_outside_the_pool_is_named() -> None:
     assert m.request_ids() == []
 
 
+@pytest.mark.parametrize("bad", [2.5, "x7", True])
+def test_a_hit_page_id_that_is_not_an_int_is_named(bad: Any) -> None:
+    """The construction of `CachePages` checks ids; one replaced afterwards is found by the
+    manager's exact-int check, which names it (and not the valid id before it)."""
+    m = manager(16)
+    cached(m, list(range(9)))
+    req = Request("a", list(range(9)))
+    hit, n = m.get_computed_pages(req)
+    forged = CachePages([hit.get_page_ids()[0]])
+    forged.page_ids[0][1] = bad
+    with pytest.raises(ForeignPageError, match=rf"page id {bad!r} is not"):
+        m.allocate_slots(req, 1, n, forged)
+    assert m.request_ids() == []
+
+
 def test_a_hit_page_outside_a_windowed_group_range_is_named_not_its_placeholder() -> None:
     m = manager(16, [full(4), sliding(4, 4)])
     cached(m, list(range(9)))
