@@ -59,10 +59,11 @@ class PageRecords:
     def for_pool(cls, num_pages: int, *, owned: bool = False) -> PageRecords:
         """A table for ``num_pages`` pages, all with ref 0 and no key; page 0 is null.
 
-        ``ref`` is an ``array('i')`` (fixed size: the pool takes NumPy views of it for long
-        frees); ``owned=True`` is for a `PagePool`'s own table (read-only views and queue).
+        ``ref`` is a list: the pool reads and writes single counts on every path, and a list
+        item costs no int boxing, as an ``array`` item does. ``owned=True`` is for a
+        `PagePool`'s own table (read-only views and queue).
         """
-        return cls(array("i", [0]) * num_pages, [None] * num_pages, 0, owned=owned)
+        return cls([0] * num_pages, [None] * num_pages, 0, owned=owned)
 
 
 def check_key(key: Any) -> None:

@@ -20,8 +20,8 @@ from array import array
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, MutableMapping, MutableSequence, Sequence
 from functools import partial
-from itertools import chain, takewhile
-from operator import countOf, is_not, ne
+from itertools import chain, compress, islice, takewhile
+from operator import countOf, is_not, ne, not_
 from typing import Any
 
 import numpy as np
@@ -42,17 +42,12 @@ from verikv.events import EventLog, KVEvent, PrefixCacheStats
 from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLinks, PageRecords, check_key, page_list
 
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
-#: frees of at least this many ids take the vectorized path (`PagePool._free_bulk`)
-_BULK_FREE = 64
-#: frees of at least this many ids that include shared pages (held more than once) take the
-#: vectorized path too; shorter ones the scalar path. Measured in the anchors traces
-#: (docs/perf-notes.md, 2026-11-26): with shared pages the NumPy path's fixed costs made it
-#: slower than the scalar path per page below ~160 ids, and faster from ~256
-_BULK_FREE_SHARED = 192
+#: frees of at least this many ids take the batched path (`PagePool._free_bulk`)
+_BULK_FREE = 16
+#: a batched free links its pages held once with NumPy scatters from this many (`PagePool._link_own`)
+_BULK_LINK = 64
 #: touches of at least this many ids (a long prefix hit) take the vectorized path (`PagePool._touch_bulk`)
 _BULK_TOUCH = 256
-#: one int32 reference count of 1, as bytes: ``_ONE_INTC * n`` is n pages held once each
-_ONE_INTC = np.ones(1, dtype=np.intc).tobytes()
 NULL_PAGE_ID = 0
 _log = logging.getLogger(__name__)
 _log.addHandler(logging.NullHandler())  # a library logs only where the application asks it to
@@ -83,8 +78,6 @@ class PagePool(ESurgePoolMethods):
         self._records: PageRecords = PageRecords.for_pool(n, owned=True)
         self._ref: MutableSequence[int] | MutableMapping[int, int] = self._records.ref
         self._key: MutableSequence[Any] | MutableMapping[int, Any] = self._records.key
-        #: a NumPy view of ``ref`` for bulk frees (`_free_bulk`; the array is never resized)
-        self._ref_np: np.ndarray = np.frombuffer(self._ref, dtype=np.intc)  # type: ignore[call-overload]
         self._views: dict[int, CachePage] = {}
         self.free_page_queue: FreeCachePageQueue = FreeCachePageQueue.for_range(self._records, 1, n, self._view)
         self._free: IdLinks = self.free_page_queue.links
@@ -276,69 +269,64 @@ class PagePool(ESurgePoolMethods):
         return zeroed
 
     def _free_bulk(self, ids: list[int]) -> bool:
-        """`free_page_ids` for a long list, as NumPy gathers and scatters over views of the
-        ``ref`` and link arrays (no copy). Returns False, having changed nothing, when the list
-        needs the scalar path: a bad id or page (that path raises the precise error), pages
-        listed twice, DP shard lists, the ``"unhashed-first"`` order, or shared pages in a list
-        shorter than `_BULK_FREE_SHARED` (there the scalar path is faster).
+        """`free_page_ids` of a list shaped as a request's free: pages held once, then pages
+        held more than once (its prefix hit, which eviction order lists last), each listed once.
+        Every check is a C-level pass over the list (exact ints, a conversion to uint32 that
+        rejects a negative id, one gather of the held counts that rejects an id past the pool);
+        the stores are one plain loop per part. Returns False, having changed nothing, when the
+        list needs the scalar path: a bad id or page (that path raises the precise error), a
+        page listed twice, counts of another shape, DP shard lists or the ``"unhashed-first"``
+        order.
 
-        Each check rides on a pass the free needs anyway, so the ids are walked at Python level
-        only twice (their types, then their conversion to uint32, which rejects a negative id):
-        the gather of the held counts rejects an id past the pool, and its values are the
-        double-free check (the null page's count is 0); the link scatters are the check that
-        no page is listed twice (`IdLinks.link_back_distinct`). After ``gc.collect()`` every
-        pass and NumPy call starts from cold caches, which is what a long list's free costs.
+        With every count known, the first ``own`` ids (``own`` = how many counts are 1) are the
+        pages held once exactly when every later count is at least 2 (no 1 and no 0 is left for
+        them), so one count and one ``min`` over the tail decide the shape.
         """
-        if self._shards is not None or self.free_order != "esurge":
+        if self._shards is not None or self.free_order != "esurge" or countOf(map(type, ids), int) != len(ids):
             return False
-        if len(ids) < _BULK_FREE_SHARED and not self._last_held_once(ids):
-            return False
-        if countOf(map(type, ids), int) != len(ids):
-            return False
-        ref = self._ref_np
+        ref = self._ref
         try:
-            pages = np.frombuffer(array("I", ids), dtype=np.uint32)  # OverflowError: a negative id
-            held = ref[pages]  # IndexError: an id past the pool
+            pages = array("I", ids)  # OverflowError: a negative id (or one past uint32)
+            held = list(map(ref.__getitem__, ids))  # IndexError: an id past the pool
         except (OverflowError, IndexError):
             return False
-        if held.tobytes() == _ONE_INTC * len(ids):  # every page held once (a request's own): all reach 0
-            ref[pages] = 0
-            if self._free.link_back_distinct(0, pages, ids[0], ids[-1]):  # (also the repeats check)
-                return True
-            ref[pages] = 1  # a page listed twice: undone, for the scalar path to report
+        own = countOf(held, 1)
+        if min(held[own:], default=2) < 2 or not self._link_own(ids, own, pages):
             return False
-        if held.min() < 1 or len(set(ids)) != len(ids):  # shared pages: a set finds repeats
-            return False
-        left = held - 1
-        zeroed = pages[left == 0]
-        ref[pages] = left
-        if len(zeroed):
-            self._free.link_back_distinct(0, zeroed, int(zeroed[0]), int(zeroed[-1]))  # (distinct: checked)
+        for pid in islice(ids, own):
+            ref[pid] = 0
+        for pid in islice(ids, own, None):
+            ref[pid] -= 1
         return True
 
-    def _last_held_once(self, ids: list[int]) -> bool:
-        """Whether the last of ``ids`` is a page held once (False for a bad id: the scalar path
-        reports it). O(1): a request's shared pages are a prefix hit, so they begin with its
-        first page, which its free (in eviction order, last page first) lists last; a guess
-        only for speed, as the NumPy path checks every page."""
-        try:
-            return self._ref[ids[-1]] == 1
-        except (TypeError, IndexError):
-            return False
+    def _link_own(self, ids: list[int], own: int, pages: array[int]) -> bool:
+        """Link the first ``own`` of ``ids`` (the pages held once, which reach 0) at the tail of
+        the free list, in order, if no id is listed twice; otherwise change nothing and return
+        False. From `_BULK_LINK` pages the links are NumPy scatters, which are also the repeats
+        check of those pages (`IdLinks.link_back_distinct`); the others need a set."""
+        if own < _BULK_LINK:
+            if len(set(ids)) != len(ids):
+                return False
+            self._free.link_back(0, islice(ids, own))
+            return True
+        shared = ids[own:]
+        return len(set(shared)) == len(shared) and self._free.link_back_distinct(
+            0, np.frombuffer(pages, dtype=np.uint32)[:own], ids[0], ids[own - 1])
 
     def _touch_bulk(self, ids: list[int]) -> bool:
-        """`touch_ids` of a long list of distinct real pages (checked in range) as NumPy gathers
-        and scatters, when the free pages among them are one run of the free list (a cached
-        prefix hit); returns False, having changed nothing, when the list needs the scalar path
-        (the null page, a page listed twice, DP shard lists, free pages in several runs)."""
+        """`touch_ids` of a long list of distinct real pages (checked in range) whose free pages
+        are one run of the free list (a cached prefix hit): that run is unlinked with NumPy
+        gathers and scatters (`IdLinks.unlink_run`), then every count goes up by one. Returns
+        False, having changed nothing, when the list needs the scalar path (the null page, a
+        page listed twice, DP shard lists, free pages in several runs)."""
         if self._shards is not None or NULL_PAGE_ID in ids or len(set(ids)) != len(ids):
             return False
-        pages = np.fromiter(ids, np.intc, len(ids))
-        held = self._ref_np[pages]
-        leaving = pages[held == 0]
-        if len(leaving) and not self._free.unlink_run(0, leaving):
+        ref = self._ref
+        leaving = array("I", compress(ids, map(not_, map(ref.__getitem__, ids))))
+        if leaving and not self._free.unlink_run(0, np.frombuffer(leaving, dtype=np.uint32)):
             return False
-        self._ref_np[pages] = held + 1
+        for pid in ids:
+            ref[pid] += 1
         return True
 
     def cache_page_id(self, page_id: int, key: Hashable) -> None:
