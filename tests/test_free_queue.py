@@ -302,18 +302,20 @@ def test_lone_page_bounds_and_hashable_key() -> None:
     assert page.page_hash is None
 
 
-# ---- long frees: the vectorized path of PagePool.free_page_ids equals the scalar one -----------
+# ---- long frees: the batched path of PagePool.free_page_ids equals the scalar one --------------
 
 FreeOutcome = tuple[list[int], list[int], list[tuple[str, str] | None]]
 
 
-def _pool_after(frees: Sequence[Sequence[object]], bulk: bool, monkeypatch: pytest.MonkeyPatch) -> FreeOutcome:
-    """Free each list in turn on a pool whose pages 1..199 are held (101..150 twice); the final
-    free list, ref counts and the error of each call (type and message)."""
+def _pool_after(frees: Sequence[Sequence[object]], bulk: bool, monkeypatch: pytest.MonkeyPatch,
+                link_from: int = 64) -> FreeOutcome:
+    """Free each list in turn on a pool whose pages 1..199 are held (101..150 twice), long lists
+    by the batched path (pages held once linked by NumPy from ``link_from``) or all by the
+    scalar one; the final free list, ref counts and the error of each call (type and message)."""
     import verikv.page_pool as page_pool
 
     monkeypatch.setattr(page_pool, "_BULK_FREE", 64 if bulk else 10**9)
-    monkeypatch.setattr(page_pool, "_BULK_FREE_SHARED", 64)  # shared pages too, whatever the last page
+    monkeypatch.setattr(page_pool, "_BULK_LINK", link_from)
     pool = page_pool.PagePool(200)
     held = pool.get_new_page_ids(199)
     pool.touch_ids(held[100:150])
@@ -329,7 +331,7 @@ def _pool_after(frees: Sequence[Sequence[object]], bulk: bool, monkeypatch: pyte
 
 LONG_FREES = [
     list(range(1, 80))[::-1],  # held once: all reach 0, in the given order
-    list(range(101, 180)),  # 101..150 held twice: only 151..179 reach 0
+    list(range(101, 180)),  # 101..150 held twice: only 151..179 reach 0 (shared pages first: scalar)
     list(range(101, 151)) + [80] * 2 + list(range(181, 200)),  # a duplicate of a page held once
     list(range(81, 100)) + [0] + list(range(181, 200)) * 3,  # the null page
     list(range(181, 200)) * 4 + [200],  # out of range
@@ -342,14 +344,16 @@ LONG_FREES = [
 ]
 
 
-def test_long_frees_take_the_vectorized_path_with_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("link_from", [2, 10**9])
+def test_long_frees_take_the_batched_path_with_the_same_results(link_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
     scalar = _pool_after(LONG_FREES, False, monkeypatch)
-    assert _pool_after(LONG_FREES, True, monkeypatch) == scalar
+    assert _pool_after(LONG_FREES, True, monkeypatch, link_from) == scalar
     errors = scalar[2]
     assert errors[0] is None and errors[1] is None and errors[6] is None  # (the valid frees succeeded)
     assert all(e is not None for i, e in enumerate(errors) if i not in (0, 1, 6))  # (every bad one raised)
 
 
+@pytest.mark.parametrize("link_from", [2, 10**9])
 @pytest.mark.parametrize("ids", [
     list(range(1, 100)) + list(range(60, 100)),  # pages held once, the tail listed again
     list(range(1, 100)) + [50] + list(range(180, 190)),  # one listed again mid-list
@@ -357,9 +361,9 @@ def test_long_frees_take_the_vectorized_path_with_the_same_results(monkeypatch: 
     [*range(1, 50), *range(1, 50)],  # the whole list twice
 ])
 def test_a_page_held_once_and_listed_twice_is_a_double_free_on_both_paths(
-        ids: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+        ids: list[int], link_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
     scalar = _pool_after([ids], False, monkeypatch)
-    assert _pool_after([ids], True, monkeypatch) == scalar
+    assert _pool_after([ids], True, monkeypatch, link_from) == scalar
     assert scalar[2][0] is not None and scalar[2][0][0] == "DoubleFreeError"
 
 
