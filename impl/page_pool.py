@@ -46,7 +46,8 @@ FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
 _BULK_FREE = 16
 #: a batched free links its pages held once with NumPy scatters from this many (`PagePool._link_own`)
 _BULK_LINK = 64
-#: touches of at least this many ids (a long prefix hit) take the vectorized path (`PagePool._touch_bulk`)
+#: touches of at least this many ids (a long prefix hit) that revive at least this many free pages
+#: take the vectorized path (`PagePool._touch_bulk`)
 _BULK_TOUCH = 256
 NULL_PAGE_ID = 0
 _log = logging.getLogger(__name__)
@@ -314,16 +315,19 @@ class PagePool(ESurgePoolMethods):
             0, np.frombuffer(pages, dtype=np.uint32)[:own], ids[0], ids[own - 1])
 
     def _touch_bulk(self, ids: list[int]) -> bool:
-        """`touch_ids` of a long list of distinct real pages (checked in range) whose free pages
-        are one run of the free list (a cached prefix hit): that run is unlinked with NumPy
-        gathers and scatters (`IdLinks.unlink_run`), then every count goes up by one. Returns
-        False, having changed nothing, when the list needs the scalar path (the null page, a
-        page listed twice, DP shard lists, free pages in several runs)."""
-        if self._shards is not None or NULL_PAGE_ID in ids or len(set(ids)) != len(ids):
-            return False
+        """`touch_ids` of a long list of real pages (checked in range) of which at least
+        `_BULK_TOUCH` are free, distinct, and one run of the free list (a cached prefix hit):
+        that run is unlinked with NumPy gathers and scatters (`IdLinks.unlink_run`), then every
+        count goes up by one (a held page listed twice, twice, as the scalar path does). Returns
+        False, having changed nothing, when the list needs the scalar path (the null page, too
+        few free pages, a free page listed twice, DP shard lists, free pages in several runs)."""
         ref = self._ref
-        leaving = array("I", compress(ids, map(not_, map(ref.__getitem__, ids))))
-        if leaving and not self._free.unlink_run(0, np.frombuffer(leaving, dtype=np.uint32)):
+        if ref[ids[-1]] != 0 or self._shards is not None or NULL_PAGE_ID in ids:
+            return False  # (a prefix hit's free pages follow its held ones: the last page is free)
+        leaving = list(compress(ids, map(not_, map(ref.__getitem__, ids))))
+        if len(leaving) < _BULK_TOUCH or len(set(leaving)) != len(leaving):
+            return False
+        if not self._free.unlink_run(0, np.frombuffer(array("I", leaving), dtype=np.uint32)):
             return False
         for pid in ids:
             ref[pid] += 1

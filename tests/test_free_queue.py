@@ -345,7 +345,8 @@ LONG_FREES = [
 
 
 @pytest.mark.parametrize("link_from", [2, 10**9])
-def test_long_frees_take_the_batched_path_with_the_same_results(link_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_long_frees_take_the_batched_path_with_the_same_results(link_from: int,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     scalar = _pool_after(LONG_FREES, False, monkeypatch)
     assert _pool_after(LONG_FREES, True, monkeypatch, link_from) == scalar
     errors = scalar[2]
