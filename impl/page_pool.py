@@ -45,7 +45,7 @@ FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
 #: frees of at least this many ids take the batched path (`PagePool._free_bulk`)
 _BULK_FREE = 16
 #: a batched free links its pages held once with NumPy scatters from this many (`PagePool._link_own`)
-_BULK_LINK = 64
+_BULK_LINK = 128
 #: touches of at least this many ids (a long prefix hit) that revive at least this many free pages
 #: take the vectorized path (`PagePool._touch_bulk`)
 _BULK_TOUCH = 256
