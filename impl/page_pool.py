@@ -323,7 +323,7 @@ class PagePool(ESurgePoolMethods):
         few free pages, a free page listed twice, DP shard lists, free pages in several runs)."""
         ref = self._ref
         if ref[ids[-1]] != 0 or self._shards is not None or NULL_PAGE_ID in ids:
-            return False  # (a prefix hit's free pages follow its held ones: the last page is free)
+            return False  # (an O(1) guess, for speed: a hit's free pages follow its held ones, so it ends with one)
         leaving = list(compress(ids, map(not_, map(ref.__getitem__, ids))))
         if len(leaving) < _BULK_TOUCH or len(set(leaving)) != len(leaving):
             return False
