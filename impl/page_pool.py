@@ -44,8 +44,6 @@ from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLink
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
 #: frees of at least this many ids take the batched path (`PagePool._free_bulk`)
 _BULK_FREE = 16
-#: a batched free links its pages held once with NumPy scatters from this many (`PagePool._link_own`)
-_BULK_LINK = 128
 #: touches of at least this many ids (a long prefix hit) that revive at least this many free pages
 #: take the vectorized path (`PagePool._touch_bulk`)
 _BULK_TOUCH = 256
@@ -270,49 +268,58 @@ class PagePool(ESurgePoolMethods):
         return zeroed
 
     def _free_bulk(self, ids: list[int]) -> bool:
-        """`free_page_ids` of a list shaped as a request's free: pages held once, then pages
-        held more than once (its prefix hit, which eviction order lists last), each listed once.
-        Every check is a C-level pass over the list (exact ints, a conversion to uint32 that
-        rejects a negative id, one gather of the held counts that rejects an id past the pool);
-        the stores are one plain loop per part. Returns False, having changed nothing, when the
-        list needs the scalar path: a bad id or page (that path raises the precise error), a
-        page listed twice, counts of another shape, DP shard lists or the ``"unhashed-first"``
-        order.
+        """`free_page_ids` of a list shaped as a request's free: pages held once (its own, which
+        reach 0), then pages held more often (its prefix hit, which eviction order lists last,
+        and which stay held). Returns False, having changed nothing, when the list needs the
+        scalar path: a bad id or page (that path raises the precise error), a page held once
+        listed twice, counts of another shape, DP shard lists or the ``"unhashed-first"`` order.
 
-        With every count known, the first ``own`` ids (``own`` = how many counts are 1) are the
-        pages held once exactly when every later count is at least 2 (no 1 and no 0 is left for
-        them), so one count and one ``min`` over the tail decide the shape.
+        Two C-level passes check the ids (exact ints; a conversion to uint32, which rejects a
+        negative id that ``ref[pid]`` would accept), then `_drop_shaped` checks the counts while
+        it drops them, and the pages held once are linked (one call: NumPy scatters when long).
         """
         if self._shards is not None or self.free_order != "esurge" or countOf(map(type, ids), int) != len(ids):
             return False
-        ref = self._ref
         try:
-            pages = array("I", ids)  # OverflowError: a negative id (or one past uint32)
-            held = list(map(ref.__getitem__, ids))  # IndexError: an id past the pool
-        except (OverflowError, IndexError):
+            array("I", ids)  # OverflowError: a negative id (or one past uint32)
+        except OverflowError:
             return False
-        own = countOf(held, 1)
-        if min(held[own:], default=2) < 2 or not self._link_own(ids, own, pages):
+        own = self._drop_shaped(ids)
+        if own < 0:
             return False
-        for pid in islice(ids, own):
-            ref[pid] = 0
-        for pid in islice(ids, own, None):
-            ref[pid] -= 1
+        self._free.link_back(0, ids[:own])  # (distinct: a page listed again would have stopped the first loop)
         return True
 
-    def _link_own(self, ids: list[int], own: int, pages: array[int]) -> bool:
-        """Link the first ``own`` of ``ids`` (the pages held once, which reach 0) at the tail of
-        the free list, in order, if no id is listed twice; otherwise change nothing and return
-        False. From `_BULK_LINK` pages the links are NumPy scatters, which are also the repeats
-        check of those pages (`IdLinks.link_back_distinct`); the others need a set."""
-        if own < _BULK_LINK:
-            if len(set(ids)) != len(ids):
-                return False
-            self._free.link_back(0, islice(ids, own))
-            return True
-        shared = ids[own:]
-        return len(set(shared)) == len(shared) and self._free.link_back_distinct(
-            0, np.frombuffer(pages, dtype=np.uint32)[:own], ids[0], ids[own - 1])
+    def _drop_shaped(self, ids: list[int]) -> int:
+        """Drop one reference per id of a request-shaped free, with a plain loop per part: the
+        first run of pages held once go to 0, each later page held at least twice loses one.
+        Returns how many ids the first run holds, or -1, having undone every store, when the
+        list has another shape. The first loop stops at the first page not held once (a page
+        held once and listed again is at 0 by then), the second at a page held less than twice,
+        which could reach 0 or is not held; an id past the pool stops either (IndexError)."""
+        ref = self._ref
+        own = shared = 0
+        try:
+            for pid in ids:
+                if ref[pid] != 1:
+                    break
+                ref[pid] = 0
+                own += 1
+            for pid in islice(ids, own, None):
+                held = ref[pid]
+                if held < 2:
+                    break
+                ref[pid] = held - 1
+                shared += 1
+        except IndexError:
+            pass
+        if own + shared == len(ids):
+            return own
+        for pid in islice(ids, own, own + shared):
+            ref[pid] += 1
+        for pid in islice(ids, own):
+            ref[pid] = 1
+        return -1
 
     def _touch_bulk(self, ids: list[int]) -> bool:
         """`touch_ids` of a long list of real pages (checked in range) of which at least

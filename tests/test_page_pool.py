@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, strategies as st
 from pool_helpers import ShiftyKey, apply_ops
 
+import verikv.free_queue as free_queue
 import verikv.page_pool as page_pool
 from verikv.errors import (
     CorruptedStateError,
@@ -23,7 +24,6 @@ from verikv.errors import (
     PageStateError,
 )
 from verikv.events import AllPagesCleared, EventLog, PageRemoved, PageStored, wire_hash
-from verikv.free_queue import IdLinks
 from verikv.hashing import PageHash, PageHasher, PageHashWithGroupId, PageKey, group_pool_key
 from verikv.page_pool import PagePool
 from verikv.spec.abstraction import abstract_pool
@@ -654,14 +654,15 @@ _op = st.one_of(
 
 @given(st.lists(_op, max_size=30), st.sampled_from([1, 3, NEVER]))
 def test_batched_frees_and_inline_evictions_equal_the_per_page_paths(ops: list[Op], link_from: int) -> None:
-    """The pool under test takes every free of 2+ ids to the batched path (its pages held once
-    linked by NumPy from ``link_from`` of them), events off (inline eviction); the reference
-    frees per page and evicts with `_evict` per page (events on)."""
+    """The pool under test takes every free of 2+ ids to the batched path and links lists of
+    ``link_from`` pages or more by NumPy, events off (inline eviction); the reference frees per
+    page, links page by page and evicts with `_evict` per page (events on)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(page_pool, "_BULK_FREE", NEVER)
+        mp.setattr(free_queue, "_BULK_LINK", NEVER)
         reference = _run(ops, events=True)
         mp.setattr(page_pool, "_BULK_FREE", 2)
-        mp.setattr(page_pool, "_BULK_LINK", link_from)
+        mp.setattr(free_queue, "_BULK_LINK", link_from)
         assert _run(ops, events=False) == reference
 
 
@@ -691,31 +692,20 @@ def _held_pool(length: int, num_shared: int) -> tuple[PagePool, list[int]]:
     return pool, held
 
 
-@pytest.mark.parametrize(("length", "num_shared", "link_from"), [
-    (100, 30, 64),  # 70 pages held once: linked by NumPy
-    (100, 30, 71),  # (one short of the link threshold) linked one by one
-    (100, 0, 64),  # every page held once
-    (100, 100, 64),  # every page shared: nothing reaches 0
-    (16, 5, 64),  # the shortest list the path takes
+@pytest.mark.parametrize(("length", "num_shared"), [
+    (100, 30),
+    (100, 0),  # every page held once
+    (100, 100),  # every page shared: nothing reaches 0
+    (16, 5),  # the shortest list the path takes
 ])
-def test_a_request_shaped_free_takes_the_batched_path(
-        length: int, num_shared: int, link_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(page_pool, "_BULK_LINK", link_from)
+def test_a_request_shaped_free_takes_the_batched_path(length: int, num_shared: int,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     pool, held = _held_pool(length, num_shared)
     scalar, _ = _held_pool(length, num_shared)
     order = held[::-1]  # a request's free lists its last page first: its shared prefix last
     seen = _recorded(pool, "_free_bulk", monkeypatch)
-    links: list[bool] = []
-    link_back_distinct = IdLinks.link_back_distinct
-
-    def recorded_links(self: IdLinks, *args: Any) -> bool:
-        links.append(link_back_distinct(self, *args))
-        return links[-1]
-
-    monkeypatch.setattr(IdLinks, "link_back_distinct", recorded_links)
     pool.free_page_ids(order)
     assert seen == [True]
-    assert links == ([True] if length - num_shared >= link_from else [])
     monkeypatch.setattr(page_pool, "_BULK_FREE", NEVER)
     scalar.free_page_ids(order)
     assert _state(pool) == _state(scalar)
@@ -723,12 +713,14 @@ def test_a_request_shaped_free_takes_the_batched_path(
     assert pool.free_list_ids()[len(pool.free_list_ids()) - (length - num_shared):] == order[:length - num_shared]
 
 
-@pytest.mark.parametrize("shape", ["shared first", "short", "repeated shared page", "null page"])
+@pytest.mark.parametrize("shape", ["shared first", "short", "repeated shared page", "repeated own page",
+                                   "own page after shared", "null page", "free page"])
 def test_a_free_of_another_shape_takes_the_scalar_path(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
     pool, held = _held_pool(100, 30)
     scalar, _ = _held_pool(100, 30)
     ids = {"shared first": held, "short": held[:15], "repeated shared page": [*held[::-1], held[0]],
-           "null page": [*held[::-1], 0]}[shape]
+           "repeated own page": [held[50], *held[::-1]], "own page after shared": [*held[::-1], held[50]],
+           "null page": [*held[::-1], 0], "free page": [*held[::-1], 200]}[shape]
     seen = _recorded(pool, "_free_bulk", monkeypatch)
     outcomes = []
     for target in (pool, scalar):
@@ -739,7 +731,8 @@ def test_a_free_of_another_shape_takes_the_scalar_path(shape: str, monkeypatch: 
             outcomes.append((type(exc).__name__, str(exc)))
         monkeypatch.setattr(page_pool, "_BULK_FREE", NEVER)
     assert seen == ([] if shape == "short" else [False])
-    assert outcomes[0] == outcomes[1] and (outcomes[0] is not None) == (shape == "null page")
+    fails = shape in ("repeated own page", "own page after shared", "null page", "free page")
+    assert outcomes[0] == outcomes[1] and (outcomes[0] is not None) == fails
     assert _state(pool) == _state(scalar)
 
 
