@@ -42,8 +42,6 @@ from verikv.events import EventLog, KVEvent, PrefixCacheStats
 from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLinks, PageRecords, check_key, page_list
 
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
-#: frees of at least this many ids take the batched path (`PagePool._free_bulk`)
-_BULK_FREE = 16
 #: touches of at least this many ids (a long prefix hit) that revive at least this many free pages
 #: take the vectorized path (`PagePool._touch_bulk`)
 _BULK_TOUCH = 256
@@ -240,7 +238,7 @@ class PagePool(ESurgePoolMethods):
         post: abstract_pool(self) == spec_pool().free(abstract_pool(__old__.self), tuple(__old__.page_ids))
         """
         ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
-        if len(ids) >= _BULK_FREE and self._free_bulk(ids):
+        if self._free_shaped(ids):  # the common case (a request's free), whatever its length
             return
         zeroed = self._release(ids)
         if self.free_order == "unhashed-first":
@@ -267,12 +265,14 @@ class PagePool(ESurgePoolMethods):
                 zeroed.append(pid)
         return zeroed
 
-    def _free_bulk(self, ids: list[int]) -> bool:
+    def _free_shaped(self, ids: list[int]) -> bool:
         """`free_page_ids` of a list shaped as a request's free: pages held once (its own, which
         reach 0), then pages held more often (its prefix hit, which eviction order lists last,
         and which stay held). Returns False, having changed nothing, when the list needs the
-        scalar path: a bad id or page (that path raises the precise error), a page held once
-        listed twice, counts of another shape, DP shard lists or the ``"unhashed-first"`` order.
+        general path (`_release`): a bad id or page (that path raises the precise error), a page
+        held once listed twice, counts of another shape, DP shard lists or the
+        ``"unhashed-first"`` order. Faster than the general path at every length (no set, no
+        separate pass over the counts), so every free tries it first.
 
         Two C-level passes check the ids (exact ints; a conversion to uint32, which rejects a
         negative id that ``ref[pid]`` would accept), then `_drop_shaped` checks the counts while

@@ -310,14 +310,16 @@ FreeOutcome = tuple[list[int], list[int], list[tuple[str, str] | None]]
 def _pool_after(frees: Sequence[Sequence[object]], bulk: bool, monkeypatch: pytest.MonkeyPatch,
                 link_from: int = 64) -> FreeOutcome:
     """Free each list in turn on a pool whose pages 1..199 are held (101..150 twice), long lists
-    by the batched path (lists of ``link_from`` pages or more linked by NumPy) or all by the
-    scalar path, page by page; the final free list, ref counts and the error of each call."""
+    by the request-shaped path where it applies (lists of ``link_from`` pages or more linked by
+    NumPy) or all by the general path, linked page by page; the final free list, ref counts and
+    the error of each call."""
     import verikv.free_queue as free_queue
     import verikv.page_pool as page_pool
 
-    monkeypatch.setattr(page_pool, "_BULK_FREE", 64 if bulk else 10**9)
     monkeypatch.setattr(free_queue, "_BULK_LINK", link_from if bulk else 10**9)
     pool = page_pool.PagePool(200)
+    if not bulk:
+        monkeypatch.setattr(pool, "_free_shaped", lambda ids: False)
     held = pool.get_new_page_ids(199)
     pool.touch_ids(held[100:150])
     errors: list[tuple[str, str] | None] = []
@@ -377,17 +379,19 @@ TouchOutcome = tuple[list[int], list[int], list[int], list[int], list[object]]
 
 def _pool_ops(ops: Sequence[PoolOp], bulk: bool, monkeypatch: pytest.MonkeyPatch) -> TouchOutcome:
     """Run ``ops`` ("get" n, "touch" ids, "free" ids) on a 40-page pool with the bulk thresholds
-    of pops, touches, frees and links at 2 (bulk) or never reached; the free list, ref counts, the raw links
+    of pops, touches and links at 2 (bulk) or never reached, and frees by the request-shaped path
+    where it applies or all by the general one; the free list, ref counts, the raw links
     (both directions, so an unlinked page's links are compared too) and each call's result or
     error."""
     import verikv.free_queue as free_queue
     import verikv.page_pool as page_pool
 
     monkeypatch.setattr(page_pool, "_BULK_TOUCH", 2 if bulk else 10**9)
-    monkeypatch.setattr(page_pool, "_BULK_FREE", 2 if bulk else 10**9)
     monkeypatch.setattr(free_queue, "_BULK_POP", 2 if bulk else 10**9)
     monkeypatch.setattr(free_queue, "_BULK_LINK", 2 if bulk else 10**9)
     pool = page_pool.PagePool(40)
+    if not bulk:
+        monkeypatch.setattr(pool, "_free_shaped", lambda ids: False)
     results = apply_ops(pool, ops)
     links = pool.free_page_queue.links
     return (pool.free_list_ids(), [pool.ref_count(p) for p in range(40)], links.next.tolist(), links.prev.tolist(),

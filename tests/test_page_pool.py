@@ -13,7 +13,6 @@ from hypothesis import given, strategies as st
 from pool_helpers import ShiftyKey, apply_ops
 
 import verikv.free_queue as free_queue
-import verikv.page_pool as page_pool
 from verikv.errors import (
     CorruptedStateError,
     DoubleFreeError,
@@ -610,13 +609,18 @@ def test_shared_entry_count_follows_equal_pages_through_cache_evict_and_reset() 
     pool.free_page_ids([p for p in range(1, 10) if pool.ref_count(p)])
     assert pool.reset_prefix_cache() and pool._num_shared == shared() == 0
 
-# --- the batched paths equal the per-page ones: frees (`_free_bulk`, its links per page and by
+# --- the batched paths equal the per-page ones: frees (`_free_shaped`, its links per page and by
 # NumPy scatters around `_BULK_LINK`), and the inline eviction of `get_new_page_ids` (events off)
 # against `_evict` per page (events on), including its fallback cases ----------------------------
 
 PoolState = tuple[object, ...]
 Op = tuple[str, list[int]]
 NEVER = 10**9
+
+
+def _general_path_only(pool: PagePool, ids: list[int]) -> bool:
+    """Patched over `PagePool._free_shaped`: every free takes the general path (`_release`)."""
+    return False
 
 
 def _state(pool: PagePool) -> PoolState:
@@ -654,14 +658,14 @@ _op = st.one_of(
 
 @given(st.lists(_op, max_size=30), st.sampled_from([1, 3, NEVER]))
 def test_batched_frees_and_inline_evictions_equal_the_per_page_paths(ops: list[Op], link_from: int) -> None:
-    """The pool under test takes every free of 2+ ids to the batched path and links lists of
+    """The pool under test tries every free on the request-shaped path and links lists of
     ``link_from`` pages or more by NumPy, events off (inline eviction); the reference frees per
     page, links page by page and evicts with `_evict` per page (events on)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(page_pool, "_BULK_FREE", NEVER)
+        mp.setattr(PagePool, "_free_shaped", _general_path_only)
         mp.setattr(free_queue, "_BULK_LINK", NEVER)
         reference = _run(ops, events=True)
-        mp.setattr(page_pool, "_BULK_FREE", 2)
+        mp.undo()
         mp.setattr(free_queue, "_BULK_LINK", link_from)
         assert _run(ops, events=False) == reference
 
@@ -670,7 +674,7 @@ def test_batched_frees_and_inline_evictions_equal_the_per_page_paths(ops: list[O
 
 
 def _recorded(pool: PagePool, name: str, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Record what each call of ``pool``'s method ``name`` (`_free_bulk` or `_touch_bulk`)
+    """Record what each call of ``pool``'s method ``name`` (`_free_shaped` or `_touch_bulk`)
     returns (True: that path did the work)."""
     seen: list[bool] = []
     method = getattr(pool, name)
@@ -696,32 +700,32 @@ def _held_pool(length: int, num_shared: int) -> tuple[PagePool, list[int]]:
     (100, 30),
     (100, 0),  # every page held once
     (100, 100),  # every page shared: nothing reaches 0
-    (16, 5),  # the shortest list the path takes
+    (3, 1),  # short lists too
 ])
 def test_a_request_shaped_free_takes_the_batched_path(length: int, num_shared: int,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     pool, held = _held_pool(length, num_shared)
     scalar, _ = _held_pool(length, num_shared)
     order = held[::-1]  # a request's free lists its last page first: its shared prefix last
-    seen = _recorded(pool, "_free_bulk", monkeypatch)
+    seen = _recorded(pool, "_free_shaped", monkeypatch)
     pool.free_page_ids(order)
     assert seen == [True]
-    monkeypatch.setattr(page_pool, "_BULK_FREE", NEVER)
+    monkeypatch.setattr(PagePool, "_free_shaped", _general_path_only)
     scalar.free_page_ids(order)
     assert _state(pool) == _state(scalar)
     assert [pool.ref_count(p) for p in held] == [1] * num_shared + [0] * (length - num_shared)
     assert pool.free_list_ids()[len(pool.free_list_ids()) - (length - num_shared):] == order[:length - num_shared]
 
 
-@pytest.mark.parametrize("shape", ["shared first", "short", "repeated shared page", "repeated own page",
+@pytest.mark.parametrize("shape", ["shared first", "repeated shared page", "repeated own page",
                                    "own page after shared", "null page", "free page"])
 def test_a_free_of_another_shape_takes_the_scalar_path(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
     pool, held = _held_pool(100, 30)
     scalar, _ = _held_pool(100, 30)
-    ids = {"shared first": held, "short": held[:15], "repeated shared page": [*held[::-1], held[0]],
+    ids = {"shared first": held, "repeated shared page": [*held[::-1], held[0]],
            "repeated own page": [held[50], *held[::-1]], "own page after shared": [*held[::-1], held[50]],
            "null page": [*held[::-1], 0], "free page": [*held[::-1], 200]}[shape]
-    seen = _recorded(pool, "_free_bulk", monkeypatch)
+    seen = _recorded(pool, "_free_shaped", monkeypatch)
     outcomes = []
     for target in (pool, scalar):
         try:
@@ -729,8 +733,8 @@ def test_a_free_of_another_shape_takes_the_scalar_path(shape: str, monkeypatch: 
             outcomes.append(None)
         except Exception as exc:  # compared between the two paths, whatever it is
             outcomes.append((type(exc).__name__, str(exc)))
-        monkeypatch.setattr(page_pool, "_BULK_FREE", NEVER)
-    assert seen == ([] if shape == "short" else [False])
+        monkeypatch.setattr(PagePool, "_free_shaped", _general_path_only)
+    assert seen == [False]
     fails = shape in ("repeated own page", "own page after shared", "null page", "free page")
     assert outcomes[0] == outcomes[1] and (outcomes[0] is not None) == fails
     assert _state(pool) == _state(scalar)
@@ -743,7 +747,7 @@ def test_a_free_ending_with_a_bad_id_takes_the_scalar_path_and_its_error(
         last: object, error: type[Exception], monkeypatch: pytest.MonkeyPatch) -> None:
     pool, held = _held_pool(80, 10)
     before = _state(pool)
-    seen = _recorded(pool, "_free_bulk", monkeypatch)
+    seen = _recorded(pool, "_free_shaped", monkeypatch)
     with pytest.raises(error):
         pool.free_page_ids([*held, last])  # type: ignore[list-item]
     assert seen == [False]
