@@ -276,18 +276,23 @@ class PagePool(ESurgePoolMethods):
 
         Two C-level passes check the ids (exact ints; a conversion to uint32, which rejects a
         negative id that ``ref[pid]`` would accept), then `_drop_shaped` checks the counts while
-        it drops them, and the pages held once are linked (one call: NumPy scatters when long).
+        it drops them, and the pages held once are linked (when there are enough of them for
+        NumPy scatters, from the uint32 copy of the ids).
         """
         if self._shards is not None or self.free_order != "esurge" or countOf(map(type, ids), int) != len(ids):
             return False
         try:
-            array("I", ids)  # OverflowError: a negative id (or one past uint32)
+            pages = array("I", ids)  # OverflowError: a negative id (or one past uint32)
         except OverflowError:
             return False
         own = self._drop_shaped(ids)
         if own < 0:
             return False
-        self._free.link_back(0, ids[:own])  # (distinct: a page listed again would have stopped the first loop)
+        # (distinct: a page listed again would have stopped the first loop)
+        if self._free.links_as_array(own):
+            self._free.link_back_array(0, np.frombuffer(pages, dtype=np.uint32)[:own])
+        else:
+            self._free.link_back(0, islice(ids, own))
         return True
 
     def _drop_shaped(self, ids: list[int]) -> int:
