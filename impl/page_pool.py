@@ -20,8 +20,8 @@ from array import array
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, MutableMapping, MutableSequence, Sequence
 from functools import partial
-from itertools import chain, compress, islice, takewhile
-from operator import countOf, is_not, ne, not_
+from itertools import chain, islice, takewhile
+from operator import countOf, is_not, ne
 from typing import Any
 
 import numpy as np
@@ -42,8 +42,8 @@ from verikv.events import EventLog, KVEvent, PrefixCacheStats
 from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLinks, PageRecords, check_key, page_list
 
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
-#: touches of at least this many ids (a long prefix hit) that revive at least this many free pages
-#: take the vectorized path (`PagePool._touch_bulk`)
+#: a touch that revives at least this many free pages (a long prefix hit) unlinks them with NumPy
+#: when they are one run of the free list (`PagePool._unlink_revived`)
 _BULK_TOUCH = 256
 NULL_PAGE_ID = 0
 _log = logging.getLogger(__name__)
@@ -214,17 +214,29 @@ class PagePool(ESurgePoolMethods):
         ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
         if not self._all_in_range(ids):
             self._check_in_range(ids)  # raises the precise error
-        if len(ids) >= _BULK_TOUCH and self._touch_bulk(ids):
+        ref = self._ref
+        revived = []
+        for pid in filter(None, ids):  # (the null page, 0, is skipped)
+            held = ref[pid]
+            if not held:
+                revived.append(pid)  # (once: a page listed again is held by then)
+            ref[pid] = held + 1
+        if revived:
+            self._unlink_revived(revived)
+
+    def _unlink_revived(self, revived: list[int]) -> None:
+        """Unlink the distinct pages a touch took from the free list (their order does not
+        matter: unlinking a set of nodes leaves one list). From `_BULK_TOUCH` pages, a set that
+        is one run of the free list (a cached prefix freed together) is unlinked with NumPy
+        gathers and scatters (`IdLinks.unlink_run`); otherwise page by page."""
+        free, shards, pps = self._free, self._shards, self._pps
+        if (len(revived) >= _BULK_TOUCH and shards is None
+                and free.unlink_run(0, np.frombuffer(array("I", revived), dtype=np.uint32))):
             return
-        ref, free, shards, pps = self._ref, self._free, self._shards, self._pps
-        for pid in ids:
-            if pid == NULL_PAGE_ID:
-                continue
-            if ref[pid] == 0:
-                free.unlink(0, pid)
-                if shards is not None:
-                    shards.unlink(pid // pps, pid)
-            ref[pid] += 1
+        for pid in revived:
+            free.unlink(0, pid)
+            if shards is not None:
+                shards.unlink(pid // pps, pid)
 
     def free_page_ids(self, page_ids: Iterable[int]) -> None:
         """Drop one reference per occurrence; pages reaching 0 rejoin the free list in order.
@@ -325,25 +337,6 @@ class PagePool(ESurgePoolMethods):
         for pid in islice(ids, own):
             ref[pid] = 1
         return -1
-
-    def _touch_bulk(self, ids: list[int]) -> bool:
-        """`touch_ids` of a long list of real pages (checked in range) of which at least
-        `_BULK_TOUCH` are free, distinct, and one run of the free list (a cached prefix hit):
-        that run is unlinked with NumPy gathers and scatters (`IdLinks.unlink_run`), then every
-        count goes up by one (a held page listed twice, twice, as the scalar path does). Returns
-        False, having changed nothing, when the list needs the scalar path (the null page, too
-        few free pages, a free page listed twice, DP shard lists, free pages in several runs)."""
-        ref = self._ref
-        if ref[ids[-1]] != 0 or self._shards is not None or NULL_PAGE_ID in ids:
-            return False  # (an O(1) guess, for speed: a hit's free pages follow its held ones, so it ends with one)
-        leaving = list(compress(ids, map(not_, map(ref.__getitem__, ids))))
-        if len(leaving) < _BULK_TOUCH or len(set(leaving)) != len(leaving):
-            return False
-        if not self._free.unlink_run(0, np.frombuffer(array("I", leaving), dtype=np.uint32)):
-            return False
-        for pid in ids:
-            ref[pid] += 1
-        return True
 
     def cache_page_id(self, page_id: int, key: Hashable) -> None:
         """Register ``page_id`` as holding the content ``key`` (appended after equal pages).
