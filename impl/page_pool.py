@@ -44,7 +44,7 @@ from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLink
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
 #: a touch that revives at least this many free pages (a long prefix hit) unlinks them with NumPy
 #: when they are one run of the free list (`PagePool._unlink_revived`)
-_BULK_TOUCH = 256
+_BULK_TOUCH = 128
 NULL_PAGE_ID = 0
 _log = logging.getLogger(__name__)
 _log.addHandler(logging.NullHandler())  # a library logs only where the application asks it to

@@ -674,7 +674,7 @@ def test_batched_frees_and_inline_evictions_equal_the_per_page_paths(ops: list[O
 
 
 def _recorded(pool: PagePool, name: str, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Record what each call of ``pool``'s method ``name`` (`_free_shaped` or `_touch_bulk`)
+    """Record what each call of ``pool``'s method ``name`` (such as `_free_shaped`)
     returns (True: that path did the work)."""
     seen: list[bool] = []
     method = getattr(pool, name)
