@@ -159,6 +159,15 @@ def test_link_back_appends_to_its_own_list(link_from: int, monkeypatch: pytest.M
     assert links.prev[11] == 7 and links.next[7] == 11
 
 
+def test_link_back_array_appends_to_the_tail_of_its_own_list_by_default() -> None:
+    links = IdLinks(8, num_lists=3)
+    links.link_back(2, [6])
+    links.link_back_array(2, np.array([2, 7], dtype=np.uint32))
+    links.link_back_array(1, np.array([5], dtype=np.intc))
+    assert (links.ids(0), links.ids(1), links.ids(2)) == ([], [5], [6, 2, 7])
+    assert links.lengths == [0, 1, 3]
+
+
 # --- import-time code (run on ecbc580) ----------------------------------------------------------
 # `CachePage`'s ``ref_cnt`` and ``page_hash`` properties are built by `_record_field` when the
 # module is imported; a second execution of the module's file builds them again, so what it
