@@ -30,6 +30,9 @@ from verikv.typed_property import Field
 UNLINKED = -1
 #: `IdLinks.pop_front` of at least this many ids walks and unlinks them with C-level passes
 _BULK_POP = 256
+#: `IdLinks.link_back` (and `link_front`) of a list of at least this many ids links it with NumPy
+#: scatters (`IdLinks.link_back_array`; `IdLinks.links_as_array` tells callers with an array at hand)
+_BULK_LINK = 128
 MAX_PAGE_ID = 2**29 - 1
 """Largest page id: ids and the free-list links (ids plus two sentinels per list, one list per
 data-parallel shard, so up to three times the pool size) are stored as int32."""
@@ -59,10 +62,11 @@ class PageRecords:
     def for_pool(cls, num_pages: int, *, owned: bool = False) -> PageRecords:
         """A table for ``num_pages`` pages, all with ref 0 and no key; page 0 is null.
 
-        ``ref`` is an ``array('i')`` (fixed size: the pool takes NumPy views of it for long
-        frees); ``owned=True`` is for a `PagePool`'s own table (read-only views and queue).
+        ``ref`` is a list: the pool reads and writes single counts on every path, and a list
+        item costs no int boxing, as an ``array`` item does. ``owned=True`` is for a
+        `PagePool`'s own table (read-only views and queue).
         """
-        return cls(array("i", [0]) * num_pages, [None] * num_pages, 0, owned=owned)
+        return cls([0] * num_pages, [None] * num_pages, 0, owned=owned)
 
 
 def check_key(key: Any) -> None:
@@ -302,11 +306,15 @@ class IdLinks:
         return True
 
     def link_back(self, li: int, ids: Iterable[int], *, end: int | None = None) -> None:
-        """Link unlinked ids, in order, into list ``li`` just before node ``end``: by default
-        its tail sentinel (an append; `link_front` passes the list's first node)."""
-        nxt, prev = self.next, self.prev
+        """Link unlinked, distinct ids, in order, into list ``li`` just before node ``end``: by
+        default its tail sentinel (an append; `link_front` passes the list's first node). A list
+        of at least `_BULK_LINK` ids goes to `link_back_array`."""
         if end is None:
             end = self.capacity + 2 * li + 1
+        if type(ids) is list and self.links_as_array(len(ids)):
+            self.link_back_array(li, np.frombuffer(array("i", ids), dtype=np.intc), end=end)
+            return
+        nxt, prev = self.next, self.prev
         last = prev[end]
         count = 0
         for pid in ids:
@@ -318,33 +326,24 @@ class IdLinks:
         prev[end] = last
         self.lengths[li] += count
 
-    def link_back_distinct(self, li: int, ids: np.ndarray, first_id: int, last_id: int) -> bool:
-        """Append the unlinked ids of the NumPy array ``ids`` (int32 or uint32; ``first_id`` and ``last_id`` its
-        ends, as ints) at the tail of list ``li``, in order, if they are distinct; otherwise
-        change nothing and return False. The inner links are vectorized scatters, and they are
-        also the distinctness check: once every link is stored (the last id's link to the tail
-        included), id ``ids[i]`` links to ``ids[i + 1]`` for every ``i`` exactly when no id is
-        listed twice (a repeated id keeps only its last link, and following the repeats to the
-        end of the array reaches the last id, whose link is the tail, not an id). One gather
-        and a byte comparison (no ufunc call), instead of a Python-level set of the ids."""
-        count = len(ids)
-        if count == 0:
-            return True
+    @staticmethod
+    def links_as_array(count: int) -> bool:
+        """Whether `link_back` links ``count`` ids by `link_back_array` (from `_BULK_LINK`)."""
+        return count >= _BULK_LINK
+
+    def link_back_array(self, li: int, ids: np.ndarray, *, end: int | None = None) -> None:
+        """`link_back` of a non-empty NumPy array of unlinked, distinct ids (int32 or uint32):
+        the inner links are two scatters (an ``array`` item store costs ~40 ns, a scattered one
+        a few)."""
         nxt, prev = self.next, self.prev
-        tail = self.capacity + 2 * li + 1
-        last = prev[tail]
-        inner, following = ids[:-1], ids[1:]
-        self.next_np[inner] = following
-        self.prev_np[following] = inner
-        nxt[last], prev[first_id] = first_id, last
-        nxt[last_id], prev[tail] = tail, last_id
-        if count == 1 or self.next_np[inner].tobytes() == following.tobytes():  # (ids < 2**31)
-            self.lengths[li] += count
-            return True
-        self.next_np[ids] = UNLINKED  # an id listed twice: the ids were unlinked, and are again
-        self.prev_np[ids] = UNLINKED
-        nxt[last], prev[tail] = tail, last
-        return False
+        if end is None:
+            end = self.capacity + 2 * li + 1
+        last, first, final = prev[end], int(ids[0]), int(ids[-1])
+        self.next_np[ids[:-1]] = ids[1:]
+        self.prev_np[ids[1:]] = ids[:-1]
+        nxt[last], prev[first] = first, last
+        nxt[final], prev[end] = end, final
+        self.lengths[li] += len(ids)
 
     def link_front(self, li: int, ids: Iterable[int]) -> None:
         """Insert unlinked ids before the head of list ``li``, keeping their order."""

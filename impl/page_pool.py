@@ -20,7 +20,7 @@ from array import array
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, MutableMapping, MutableSequence, Sequence
 from functools import partial
-from itertools import chain, takewhile
+from itertools import chain, islice, takewhile
 from operator import countOf, is_not, ne
 from typing import Any
 
@@ -42,17 +42,9 @@ from verikv.events import EventLog, KVEvent, PrefixCacheStats
 from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLinks, PageRecords, check_key, page_list
 
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
-#: frees of at least this many ids take the vectorized path (`PagePool._free_bulk`)
-_BULK_FREE = 64
-#: frees of at least this many ids that include shared pages (held more than once) take the
-#: vectorized path too; shorter ones the scalar path. Measured in the anchors traces
-#: (docs/perf-notes.md, 2026-11-26): with shared pages the NumPy path's fixed costs made it
-#: slower than the scalar path per page below ~160 ids, and faster from ~256
-_BULK_FREE_SHARED = 192
-#: touches of at least this many ids (a long prefix hit) take the vectorized path (`PagePool._touch_bulk`)
-_BULK_TOUCH = 256
-#: one int32 reference count of 1, as bytes: ``_ONE_INTC * n`` is n pages held once each
-_ONE_INTC = np.ones(1, dtype=np.intc).tobytes()
+#: a touch that revives at least this many free pages (a long prefix hit) unlinks them with NumPy
+#: when they are one run of the free list (`PagePool._unlink_revived`)
+_BULK_TOUCH = 128
 NULL_PAGE_ID = 0
 _log = logging.getLogger(__name__)
 _log.addHandler(logging.NullHandler())  # a library logs only where the application asks it to
@@ -83,8 +75,6 @@ class PagePool(ESurgePoolMethods):
         self._records: PageRecords = PageRecords.for_pool(n, owned=True)
         self._ref: MutableSequence[int] | MutableMapping[int, int] = self._records.ref
         self._key: MutableSequence[Any] | MutableMapping[int, Any] = self._records.key
-        #: a NumPy view of ``ref`` for bulk frees (`_free_bulk`; the array is never resized)
-        self._ref_np: np.ndarray = np.frombuffer(self._ref, dtype=np.intc)  # type: ignore[call-overload]
         self._views: dict[int, CachePage] = {}
         self.free_page_queue: FreeCachePageQueue = FreeCachePageQueue.for_range(self._records, 1, n, self._view)
         self._free: IdLinks = self.free_page_queue.links
@@ -224,17 +214,29 @@ class PagePool(ESurgePoolMethods):
         ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
         if not self._all_in_range(ids):
             self._check_in_range(ids)  # raises the precise error
-        if len(ids) >= _BULK_TOUCH and self._touch_bulk(ids):
+        ref = self._ref
+        revived = []
+        for pid in filter(None, ids):  # (the null page, 0, is skipped)
+            held = ref[pid]
+            if not held:
+                revived.append(pid)  # (once: a page listed again is held by then)
+            ref[pid] = held + 1
+        if revived:
+            self._unlink_revived(revived)
+
+    def _unlink_revived(self, revived: list[int]) -> None:
+        """Unlink the distinct pages a touch took from the free list (their order does not
+        matter: unlinking a set of nodes leaves one list). From `_BULK_TOUCH` pages, a set that
+        is one run of the free list (a cached prefix freed together) is unlinked with NumPy
+        gathers and scatters (`IdLinks.unlink_run`); otherwise page by page."""
+        free, shards, pps = self._free, self._shards, self._pps
+        if (len(revived) >= _BULK_TOUCH and shards is None
+                and free.unlink_run(0, np.frombuffer(array("I", revived), dtype=np.uint32))):
             return
-        ref, free, shards, pps = self._ref, self._free, self._shards, self._pps
-        for pid in ids:
-            if pid == NULL_PAGE_ID:
-                continue
-            if ref[pid] == 0:
-                free.unlink(0, pid)
-                if shards is not None:
-                    shards.unlink(pid // pps, pid)
-            ref[pid] += 1
+        for pid in revived:
+            free.unlink(0, pid)
+            if shards is not None:
+                shards.unlink(pid // pps, pid)
 
     def free_page_ids(self, page_ids: Iterable[int]) -> None:
         """Drop one reference per occurrence; pages reaching 0 rejoin the free list in order.
@@ -248,7 +250,7 @@ class PagePool(ESurgePoolMethods):
         post: abstract_pool(self) == spec_pool().free(abstract_pool(__old__.self), tuple(__old__.page_ids))
         """
         ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
-        if len(ids) >= _BULK_FREE and self._free_bulk(ids):
+        if self._free_shaped(ids):  # the common case (a request's free), whatever its length
             return
         zeroed = self._release(ids)
         if self.free_order == "unhashed-first":
@@ -275,71 +277,66 @@ class PagePool(ESurgePoolMethods):
                 zeroed.append(pid)
         return zeroed
 
-    def _free_bulk(self, ids: list[int]) -> bool:
-        """`free_page_ids` for a long list, as NumPy gathers and scatters over views of the
-        ``ref`` and link arrays (no copy). Returns False, having changed nothing, when the list
-        needs the scalar path: a bad id or page (that path raises the precise error), pages
-        listed twice, DP shard lists, the ``"unhashed-first"`` order, or shared pages in a list
-        shorter than `_BULK_FREE_SHARED` (there the scalar path is faster).
+    def _free_shaped(self, ids: list[int]) -> bool:
+        """`free_page_ids` of a list shaped as a request's free: pages held once (its own, which
+        reach 0), then pages held more often (its prefix hit, which eviction order lists last,
+        and which stay held). Returns False, having changed nothing, when the list needs the
+        general path (`_release`): a bad id or page (that path raises the precise error), a page
+        held once listed twice, counts of another shape, DP shard lists or the
+        ``"unhashed-first"`` order. Faster than the general path at every length (no set, no
+        separate pass over the counts), so every free tries it first.
 
-        Each check rides on a pass the free needs anyway, so the ids are walked at Python level
-        only twice (their types, then their conversion to uint32, which rejects a negative id):
-        the gather of the held counts rejects an id past the pool, and its values are the
-        double-free check (the null page's count is 0); the link scatters are the check that
-        no page is listed twice (`IdLinks.link_back_distinct`). After ``gc.collect()`` every
-        pass and NumPy call starts from cold caches, which is what a long list's free costs.
+        Two C-level passes check the ids (exact ints; a conversion to uint32, which rejects a
+        negative id that ``ref[pid]`` would accept), then `_drop_shaped` checks the counts while
+        it drops them, and the pages held once are linked (when there are enough of them for
+        NumPy scatters, from the uint32 copy of the ids).
         """
-        if self._shards is not None or self.free_order != "esurge":
+        if self._shards is not None or self.free_order != "esurge" or countOf(map(type, ids), int) != len(ids):
             return False
-        if len(ids) < _BULK_FREE_SHARED and not self._last_held_once(ids):
-            return False
-        if countOf(map(type, ids), int) != len(ids):
-            return False
-        ref = self._ref_np
         try:
-            pages = np.frombuffer(array("I", ids), dtype=np.uint32)  # OverflowError: a negative id
-            held = ref[pages]  # IndexError: an id past the pool
-        except (OverflowError, IndexError):
+            pages = array("I", ids)  # OverflowError: a negative id (or one past uint32)
+        except OverflowError:
             return False
-        if held.tobytes() == _ONE_INTC * len(ids):  # every page held once (a request's own): all reach 0
-            ref[pages] = 0
-            if self._free.link_back_distinct(0, pages, ids[0], ids[-1]):  # (also the repeats check)
-                return True
-            ref[pages] = 1  # a page listed twice: undone, for the scalar path to report
+        own = self._drop_shaped(ids)
+        if own < 0:
             return False
-        if held.min() < 1 or len(set(ids)) != len(ids):  # shared pages: a set finds repeats
-            return False
-        left = held - 1
-        zeroed = pages[left == 0]
-        ref[pages] = left
-        if len(zeroed):
-            self._free.link_back_distinct(0, zeroed, int(zeroed[0]), int(zeroed[-1]))  # (distinct: checked)
+        # (distinct: a page listed again would have stopped the first loop)
+        if self._free.links_as_array(own):
+            self._free.link_back_array(0, np.frombuffer(pages, dtype=np.uint32)[:own])
+        else:
+            self._free.link_back(0, islice(ids, own))
         return True
 
-    def _last_held_once(self, ids: list[int]) -> bool:
-        """Whether the last of ``ids`` is a page held once (False for a bad id: the scalar path
-        reports it). O(1): a request's shared pages are a prefix hit, so they begin with its
-        first page, which its free (in eviction order, last page first) lists last; a guess
-        only for speed, as the NumPy path checks every page."""
+    def _drop_shaped(self, ids: list[int]) -> int:
+        """Drop one reference per id of a request-shaped free, with a plain loop per part: the
+        first run of pages held once go to 0, each later page held at least twice loses one.
+        Returns how many ids the first run holds, or -1, having undone every store, when the
+        list has another shape. The first loop stops at the first page not held once (a page
+        held once and listed again is at 0 by then), the second at a page held less than twice,
+        which could reach 0 or is not held; an id past the pool stops either (IndexError)."""
+        ref = self._ref
+        own = shared = 0
         try:
-            return self._ref[ids[-1]] == 1
-        except (TypeError, IndexError):
-            return False
-
-    def _touch_bulk(self, ids: list[int]) -> bool:
-        """`touch_ids` of a long list of distinct real pages (checked in range) as NumPy gathers
-        and scatters, when the free pages among them are one run of the free list (a cached
-        prefix hit); returns False, having changed nothing, when the list needs the scalar path
-        (the null page, a page listed twice, DP shard lists, free pages in several runs)."""
-        if self._shards is not None or NULL_PAGE_ID in ids or len(set(ids)) != len(ids):
-            return False
-        pages = np.fromiter(ids, np.intc, len(ids))
-        held = self._ref_np[pages]
-        leaving = pages[held == 0]
-        if len(leaving) and not self._free.unlink_run(0, leaving):
-            return False
-        self._ref_np[pages] = held + 1
-        return True
+            for pid in ids:
+                if ref[pid] != 1:
+                    break
+                ref[pid] = 0
+                own += 1
+            for pid in islice(ids, own, None):
+                held = ref[pid]
+                if held < 2:
+                    break
+                ref[pid] = held - 1
+                shared += 1
+        except IndexError:
+            pass
+        if own + shared == len(ids):
+            return own
+        for pid in islice(ids, own, own + shared):
+            ref[pid] += 1
+        for pid in islice(ids, own):
+            ref[pid] = 1
+        return -1
 
     def cache_page_id(self, page_id: int, key: Hashable) -> None:
         """Register ``page_id`` as holding the content ``key`` (appended after equal pages).

@@ -7,7 +7,8 @@ from collections.abc import Hashable, Sequence
 
 from verikv.page_pool import PagePool
 
-#: a pool operation: ("get", [n]), ("touch", ids), ("free", ids) or ("cache", [id, key])
+#: a pool operation: ("get", [n]), ("touch", ids), ("free", ids), ("free held", [n, *extra ids])
+#: (`request_free`) or ("cache", [id, key])
 PoolOp = tuple[str, list[Hashable]]
 
 
@@ -27,6 +28,14 @@ class ShiftyKey:
         return f"ShiftyKey({self.value})"
 
 
+def request_free(pool: PagePool, count: int, extra: Sequence[int]) -> list[int]:
+    """A list shaped as a request's free: up to ``count`` held pages, those held once (its own)
+    before those held more often (its prefix hit, which eviction order lists last), then the
+    ``extra`` ids (a repeat or a bad id spoils the shape)."""
+    held = sorted((p for p in range(1, pool.num_pages) if pool.ref_count(p)), key=pool.ref_count)
+    return held[:count] + list(extra)
+
+
 def apply_ops(pool: PagePool, ops: Sequence[tuple[str, Sequence[object]]]) -> list[object]:
     """Run ``ops`` on ``pool`` in order; each call's result ("touched", "freed", "cached" or the
     new ids) or its error as (type name, message), to compare two pools or two paths."""
@@ -40,6 +49,9 @@ def apply_ops(pool: PagePool, ops: Sequence[tuple[str, Sequence[object]]]) -> li
                 results.append("touched")
             elif op == "free":
                 pool.free_page_ids(arg)  # type: ignore[arg-type]
+                results.append("freed")
+            elif op == "free held":
+                pool.free_page_ids(request_free(pool, arg[0], arg[1:]))  # type: ignore[arg-type]
                 results.append("freed")
             else:
                 pool.cache_page_id(arg[0], arg[1])  # type: ignore[arg-type]

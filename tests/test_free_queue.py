@@ -302,19 +302,24 @@ def test_lone_page_bounds_and_hashable_key() -> None:
     assert page.page_hash is None
 
 
-# ---- long frees: the vectorized path of PagePool.free_page_ids equals the scalar one -----------
+# ---- long frees: the batched path of PagePool.free_page_ids equals the scalar one --------------
 
 FreeOutcome = tuple[list[int], list[int], list[tuple[str, str] | None]]
 
 
-def _pool_after(frees: Sequence[Sequence[object]], bulk: bool, monkeypatch: pytest.MonkeyPatch) -> FreeOutcome:
-    """Free each list in turn on a pool whose pages 1..199 are held (101..150 twice); the final
-    free list, ref counts and the error of each call (type and message)."""
+def _pool_after(frees: Sequence[Sequence[object]], bulk: bool, monkeypatch: pytest.MonkeyPatch,
+                link_from: int = 64) -> FreeOutcome:
+    """Free each list in turn on a pool whose pages 1..199 are held (101..150 twice), long lists
+    by the request-shaped path where it applies (lists of ``link_from`` pages or more linked by
+    NumPy) or all by the general path, linked page by page; the final free list, ref counts and
+    the error of each call."""
+    import verikv.free_queue as free_queue
     import verikv.page_pool as page_pool
 
-    monkeypatch.setattr(page_pool, "_BULK_FREE", 64 if bulk else 10**9)
-    monkeypatch.setattr(page_pool, "_BULK_FREE_SHARED", 64)  # shared pages too, whatever the last page
+    monkeypatch.setattr(free_queue, "_BULK_LINK", link_from if bulk else 10**9)
     pool = page_pool.PagePool(200)
+    if not bulk:
+        monkeypatch.setattr(pool, "_free_shaped", lambda ids: False)
     held = pool.get_new_page_ids(199)
     pool.touch_ids(held[100:150])
     errors: list[tuple[str, str] | None] = []
@@ -329,7 +334,7 @@ def _pool_after(frees: Sequence[Sequence[object]], bulk: bool, monkeypatch: pyte
 
 LONG_FREES = [
     list(range(1, 80))[::-1],  # held once: all reach 0, in the given order
-    list(range(101, 180)),  # 101..150 held twice: only 151..179 reach 0
+    list(range(101, 180)),  # 101..150 held twice: only 151..179 reach 0 (shared pages first: scalar)
     list(range(101, 151)) + [80] * 2 + list(range(181, 200)),  # a duplicate of a page held once
     list(range(81, 100)) + [0] + list(range(181, 200)) * 3,  # the null page
     list(range(181, 200)) * 4 + [200],  # out of range
@@ -342,14 +347,17 @@ LONG_FREES = [
 ]
 
 
-def test_long_frees_take_the_vectorized_path_with_the_same_results(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("link_from", [2, 10**9])
+def test_long_frees_take_the_batched_path_with_the_same_results(link_from: int,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     scalar = _pool_after(LONG_FREES, False, monkeypatch)
-    assert _pool_after(LONG_FREES, True, monkeypatch) == scalar
+    assert _pool_after(LONG_FREES, True, monkeypatch, link_from) == scalar
     errors = scalar[2]
     assert errors[0] is None and errors[1] is None and errors[6] is None  # (the valid frees succeeded)
     assert all(e is not None for i, e in enumerate(errors) if i not in (0, 1, 6))  # (every bad one raised)
 
 
+@pytest.mark.parametrize("link_from", [2, 10**9])
 @pytest.mark.parametrize("ids", [
     list(range(1, 100)) + list(range(60, 100)),  # pages held once, the tail listed again
     list(range(1, 100)) + [50] + list(range(180, 190)),  # one listed again mid-list
@@ -357,13 +365,13 @@ def test_long_frees_take_the_vectorized_path_with_the_same_results(monkeypatch: 
     [*range(1, 50), *range(1, 50)],  # the whole list twice
 ])
 def test_a_page_held_once_and_listed_twice_is_a_double_free_on_both_paths(
-        ids: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+        ids: list[int], link_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
     scalar = _pool_after([ids], False, monkeypatch)
-    assert _pool_after([ids], True, monkeypatch) == scalar
+    assert _pool_after([ids], True, monkeypatch, link_from) == scalar
     assert scalar[2][0] is not None and scalar[2][0][0] == "DoubleFreeError"
 
 
-# ---- long pops and touches: the vectorized paths equal the scalar ones ------------------------
+# ---- long pops, touches, frees and links: the vectorized paths equal the scalar ones ----------
 
 PoolOp = tuple[str, list[int]]
 TouchOutcome = tuple[list[int], list[int], list[int], list[int], list[object]]
@@ -371,7 +379,8 @@ TouchOutcome = tuple[list[int], list[int], list[int], list[int], list[object]]
 
 def _pool_ops(ops: Sequence[PoolOp], bulk: bool, monkeypatch: pytest.MonkeyPatch) -> TouchOutcome:
     """Run ``ops`` ("get" n, "touch" ids, "free" ids) on a 40-page pool with the bulk thresholds
-    of pops and touches at 2 (bulk) or never reached; the free list, ref counts, the raw links
+    of pops, touches and links at 2 (bulk) or never reached, and frees by the request-shaped path
+    where it applies or all by the general one; the free list, ref counts, the raw links
     (both directions, so an unlinked page's links are compared too) and each call's result or
     error."""
     import verikv.free_queue as free_queue
@@ -379,7 +388,10 @@ def _pool_ops(ops: Sequence[PoolOp], bulk: bool, monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(page_pool, "_BULK_TOUCH", 2 if bulk else 10**9)
     monkeypatch.setattr(free_queue, "_BULK_POP", 2 if bulk else 10**9)
+    monkeypatch.setattr(free_queue, "_BULK_LINK", 2 if bulk else 10**9)
     pool = page_pool.PagePool(40)
+    if not bulk:
+        monkeypatch.setattr(pool, "_free_shaped", lambda ids: False)
     results = apply_ops(pool, ops)
     links = pool.free_page_queue.links
     return (pool.free_list_ids(), [pool.ref_count(p) for p in range(40)], links.next.tolist(), links.prev.tolist(),

@@ -144,26 +144,28 @@ def test_first_of_an_emptied_list_is_unlinked() -> None:
     assert links.first(0) == UNLINKED
 
 
-def test_link_back_distinct_appends_to_its_own_list() -> None:
+@pytest.mark.parametrize("link_from", [1, 10**9])  # every list by NumPy scatters, or none
+def test_link_back_appends_to_its_own_list(link_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(free_queue, "_BULK_LINK", link_from)
     links = IdLinks(8, num_lists=2)
-    assert links.link_back_distinct(1, np.array([], dtype=np.intc), 0, 0)  # nothing to link: nothing changes
-    assert (links.ids(0), links.ids(1), links.lengths) == ([], [], [0, 0])
-    assert links.link_back_distinct(1, np.array([5], dtype=np.intc), 5, 5)
-    assert links.link_back_distinct(1, np.array([2, 7], dtype=np.uint32), 2, 7)
+    links.link_back(1, [5])
+    links.link_back(1, [2, 7])
     links.link_back(0, [1])
-    assert links.ids(1) == [5, 2, 7]
+    links.link_front(1, [3, 6])
+    assert links.ids(1) == [3, 6, 5, 2, 7]
     assert links.ids(0) == [1]
-    assert links.lengths == [1, 3]
+    assert links.lengths == [1, 5]
+    assert [links.prev[p] for p in (3, 6, 5, 2, 7)] == [10, 3, 6, 5, 2]  # (list 1's head sentinel: 8 + 2)
+    assert links.prev[11] == 7 and links.next[7] == 11
 
 
-@pytest.mark.parametrize("repeated", [[3, 3], [3, 4, 3, 4], [3, 4, 6, 4], [4, 3, 6, 3, 6], [3, 4, 3]])
-def test_link_back_distinct_refuses_repeats_and_changes_nothing(repeated: list[int]) -> None:
-    links = IdLinks(8, num_lists=2)
-    links.link_back(1, [5, 1])
-    before = (links.ids(0), links.ids(1), list(links.lengths), list(links.next), list(links.prev))
-    ids = np.array(repeated, dtype=np.uint32)
-    assert not links.link_back_distinct(1, ids, repeated[0], repeated[-1])
-    assert (links.ids(0), links.ids(1), list(links.lengths), list(links.next), list(links.prev)) == before
+def test_link_back_array_appends_to_the_tail_of_its_own_list_by_default() -> None:
+    links = IdLinks(8, num_lists=3)
+    links.link_back(2, [6])
+    links.link_back_array(2, np.array([2, 7], dtype=np.uint32))
+    links.link_back_array(1, np.array([5], dtype=np.intc))
+    assert (links.ids(0), links.ids(1), links.ids(2)) == ([], [5], [6, 2, 7])
+    assert links.lengths == [0, 1, 3]
 
 
 # --- import-time code (run on ecbc580) ----------------------------------------------------------

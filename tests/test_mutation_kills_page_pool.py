@@ -568,3 +568,13 @@ def test_a_long_touch_takes_the_pages_out_of_their_dp_shard() -> None:
     pool.touch_ids(ids)  # each leaves the free list, and so its shard
     assert pool.get_num_free_pages(**dp) == free - 300
     assert pool.get_num_free_pages() == 1200 - 300
+
+
+@pytest.mark.parametrize("bad", [-1, -2])
+def test_a_negative_id_is_foreign_even_where_it_would_index_a_held_page(bad: int) -> None:
+    pool = PagePool(8)
+    held = pool.get_new_page_ids(7)  # pages 1..7, each held once: ref[-1] is page 7's count
+    with pytest.raises(ForeignPageError, match=str(bad)):
+        pool.free_page_ids([*held[:3], bad])
+    assert [pool.ref_count(p) for p in range(8)] == [0] + [1] * 7
+    assert pool.get_num_free_pages() == 0

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, strategies as st
 from pool_helpers import ShiftyKey, apply_ops
 
-import verikv.page_pool as page_pool
+import verikv.free_queue as free_queue
 from verikv.errors import (
     CorruptedStateError,
     DoubleFreeError,
@@ -609,13 +609,18 @@ def test_shared_entry_count_follows_equal_pages_through_cache_evict_and_reset() 
     pool.free_page_ids([p for p in range(1, 10) if pool.ref_count(p)])
     assert pool.reset_prefix_cache() and pool._num_shared == shared() == 0
 
-# --- the batched paths equal the per-page ones: frees with shared pages around the
-# `_BULK_FREE_SHARED` threshold, and the inline eviction of `get_new_page_ids` (events off)
+# --- the batched paths equal the per-page ones: frees (`_free_shaped`, its links per page and by
+# NumPy scatters around `_BULK_LINK`), and the inline eviction of `get_new_page_ids` (events off)
 # against `_evict` per page (events on), including its fallback cases ----------------------------
 
 PoolState = tuple[object, ...]
 Op = tuple[str, list[int]]
 NEVER = 10**9
+
+
+def _general_path_only(pool: PagePool, ids: list[int]) -> bool:
+    """Patched over `PagePool._free_shaped`: every free takes the general path (`_release`)."""
+    return False
 
 
 def _state(pool: PagePool) -> PoolState:
@@ -628,8 +633,8 @@ def _state(pool: PagePool) -> PoolState:
 
 
 def _run(ops: Sequence[Op], *, events: bool) -> tuple[PoolState, list[object]]:
-    """Run ``ops`` ("get" [n], "touch" ids, "free" ids, "cache" [id, key]) on a 24-page pool;
-    its state and each call's result or error (type and message)."""
+    """Run ``ops`` ("get" [n], "touch" ids, "free" ids, "free held" [n, *extra], "cache" [id,
+    key]) on a 24-page pool; its state and each call's result or error (type and message)."""
     pool = PagePool(24, enable_kv_events=events)
     results = apply_ops(pool, ops)
     return _state(pool), results
@@ -643,37 +648,42 @@ _op = st.one_of(
     st.tuples(st.just("touch"), _few_ids),
     st.tuples(st.just("free"), _ids),
     st.tuples(st.just("free"), _few_ids),
+    # a request's free (own pages, then shared ones), sometimes spoiled by a repeat or a bad id
+    st.tuples(st.just("free held"), st.tuples(st.integers(0, 23), st.lists(st.integers(-1, 24), max_size=2))
+              .map(lambda t: [t[0], *t[1]])),
     # keys 0..3 only: pages of equal content share an entry (a dict), which eviction must handle
     st.tuples(st.just("cache"), st.tuples(st.integers(0, 23), st.integers(0, 3)).map(list)),
 )
 
 
-@given(st.lists(_op, max_size=30), st.sampled_from([2, 5, NEVER]))
-def test_batched_frees_and_inline_evictions_equal_the_per_page_paths(ops: list[Op], shared_from: int) -> None:
-    """The pool under test takes every free of 2+ ids to the NumPy path (shared pages from
-    ``shared_from`` ids, or by the last-page guess below it), events off (inline eviction); the
-    reference frees per page and evicts with `_evict` per page (events on)."""
+@given(st.lists(_op, max_size=30), st.sampled_from([1, 3, NEVER]))
+def test_batched_frees_and_inline_evictions_equal_the_per_page_paths(ops: list[Op], link_from: int) -> None:
+    """The pool under test tries every free on the request-shaped path and links lists of
+    ``link_from`` pages or more by NumPy, events off (inline eviction); the reference frees per
+    page, links page by page and evicts with `_evict` per page (events on)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(page_pool, "_BULK_FREE", NEVER)
+        mp.setattr(PagePool, "_free_shaped", _general_path_only)
+        mp.setattr(free_queue, "_BULK_LINK", NEVER)
         reference = _run(ops, events=True)
-        mp.setattr(page_pool, "_BULK_FREE", 2)
-        mp.setattr(page_pool, "_BULK_FREE_SHARED", shared_from)
+        mp.undo()
+        mp.setattr(free_queue, "_BULK_LINK", link_from)
         assert _run(ops, events=False) == reference
 
 
-# --- the shared-free threshold ----------------------------------------------------------------------
+# --- which frees take the batched path ---------------------------------------------------------
 
 
-def _free_bulk_results(pool: PagePool, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Record what each `_free_bulk` call of ``pool`` returns (True: the NumPy path freed)."""
+def _recorded(pool: PagePool, name: str, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record what each call of ``pool``'s method ``name`` (such as `_free_shaped`)
+    returns (True: that path did the work)."""
     seen: list[bool] = []
-    free_bulk = pool._free_bulk
+    method = getattr(pool, name)
 
-    def recorded(ids: list[int]) -> bool:
-        seen.append(free_bulk(ids))
+    def recorded(*args: object) -> bool:
+        seen.append(method(*args))
         return seen[-1]
 
-    monkeypatch.setattr(pool, "_free_bulk", recorded)
+    monkeypatch.setattr(pool, name, recorded)
     return seen
 
 
@@ -686,43 +696,58 @@ def _held_pool(length: int, num_shared: int) -> tuple[PagePool, list[int]]:
     return pool, held
 
 
-@pytest.mark.parametrize(("length", "shared_last", "numpy_path"), [
-    (100, True, False),  # shorter than the threshold, the last page shared: the scalar path
-    (149, True, False),
-    (150, True, True),  # (the threshold itself)
-    (100, False, True),  # the last page held once: the NumPy path (its shared branch)
-    (200, True, True),  # from the threshold on, shared pages take the NumPy path
+@pytest.mark.parametrize(("length", "num_shared"), [
+    (100, 30),
+    (100, 0),  # every page held once
+    (100, 100),  # every page shared: nothing reaches 0
+    (3, 1),  # short lists too
 ])
-def test_a_free_with_shared_pages_takes_the_numpy_path_only_from_the_threshold(
-        length: int, shared_last: bool, numpy_path: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(page_pool, "_BULK_FREE_SHARED", 150)
-    pool, held = _held_pool(length, 1)  # only its first page shared: only the last id listed tells
-    scalar, _ = _held_pool(length, 1)
-    order = held[::-1] if shared_last else held  # a request's free lists its last page first
-    seen = _free_bulk_results(pool, monkeypatch)
+def test_a_request_shaped_free_takes_the_batched_path(length: int, num_shared: int,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    pool, held = _held_pool(length, num_shared)
+    scalar, _ = _held_pool(length, num_shared)
+    order = held[::-1]  # a request's free lists its last page first: its shared prefix last
+    seen = _recorded(pool, "_free_shaped", monkeypatch)
     pool.free_page_ids(order)
-    assert seen == [numpy_path]
-    monkeypatch.setattr(page_pool, "_BULK_FREE", NEVER)
+    assert seen == [True]
+    monkeypatch.setattr(PagePool, "_free_shaped", _general_path_only)
     scalar.free_page_ids(order)
     assert _state(pool) == _state(scalar)
-    assert [pool.ref_count(p) for p in held] == [1] + [0] * (length - 1)
+    assert [pool.ref_count(p) for p in held] == [1] * num_shared + [0] * (length - num_shared)
+    assert pool.free_list_ids()[len(pool.free_list_ids()) - (length - num_shared):] == order[:length - num_shared]
 
 
-def test_a_short_free_of_pages_held_once_takes_the_numpy_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    pool, held = _held_pool(80, 0)
-    seen = _free_bulk_results(pool, monkeypatch)
-    pool.free_page_ids(held[::-1])
-    assert seen == [True]
-    assert pool.free_list_ids()[-80:] == held[::-1]
+@pytest.mark.parametrize("shape", ["shared first", "repeated shared page", "repeated own page",
+                                   "own page after shared", "null page", "free page"])
+def test_a_free_of_another_shape_takes_the_scalar_path(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pool, held = _held_pool(100, 30)
+    scalar, _ = _held_pool(100, 30)
+    ids = {"shared first": held, "repeated shared page": [*held[::-1], held[0]],
+           "repeated own page": [held[50], *held[::-1]], "own page after shared": [*held[::-1], held[50]],
+           "null page": [*held[::-1], 0], "free page": [*held[::-1], 200]}[shape]
+    seen = _recorded(pool, "_free_shaped", monkeypatch)
+    outcomes = []
+    for target in (pool, scalar):
+        try:
+            target.free_page_ids(ids)
+            outcomes.append(None)
+        except Exception as exc:  # compared between the two paths, whatever it is
+            outcomes.append((type(exc).__name__, str(exc)))
+        monkeypatch.setattr(PagePool, "_free_shaped", _general_path_only)
+    assert seen == [False]
+    fails = shape in ("repeated own page", "own page after shared", "null page", "free page")
+    assert outcomes[0] == outcomes[1] and (outcomes[0] is not None) == fails
+    assert _state(pool) == _state(scalar)
 
 
 @pytest.mark.parametrize(("last", "error"), [
-    ("a string", InvalidArgumentError), (10**6, ForeignPageError), (-10**30, ForeignPageError)])
-def test_a_short_free_ending_with_a_bad_id_takes_the_scalar_path_and_its_error(
+    ("a string", InvalidArgumentError), (10**6, ForeignPageError), (-10**30, ForeignPageError),
+    (-1, ForeignPageError), (2**40, ForeignPageError)])
+def test_a_free_ending_with_a_bad_id_takes_the_scalar_path_and_its_error(
         last: object, error: type[Exception], monkeypatch: pytest.MonkeyPatch) -> None:
     pool, held = _held_pool(80, 10)
     before = _state(pool)
-    seen = _free_bulk_results(pool, monkeypatch)
+    seen = _recorded(pool, "_free_shaped", monkeypatch)
     with pytest.raises(error):
         pool.free_page_ids([*held, last])  # type: ignore[list-item]
     assert seen == [False]
