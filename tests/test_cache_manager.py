@@ -427,10 +427,9 @@ def test_decode_fast_path_plans_what_the_general_path_plans(caching: bool):
     assert seen == {"error", "none", "page", "no-page"}
 
 
-def test_the_last_lookup_shortcut_never_skips_the_hit_shape():
-    # issue 18: a hit equal to the request's own last lookup skips only the per-page key
-    # comparison; its length and ids are checked every time (here the record's last lookup is
-    # forged to be a malformed hit, as a wrong lookup would leave it).
+def _looked_up_after_a_cached_twin() -> tuple[CacheManager, Request, CachePages, int]:
+    """A manager of 16 pages whose request "b" has looked up a two-page hit (8 tokens) left
+    cached by an identical request."""
     m = manager(16)
     first = Request("a", list(range(9)))
     admit(m, first)
@@ -438,13 +437,29 @@ def test_the_last_lookup_shortcut_never_skips_the_hit_shape():
     r = Request("b", list(range(9)))
     hits, n = m.get_computed_pages(r)
     assert n == 8 and len(hits.page_ids[0]) == 2
+    return m, r, hits, n
+
+
+def _forge_last_lookup(m: CacheManager, pages: CachePages, n: int) -> None:
+    """Make ``pages`` request "b"'s last lookup result, as a wrong lookup would leave it."""
+    m.coordinator.records["b"].lookup = (pages, m.page_pool.key_version, n, None, tuple(map(list, pages.page_ids)))
+
+
+def _pool_state(m: CacheManager) -> tuple[Any, ...]:
+    return m.page_pool.free_list_ids(), m.request_ids(), m.page_pool.cached_items()
+
+
+def test_the_last_lookup_shortcut_never_skips_the_hit_shape():
+    # issue 18: a hit equal to the request's own last lookup skips only the per-page key
+    # comparison; its length and ids are checked every time (here the record's last lookup is
+    # forged to be a malformed hit).
+    m, r, hits, n = _looked_up_after_a_cached_twin()
     short = CachePages(([hits.page_ids[0][0]],), m.page_pool)  # one page for 8 tokens
-    rec = m.coordinator.records["b"]
-    rec.lookup = (short, m.page_pool.key_version, n, None, tuple(map(list, short.page_ids)))
-    before = (m.page_pool.free_list_ids(), m.request_ids())
+    _forge_last_lookup(m, short, n)
+    before = _pool_state(m)
     with pytest.raises(InvalidArgumentError):
         m.allocate_slots(r, 1, n, short)
-    assert (m.page_pool.free_list_ids(), m.request_ids()) == before
+    assert _pool_state(m) == before
     assert m.allocate_slots(r, 1, n, hits) is not None  # the real lookup result is taken
 
 
@@ -454,42 +469,29 @@ def test_a_hit_of_another_origin_is_range_checked_before_its_keys_are_read(bad: 
     which reads the pool's key table by id: an id outside the pool (set after construction, which
     checks ids itself) is a `ForeignPageError` first, with nothing changed; a negative id must
     not read the table from the end."""
-    m = manager(16)
-    first = Request("a", list(range(9)))
-    admit(m, first)
-    m.free(first)
-    r = Request("b", list(range(9)))
-    hits, n = m.get_computed_pages(r)
+    m, r, hits, n = _looked_up_after_a_cached_twin()
     other = CachePages((list(hits.page_ids[0]),), m.page_pool)  # equal ids, but not the lookup's object
     other.page_ids[0][1] = bad
-    before = (m.page_pool.free_list_ids(), m.request_ids(), m.page_pool.cached_items())
+    before = _pool_state(m)
     with pytest.raises(ForeignPageError, match="not a page of this pool"):
         m.allocate_slots(r, 1, n, other)
-    assert (m.page_pool.free_list_ids(), m.request_ids(), m.page_pool.cached_items()) == before
+    assert _pool_state(m) == before
 
 
 @pytest.mark.parametrize("bad", [-1, -15, 16, 99])
 def test_a_hit_equal_to_the_last_lookup_is_still_range_checked(bad: int) -> None:
-    """The manager range-checks hit ids only where it reads keys by id; a hit equal to the
-    request's last lookup skips that read, and its ids are then range-checked by the pool in
-    the coordinator's plan, before anything changes (here the record's last lookup is forged
-    to hold a page id outside the pool of 16, as a wrong lookup would leave it; a negative id
-    must not index the pool's tables from the end)."""
-    m = manager(16)
-    first = Request("a", list(range(9)))
-    admit(m, first)
-    m.free(first)
-    r = Request("b", list(range(9)))
-    hits, n = m.get_computed_pages(r)
-    assert n == 8 and len(hits.page_ids[0]) == 2
+    """A hit equal to the request's last lookup has no key read by id; its ids are range-checked
+    by the pool when the coordinator's plan counts its free pages, before anything changes
+    (here the last lookup is forged to hold a page id outside the pool of 16; a negative id must
+    not index the pool's tables from the end)."""
+    m, r, hits, n = _looked_up_after_a_cached_twin()
     forged = CachePages((list(hits.page_ids[0]),), m.page_pool)
     forged.page_ids[0][1] = bad  # (after construction, which rejects a negative id itself)
-    rec = m.coordinator.records["b"]
-    rec.lookup = (forged, m.page_pool.key_version, n, None, tuple(map(list, forged.page_ids)))
-    before = (m.page_pool.free_list_ids(), m.request_ids(), m.page_pool.cached_items())
+    _forge_last_lookup(m, forged, n)
+    before = _pool_state(m)
     with pytest.raises(ForeignPageError):
         m.allocate_slots(r, 1, n, forged)
-    assert (m.page_pool.free_list_ids(), m.request_ids(), m.page_pool.cached_items()) == before
+    assert _pool_state(m) == before
     assert m.allocate_slots(r, 1, n, hits) is not None  # the real lookup result is taken
 
 

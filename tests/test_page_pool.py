@@ -726,7 +726,7 @@ def test_a_free_of_another_shape_takes_the_scalar_path(shape: str, monkeypatch: 
            "repeated own page": [held[50], *held[::-1]], "own page after shared": [*held[::-1], held[50]],
            "null page": [*held[::-1], 0], "free page": [*held[::-1], 200]}[shape]
     seen = _recorded(pool, "_free_shaped", monkeypatch)
-    outcomes = []
+    outcomes: list[tuple[str, str] | None] = []
     for target in (pool, scalar):
         try:
             target.free_page_ids(ids)
