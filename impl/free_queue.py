@@ -31,7 +31,7 @@ UNLINKED = -1
 #: `IdLinks.pop_front` of at least this many ids walks and unlinks them with C-level passes
 _BULK_POP = 256
 #: `IdLinks.link_back` (and `link_front`) of a list of at least this many ids links it with NumPy
-#: scatters (`IdLinks.link_back_array`; `IdLinks.links_as_array` tells callers with an array at hand)
+#: scatters (`IdLinks.link_back_array`)
 _BULK_LINK = 128
 MAX_PAGE_ID = 2**29 - 1
 """Largest page id: ids and the free-list links (ids plus two sentinels per list, one list per
@@ -308,11 +308,14 @@ class IdLinks:
     def link_back(self, li: int, ids: Iterable[int], *, end: int | None = None) -> None:
         """Link unlinked, distinct ids, in order, into list ``li`` just before node ``end``: by
         default its tail sentinel (an append; `link_front` passes the list's first node). A list
-        of at least `_BULK_LINK` ids goes to `link_back_array`."""
+        of at least `_BULK_LINK` ids (a ``list``, or an ``array`` such as the pool's checked copy
+        of a free's ids) goes to `link_back_array`."""
         if end is None:
             end = self.capacity + 2 * li + 1
-        if type(ids) is list and self.links_as_array(len(ids)):
-            self.link_back_array(li, np.frombuffer(array("i", ids), dtype=np.intc), end=end)
+        kind = type(ids)
+        if (kind is list or kind is array) and len(ids) >= _BULK_LINK:  # type: ignore[arg-type]
+            packed: array[int] = ids if kind is array else array("i", ids)  # type: ignore[assignment]
+            self.link_back_array(li, np.frombuffer(packed, dtype=packed.typecode), end=end)
             return
         nxt, prev = self.next, self.prev
         last = prev[end]
@@ -325,11 +328,6 @@ class IdLinks:
         nxt[last] = end
         prev[end] = last
         self.lengths[li] += count
-
-    @staticmethod
-    def links_as_array(count: int) -> bool:
-        """Whether `link_back` links ``count`` ids by `link_back_array` (from `_BULK_LINK`)."""
-        return count >= _BULK_LINK
 
     def link_back_array(self, li: int, ids: np.ndarray, *, end: int | None = None) -> None:
         """`link_back` of a non-empty NumPy array of unlinked, distinct ids (int32 or uint32):

@@ -286,25 +286,23 @@ class PagePool(ESurgePoolMethods):
         ``"unhashed-first"`` order. Faster than the general path at every length (no set, no
         separate pass over the counts), so every free tries it first.
 
-        Two C-level passes check the ids (exact ints; a conversion to uint32, which rejects a
-        negative id that ``ref[pid]`` would accept), then `_drop_shaped` checks the counts while
-        it drops them, and the pages held once are linked (when there are enough of them for
-        NumPy scatters, from the uint32 copy of the ids).
+        Two C-level passes check the ids (exact ints; a copy as ``array('I')``, which rejects a
+        negative id that ``ref[pid]`` would read from the end), then `_drop_shaped` checks the
+        counts while it drops them, and the pages held once are linked by `_link`, the one place
+        freed pages are linked (from that copy: a long list is linked with NumPy without a
+        second conversion).
         """
         if self._shards is not None or self.free_order != "esurge" or countOf(map(type, ids), int) != len(ids):
             return False
         try:
-            pages = array("I", ids)  # OverflowError: a negative id (or one past uint32)
-        except OverflowError:
+            pages = array("I", ids)
+        except OverflowError:  # a negative id (or one past uint32)
             return False
         own = self._drop_shaped(ids)
         if own < 0:
             return False
-        # (distinct: a page listed again would have stopped the first loop)
-        if self._free.links_as_array(own):
-            self._free.link_back_array(0, np.frombuffer(pages, dtype=np.uint32)[:own])
-        else:
-            self._free.link_back(0, islice(ids, own))
+        zeroed = pages[:own]  # (distinct: a page listed again would have stopped the first loop)
+        self._link(zeroed, [], zeroed)
         return True
 
     def _drop_shaped(self, ids: list[int]) -> int:
@@ -672,7 +670,7 @@ class PagePool(ESurgePoolMethods):
         lo, hi = bounds
         return next((pid for pid in entry if lo <= pid < hi), None)
 
-    def _link(self, zeroed: list[int], front: list[int], back: list[int]) -> None:
+    def _link(self, zeroed: Sequence[int], front: Sequence[int], back: Sequence[int]) -> None:
         """Link freed pages: ``front`` before the head, ``back`` at the tail (shards mirrored)."""
         free, shards = self._free, self._shards
         if front:

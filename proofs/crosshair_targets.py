@@ -23,7 +23,7 @@ drivers call the mutant, so the very same checks run against it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from verikv.cache_specs import ChunkedLocalAttentionSpec, FullAttentionSpec, SlidingWindowSpec
@@ -604,7 +604,7 @@ class QueueAppendReversed(FreeCachePageQueue):
 class PoolFreeSkipsDecrement(PagePool):
     """free links a page whose last reference is dropped but leaves its count at 1 (missing decrement)."""
 
-    def _link(self, zeroed: list[int], front: list[int], back: list[int]) -> None:
+    def _link(self, zeroed: Sequence[int], front: Sequence[int], back: Sequence[int]) -> None:
         super()._link(zeroed, front, back)
         for pid in zeroed:
             self._ref[pid] = 1

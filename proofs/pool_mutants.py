@@ -131,14 +131,14 @@ class UsageCountsNullPage(PagePool):
 class FreedPagesReversed(PagePool):
     """Freed pages join the tail in reverse of the given order (wrong eviction order)."""
 
-    def _link(self, zeroed: list[int], front: list[int], back: list[int]) -> None:
+    def _link(self, zeroed: Sequence[int], front: Sequence[int], back: Sequence[int]) -> None:
         super()._link(zeroed, front[::-1], back[::-1])
 
 
 class FreeOrderPolicyIgnored(PagePool):
     """``free_order="unhashed-first"`` is accepted but every freed page goes to the tail."""
 
-    def _link(self, zeroed: list[int], front: list[int], back: list[int]) -> None:
+    def _link(self, zeroed: Sequence[int], front: Sequence[int], back: Sequence[int]) -> None:
         super()._link(zeroed, [], zeroed)
 
 
