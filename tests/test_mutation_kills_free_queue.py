@@ -10,6 +10,7 @@ the arguments, not from running the code.
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Callable
 
 import numpy as np
@@ -157,6 +158,18 @@ def test_link_back_appends_to_its_own_list(link_from: int, monkeypatch: pytest.M
     assert links.lengths == [1, 5]
     assert [links.prev[p] for p in (3, 6, 5, 2, 7)] == [10, 3, 6, 5, 2]  # (list 1's head sentinel: 8 + 2)
     assert links.prev[11] == 7 and links.next[7] == 11
+
+
+@pytest.mark.parametrize("make", [list, tuple, lambda ids: (i for i in ids), lambda ids: array("I", ids)])
+def test_link_back_links_any_iterable_of_ids_in_order(make: Callable[[list[int]], object]) -> None:
+    """Lists and ``array`` copies long enough for the NumPy path take it; a tuple or an iterator
+    (no length asked of it) is linked by the loop, in the same order."""
+    ids = list(range(300, 0, -2))  # 150 ids, at least _BULK_LINK
+    links = IdLinks(301)
+    links.link_back(0, [299])
+    links.link_back(0, make(ids))  # type: ignore[arg-type]
+    assert links.ids(0) == [299, *ids]
+    assert links.lengths == [151]
 
 
 def test_link_back_array_appends_to_the_tail_of_its_own_list_by_default() -> None:
