@@ -120,7 +120,7 @@ def _checked_tokens(tokens: object, what: str) -> array[int]:
     if countOf(map(type, items), int) == len(items):  # exact ints (no bools): the range is checked at C speed
         try:
             return array("Q", items)  # OverflowError for an id outside [0, 2**64)
-        except OverflowError:
+        except (OverflowError, TypeError):  # (TypeError: a type whose metaclass claims to equal int)
             pass  # the loop below names the id
     return _converted_tokens(items, what)
 

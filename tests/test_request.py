@@ -220,3 +220,27 @@ def test_token_array_is_the_validated_tokens_kept_in_step() -> None:
     with pytest.raises(InvalidArgumentError):
         r.append_output_token_ids([11, True])  # rejected whole: neither view grows
     assert r.token_array.tolist() == list(r.all_token_ids) and r.num_tokens == 7
+
+
+class _ClaimsToBeInt(type):
+    """A metaclass whose classes compare equal to ``int`` (so ``countOf(map(type, ...), int)``
+    counts their instances as ints)."""
+
+    def __eq__(cls, other: object) -> bool:
+        return other is int or type.__eq__(cls, other)
+
+    def __hash__(cls) -> int:
+        return type.__hash__(cls)
+
+
+class _NotAnInt(metaclass=_ClaimsToBeInt):
+    pass
+
+
+def test_a_token_whose_type_claims_to_equal_int_is_refused_by_name() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"prompt_token_ids\[1\] must be an integer, got _NotAnInt"):
+        Request("r", [1, _NotAnInt(), 3])  # type: ignore[list-item]
+    r = Request("r", [1, 2])
+    with pytest.raises(InvalidArgumentError, match=r"must be an integer, got _NotAnInt"):
+        r.append_output_token_ids([4, _NotAnInt()])  # type: ignore[list-item]
+    assert list(r.all_token_ids) == [1, 2] and r.num_tokens == 2
