@@ -578,3 +578,20 @@ def test_a_negative_id_is_foreign_even_where_it_would_index_a_held_page(bad: int
         pool.free_page_ids([*held[:3], bad])
     assert [pool.ref_count(p) for p in range(8)] == [0] + [1] * 7
     assert pool.get_num_free_pages() == 0
+
+
+@pytest.mark.parametrize("part", ["own", "shared"])
+@pytest.mark.parametrize("at", [0, 7, 14])
+def test_a_shaped_free_with_an_id_past_the_pool_inside_a_part_changes_nothing(part: str, at: int) -> None:
+    """A free shaped as a request's (20 pages held once, then 15 held twice) with an id past the
+    pool inside one part: each loop of the shaped free stops there and locates where it stopped,
+    so exactly its own stores are undone; the general path then names the id."""
+    pool = PagePool(64)
+    held = pool.get_new_page_ids(35)
+    pool.touch_ids(held[:15])
+    own, shared = held[:14:-1], held[14::-1]
+    ids = [*own[:at], 64, *own[at:], *shared] if part == "own" else [*own, *shared[:at], 64, *shared[at:]]
+    before = (pool.free_list_ids(), [pool.ref_count(p) for p in range(64)])
+    with pytest.raises(ForeignPageError, match=r"\b64\b"):
+        pool.free_page_ids(ids)
+    assert (pool.free_list_ids(), [pool.ref_count(p) for p in range(64)]) == before
