@@ -786,9 +786,9 @@ def test_inline_eviction_equals_per_page_eviction_in_every_fallback_case(
     calls: list[int] = []
     evict = PagePool._evict
 
-    def counted(self: PagePool, pid: int) -> None:
+    def counted(self: PagePool, pid: int, entry: int | dict[int, None] | None) -> None:
         calls.append(pid)
-        evict(self, pid)
+        evict(self, pid, entry)
 
     monkeypatch.setattr(PagePool, "_evict", counted)
     removed: list[tuple[int, object]] = []
