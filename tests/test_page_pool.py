@@ -832,3 +832,112 @@ def test_a_missing_entry_raises_after_the_evictions_before_it_as_per_page_evicti
         outcomes.append((pool.key_version, [pool.key_of(p) for p in range(6)], [pool.ref_count(p) for p in range(6)]))
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][1] == [None, None, None, "k3", "k4", "k5"]
+
+
+# --- the reads that bound the ids: `count_free_ids` and the batch of `cache_page_ids` check the
+# upper bound of their ids by the IndexError of their ``ref``/``key`` reads (no ``max`` pass), and
+# the batch checks the null page in its ``min`` pass; every bad id still gets its error and
+# changes nothing ------------------------------------------------------------------------------
+
+#: ids of an 11-page pool, with ids past it (11, 12, 2**40), negative ones, and non-ints
+_any_ids = st.lists(st.one_of(st.integers(-3, 12), st.sampled_from([2**40, -2**40, True, 2.0, "1"])), max_size=10)
+
+
+def _count_free_by_hand(pool: PagePool, ids: list[Any]) -> int | type[Exception]:
+    """What `count_free_ids` documents, computed without it: `InvalidArgumentError` for a
+    non-int, else `ForeignPageError` for an id out of range, else the free non-null ids."""
+    if any(type(pid) is not int for pid in ids):
+        return InvalidArgumentError
+    if any(not 0 <= pid < pool.num_pages for pid in ids):
+        return ForeignPageError
+    return sum(1 for pid in ids if pid != 0 and pool.ref_count(pid) == 0)
+
+
+@given(_any_ids)
+def test_count_free_ids_equals_its_definition_for_any_ids(ids: list[Any]) -> None:
+    pool = PagePool(11)
+    held = pool.get_new_page_ids(6)
+    pool.free_page_ids(held[::2])  # pages 1, 3, 5 free again, 2, 4, 6 held
+    before = _full_state(pool)
+    expected = _count_free_by_hand(pool, ids)
+    if isinstance(expected, int):
+        assert pool.count_free_ids(ids) == expected
+    else:
+        with pytest.raises(expected):
+            pool.count_free_ids(ids)
+    assert _full_state(pool) == before
+
+
+@pytest.mark.parametrize("last", [11, 12, 2**40])
+def test_count_free_ids_of_an_id_past_the_pool_is_a_foreign_page(last: int) -> None:
+    pool = PagePool(11)
+    with pytest.raises(ForeignPageError, match=f"page id {last} is not a page of this pool"):
+        pool.count_free_ids([1, 2, last, 3])
+
+
+_cache_ids = st.lists(st.one_of(st.integers(-2, 12), st.sampled_from([2**40, True])), max_size=6)
+_cache_keys = st.lists(st.one_of(st.integers(0, 3).map(key), st.sampled_from([None, float("nan")])), max_size=6)
+
+
+def _caching_pool(events: bool) -> PagePool:
+    """An 11-page pool holding pages 1..9; page 9 is cached under key(3), page 10 is free."""
+    pool = PagePool(11, enable_kv_events=events)
+    pool.get_new_page_ids(9)
+    pool.cache_page_id(9, key(3))
+    pool.take_events()
+    return pool
+
+
+@given(_cache_ids, _cache_keys, st.booleans())
+def test_cache_page_ids_is_all_or_nothing_of_the_calls_it_stands_for(ids: list[Any], keys: list[Any],
+                                                                     events: bool) -> None:
+    """A batch either does what its `cache_page_id` calls do, or raises the error of the first
+    failing call (same type and message) and changes nothing."""
+    batch, single = _caching_pool(events), _caching_pool(events)
+    ids, keys = ids[:len(keys)], keys[:len(ids)]
+    before = _full_state(batch)
+    try:
+        _cache_one_by_one(single, ids, keys)
+    except (InvalidArgumentError, ForeignPageError, NullPageError, PageStateError) as error:
+        with pytest.raises(type(error)) as raised:
+            batch.cache_page_ids(ids, keys)
+        assert str(raised.value) == str(error)
+        assert _full_state(batch) == before
+        assert batch.take_events() == []
+    else:
+        batch.cache_page_ids(ids, keys)
+        assert abstract_pool(batch) == abstract_pool(single)
+        assert batch.cached_items() == single.cached_items()
+        assert batch.take_events() == single.take_events()
+
+
+@pytest.mark.parametrize(("ids", "error"), [
+    ([1, 2], None),  # the common case: the batch path
+    ([1, 11], ForeignPageError),  # past the pool: the key read's IndexError
+    ([1, 2**40], ForeignPageError),
+    ([1, -1], ForeignPageError),  # negative: the min pass (a key read would wrap around)
+    ([1, 0], NullPageError),  # the null page: the same min pass
+    ([True, 2], InvalidArgumentError),  # a bool is no page id
+    ([2, 2], PageStateError),  # a page twice
+    ([1, 9], PageStateError),  # a page with a key
+])
+def test_which_cache_batches_take_the_batch_path(ids: list[int], error: type[Exception] | None,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = _caching_pool(False)
+    before = _full_state(pool)
+    checked: list[list[int]] = []
+    check = PagePool._check_cache_pairs
+
+    def recorded(self: PagePool, ids: list[int], keys: list[Hashable]) -> None:
+        checked.append(ids)
+        check(self, ids, keys)
+
+    monkeypatch.setattr(PagePool, "_check_cache_pairs", recorded)
+    if error is None:
+        pool.cache_page_ids(ids, [key(0), key(1)])
+        assert checked == [] and pool.lookup_run_ids([key(0), key(1)]) == ids
+        return
+    with pytest.raises(error):
+        pool.cache_page_ids(ids, [key(0), key(1)])
+    assert checked == [ids]  # rejected by the batch's checks, reported by the pair-by-pair one
+    assert _full_state(pool) == before
