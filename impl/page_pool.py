@@ -262,12 +262,13 @@ class PagePool(ESurgePoolMethods):
 
     def _unlink_revived(self, revived: list[int]) -> None:
         """Unlink the distinct pages a touch took from the free list (their order does not
-        matter: unlinking a set of nodes leaves one list). From `_BULK_TOUCH` pages, a set that
-        is one run of the free list (a cached prefix freed together) is unlinked with NumPy
-        gathers and scatters (`IdLinks.unlink_run`); otherwise page by page."""
+        matter: unlinking a set of nodes leaves one list). From `_BULK_TOUCH` pages they are
+        unlinked with NumPy gathers and scatters, whether they are one run of the free list (a
+        cached prefix freed together) or several (`IdLinks.unlink_runs`); otherwise, or with
+        shard lists to keep, page by page."""
         free, shards, pps = self._free, self._shards, self._pps
-        if (len(revived) >= _BULK_TOUCH and shards is None
-                and free.unlink_run(0, np.frombuffer(array("I", revived), dtype=np.uint32))):
+        if len(revived) >= _BULK_TOUCH and shards is None:
+            free.unlink_runs(0, np.frombuffer(array("I", revived), dtype=np.uint32))
             return
         for pid in revived:
             free.unlink(0, pid)

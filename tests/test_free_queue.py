@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 from pool_helpers import apply_ops
 
+from verikv import free_queue
 from verikv.errors import (
     CorruptedStateError,
     DoubleFreeError,
@@ -415,9 +417,9 @@ def test_long_pops_and_touches_take_the_vectorized_paths_with_the_same_results(o
         assert _pool_ops(ops, True, mp) == scalar
 
 
-def test_a_hit_in_one_run_of_the_free_list_is_unlinked_in_one_step(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hit_in_runs_of_the_free_list_is_unlinked_in_one_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """A cached prefix freed together (stored in reverse) and touched as a hit: the bulk path
-    takes it (one run), and leaves the list as page-by-page unlinks would."""
+    takes it, one run or several, and leaves the list as page-by-page unlinks would."""
     import verikv.free_queue as free_queue
     import verikv.page_pool as page_pool
 
@@ -425,17 +427,54 @@ def test_a_hit_in_one_run_of_the_free_list_is_unlinked_in_one_step(monkeypatch: 
     pool = page_pool.PagePool(20)
     held = pool.get_new_page_ids(19)
     pool.free_page_ids(held[::-1])
-    runs: list[bool] = []
-    unlink_run = free_queue.IdLinks.unlink_run
+    sets: list[list[int]] = []
+    unlink_runs = free_queue.IdLinks.unlink_runs
 
-    def recorded_unlink_run(self: free_queue.IdLinks, li: int, ids: np.ndarray) -> bool:
-        runs.append(unlink_run(self, li, ids))
-        return runs[-1]
+    def recorded_unlink_runs(self: free_queue.IdLinks, li: int, ids: np.ndarray) -> None:
+        sets.append(sorted(ids.tolist()))
+        unlink_runs(self, li, ids)
 
-    monkeypatch.setattr(free_queue.IdLinks, "unlink_run", recorded_unlink_run)
+    monkeypatch.setattr(free_queue.IdLinks, "unlink_runs", recorded_unlink_runs)
     pool.touch_ids([5, 6, 7, 8])  # in the free list as 8, 7, 6, 5: one run
-    pool.touch_ids([1, 3])  # two runs: the scalar path
-    assert runs == [True, False]
-    assert pool.free_list_ids() == [19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 4, 2]
-    assert [pool.ref_count(p) for p in (1, 3, 5, 6, 7, 8, 2)] == [1, 1, 1, 1, 1, 1, 0]
-    assert pool.get_num_free_pages() == 13
+    pool.touch_ids([1, 3])  # two runs
+    pool.touch_ids([9])  # below the threshold: page by page
+    assert sets == [[5, 6, 7, 8], [1, 3]]
+    assert pool.free_list_ids() == [19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 4, 2]
+    assert [pool.ref_count(p) for p in (1, 3, 5, 6, 7, 8, 9, 2)] == [1, 1, 1, 1, 1, 1, 1, 0]
+    assert pool.get_num_free_pages() == 12
+
+
+def _links_state(links: free_queue.IdLinks) -> tuple[object, ...]:
+    return links.ids(0), links.next.tolist(), links.prev.tolist(), list(links.lengths)
+
+
+@given(st.permutations(range(12)), st.lists(st.booleans(), min_size=12, max_size=12), st.randoms())
+def test_unlink_runs_equals_unlinking_page_by_page(order: list[int], chosen: list[bool], rng: Any) -> None:
+    """Any set of linked ids of a list (one run, several, single ids, the head or the tail),
+    given in any order, leaves the links and lengths exactly as per-id unlinks do."""
+    picked = [pid for pid, take in zip(order, chosen) if take]
+    rng.shuffle(picked)
+    bulk, scalar = free_queue.IdLinks(12), free_queue.IdLinks(12)
+    for links in (bulk, scalar):
+        links.link_back(0, order)
+    for pid in picked:
+        scalar.unlink(0, pid)
+    if picked:
+        bulk.unlink_runs(0, np.array(picked, dtype=np.uint32))
+    assert _links_state(bulk) == _links_state(scalar)
+    assert bulk._inside is None or not bulk._inside.any()  # the scratch marks are all False again
+
+
+def test_unlink_runs_of_ids_whose_links_form_a_cycle_raises() -> None:
+    links = free_queue.IdLinks(6)
+    links.link_back(0, range(6))
+    links.next[2], links.prev[1] = 1, 2  # 1 -> 2 -> 1: a corrupted list
+    before = _links_state_raw(links)
+    with pytest.raises(CorruptedStateError, match="form a cycle"):
+        links.unlink_runs(0, np.array([1, 2]))
+    assert _links_state_raw(links) == before  # nothing changed
+    assert links._inside is not None and not links._inside.any()
+
+
+def _links_state_raw(links: free_queue.IdLinks) -> tuple[object, ...]:
+    return links.next.tolist(), links.prev.tolist(), list(links.lengths)

@@ -200,15 +200,18 @@ def test_a_lone_pages_record_fields_read_and_assign_through_their_checks() -> No
     assert (page.ref_cnt, page.page_hash) == (2, b"key")
 
 
-# --- IdLinks.unlink_run (febc211) ----------------------------------------------------------------
+# --- IdLinks.unlink_runs (febc211; several runs since the seventh session) --------------------------
 
 
-def test_unlink_run_refuses_ids_around_an_id_a_former_run_held() -> None:
+def test_unlink_runs_unlinks_ids_around_an_id_a_former_run_held() -> None:
     links = IdLinks(8)
     links.link_back(0, range(8))
-    assert links.unlink_run(0, np.array([2, 3]))  # one run: unlinked
+    links.unlink_runs(0, np.array([3, 2]))  # one run
+    assert links.ids(0) == [0, 1, 4, 5, 6, 7]
     links.link_back(0, [2, 3])  # linked again at the end: 0 1 4 5 6 7 2 3
-    # 7 and 3 are not one run (2 lies between them): nothing changes, False
-    assert not links.unlink_run(0, np.array([7, 3]))
-    assert links.ids(0) == [0, 1, 4, 5, 6, 7, 2, 3]
-    assert links.lengths[0] == 8
+    # 7 and 3 are two runs (2 lies between them): each is unlinked, 2 stays between 6 and the tail
+    links.unlink_runs(0, np.array([7, 3]))
+    assert links.ids(0) == [0, 1, 4, 5, 6, 2]
+    assert (links.next[6], links.prev[2], links.next[2]) == (2, 6, links.capacity + 1)
+    assert links.lengths[0] == 6
+    assert not links.is_linked(7) and not links.is_linked(3)
