@@ -718,8 +718,10 @@ class CacheManager:
     # ---- caching and freeing ------------------------------------------------------------------
 
     def _caching_keys(self, req: Request, num_tokens: int, stale: bool = False) -> list[PageKey]:
-        """The keys caching up to ``num_tokens`` tokens still needs (computed, not stored)."""
-        return self._pending_keys(req, self.coordinator.keys_needed(num_tokens), stale)
+        """The keys caching up to ``num_tokens`` tokens still needs (computed, not stored): one
+        per full key page when a group caches (`CacheCoordinator.keys_needed`: the key page
+        size is that of a caching group), else none."""
+        return self._pending_keys(req, num_tokens // self._key_page_size if self._caching_key_size else 0, stale)
 
     def _cache(self, rec: RequestState, req: Request, num_tokens: int, new_keys: list[PageKey]) -> None:
         """Cache the request's full pages up to ``num_tokens`` tokens (its held pages, caching
