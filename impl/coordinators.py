@@ -351,8 +351,10 @@ class CacheCoordinator:
         (the ids are exact ints: `_check_hit_shape`)."""
         num_pages = self.page_pool.num_pages
         for hits in new_computed_pages:
-            if hits and (min(hits) < 0 or max(hits) >= num_pages):
-                self.page_pool.count_free_ids(hits)  # raises the pool's error, naming the id
+            if hits:
+                ordered = sorted(hits)  # (exact ints: sorting them compares far faster than min and max)
+                if ordered[0] < 0 or ordered[-1] >= num_pages:
+                    self.page_pool.count_free_ids(hits)  # raises the pool's error, naming the id
 
     def _num_free(self, shard: int | None, dp: int | None) -> int:
         """Free pages of the pool, or of the DP shard."""
