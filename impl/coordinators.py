@@ -261,11 +261,9 @@ class CacheCoordinator:
         rec = self.holding(request_id)
         return self._no_pages if rec is None else rec.pages  # type: ignore[return-value]
 
-    def _pages_to_allocate(self, held: Sequence[Sequence[int]], num_tokens: int,
-                           new_computed_pages: PageIds | None) -> int:
-        """Free-list pages a request holding ``held`` takes to cover ``num_tokens`` slots."""
-        if new_computed_pages is None:
-            return self._new_pages(held, num_tokens, None)
+    def _pages_to_allocate(self, held: Sequence[Sequence[int]], num_tokens: int, new_computed_pages: PageIds) -> int:
+        """Free-list pages a request holding ``held`` takes to cover ``num_tokens`` slots after the
+        hits ``new_computed_pages``, the hits that are free included (each group's own rule)."""
         return sum(m.pages_needed(pages, num_tokens, hits)
                    for m, pages, hits in zip(self.single_type_managers, held, new_computed_pages))
 
@@ -339,10 +337,11 @@ class CacheCoordinator:
             if new_computed_pages is not None:
                 self._check_hit_range(new_computed_pages)
             return None
-        if new_computed_pages is not None:  # with the hits that are free (they leave the free list)
-            need = self._pages_to_allocate(pages_held, num_slots, new_computed_pages)
-            if need > reclaimed and need > self._num_free(shard, dp) + reclaimed:
-                return None
+        # with the hits that are free (they leave the free list); a request taking hits holds
+        # nothing (`_check_allocation`), so no window frees count here
+        if (new_computed_pages is not None
+                and self._pages_to_allocate(pages_held, num_slots, new_computed_pages) > self._num_free(shard, dp)):
+            return None
         return _Plan(skips)
 
     def _check_hit_range(self, new_computed_pages: PageIds) -> None:

@@ -186,7 +186,7 @@ def _freed_prompt(c, groups_hit: int = 2) -> tuple:
     return hits
 
 
-@pytest.mark.parametrize("bad", [-1, 10**6])
+@pytest.mark.parametrize("bad", [-1, 16, 10**6])  # (16: the first id past the 16-page pool)
 @pytest.mark.parametrize("group_shape", [list, tuple])
 @pytest.mark.parametrize("slots", [12, 4 * 40])  # the plan fits / its new pages alone do not
 def test_a_hit_id_outside_the_pool_is_refused_whether_or_not_the_plan_fits(bad, group_shape, slots):
