@@ -1119,3 +1119,15 @@ def test_a_failed_admission_with_the_last_lookups_hit_changes_nothing() -> None:
     m.free(hog)
     hit, n = m.get_computed_pages(req)
     assert m.allocate_slots(req, 13, n, hit) is not None
+
+
+def test_a_manager_whose_groups_do_not_cache_keeps_no_content_key() -> None:
+    """A Mamba group in "none" mode caches nothing, so no group has a key page size: allocating
+    and caching a request's tokens compute no key (caching needs one key per full key page only
+    when a group caches)."""
+    m = CacheManager(8, [mamba(64)], 64, hash_seed=1)
+    req = Request("a", list(range(40)))
+    assert m.allocate_slots(req, 40) is not None
+    req.num_computed_tokens = 40
+    m.cache_pages(req, 40)
+    assert m.page_hashes_of("a") == ()
