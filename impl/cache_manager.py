@@ -637,6 +637,7 @@ class CacheManager:
         self._check_hit_lengths(ids, num_new_computed_tokens)
         self._check_hit_ids(ids)
         if rec is None or not self._is_last_lookup(rec, pages, num_new_computed_tokens, shard):
+            self._check_hit_nulls(ids)  # (the last lookup's own ids hold them where its groups' rules put them)
             self._check_hit_keys(ids, () if rec is None or rec.keys is None else rec.keys)
         if shard is not None:
             self._check_hit_shard(ids, shard, dp)
@@ -674,14 +675,18 @@ class CacheManager:
                     f"num_new_computed_tokens={num_new_computed_tokens}")
 
     def _check_hit_ids(self, ids: PageIds) -> None:
-        """Every hit id is an exact int (so comparing ids runs no user code); null placeholders
-        only lead, in windowed groups. Ranges are checked by the pool wherever it reads its tables
-        by id (the keys of `_check_hit_keys`, the free count of the coordinator's plan), before
-        anything changes."""
-        for gid, group_ids in enumerate(ids):
+        """Every hit id is an exact int (so comparing ids runs no user code). Ranges are checked
+        by the pool wherever it reads its tables by id (the keys of `_check_hit_keys`; the last
+        lookup's ids are its own), and by the coordinator's plan, before anything changes."""
+        for group_ids in ids:
             if countOf(map(type, group_ids), int) != len(group_ids):
                 page = next(p for p in group_ids if type(p) is not int)
                 raise ForeignPageError(f"page id {describe(page)} is not a page of this pool (0..{self.num_pages - 1})")
+
+    def _check_hit_nulls(self, ids: PageIds) -> None:
+        """Null placeholders only lead, in windowed groups (`_check_hit_placeholders`); the ids
+        are exact ints (`_check_hit_ids`)."""
+        for gid, group_ids in enumerate(ids):
             if NULL_PAGE in group_ids:
                 self._check_hit_placeholders(gid, group_ids)
 
@@ -718,8 +723,10 @@ class CacheManager:
     # ---- caching and freeing ------------------------------------------------------------------
 
     def _caching_keys(self, req: Request, num_tokens: int, stale: bool = False) -> list[PageKey]:
-        """The keys caching up to ``num_tokens`` tokens still needs (computed, not stored)."""
-        return self._pending_keys(req, self.coordinator.keys_needed(num_tokens), stale)
+        """The keys caching up to ``num_tokens`` tokens still needs (computed, not stored): one
+        per full key page when a group caches (`CacheCoordinator.keys_needed`: the key page
+        size is that of a caching group), else none."""
+        return self._pending_keys(req, num_tokens // self._key_page_size if self._caching_key_size else 0, stale)
 
     def _cache(self, rec: RequestState, req: Request, num_tokens: int, new_keys: list[PageKey]) -> None:
         """Cache the request's full pages up to ``num_tokens`` tokens (its held pages, caching

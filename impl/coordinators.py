@@ -261,18 +261,23 @@ class CacheCoordinator:
         rec = self.holding(request_id)
         return self._no_pages if rec is None else rec.pages  # type: ignore[return-value]
 
-    def _pages_to_allocate(self, held: Sequence[Sequence[int]], num_tokens: int,
-                           new_computed_pages: PageIds | None) -> int:
-        """Free-list pages a request holding ``held`` takes to cover ``num_tokens`` slots."""
-        if new_computed_pages is None:
-            need = 0
-            for m, pages in zip(self.single_type_managers, held):
-                n = -(-num_tokens // m.page_size) - len(pages)
-                if n > 0:
-                    need += n
-            return need
+    def _pages_to_allocate(self, held: Sequence[Sequence[int]], num_tokens: int, new_computed_pages: PageIds) -> int:
+        """Free-list pages a request holding ``held`` takes to cover ``num_tokens`` slots after the
+        hits ``new_computed_pages``, the hits that are free included (each group's own rule)."""
         return sum(m.pages_needed(pages, num_tokens, hits)
                    for m, pages, hits in zip(self.single_type_managers, held, new_computed_pages))
+
+    def _new_pages(self, held: Sequence[Sequence[int]], num_tokens: int, new_computed_pages: PageIds | None) -> int:
+        """New pages a request holding ``held`` takes to cover ``num_tokens`` slots after the hits
+        (the hits that are free not counted: `_pages_to_allocate` counts them). Not for Mamba
+        align groups (their state page is one page whatever the count)."""
+        hits = self._no_pages if new_computed_pages is None else new_computed_pages
+        need = 0
+        for m, pages, group_hits in zip(self.single_type_managers, held, hits):
+            n = -(-num_tokens // m.page_size) - len(pages) - len(group_hits)
+            if n > 0:
+                need += n
+        return need
 
     def allocate_slots(
         self,
@@ -294,7 +299,7 @@ class CacheCoordinator:
         first allocation of an id creates its pages in its record (the record itself, if it has
         none).
         """
-        self._check_allocation(request_id, num_computed_tokens, num_slots, new_computed_pages)
+        rec = self._check_allocation(request_id, num_computed_tokens, num_slots, new_computed_pages)
         if not self.single_type_managers:
             return ()
         if self._mamba_align:
@@ -302,7 +307,6 @@ class CacheCoordinator:
                 num_state_tokens, "num_state_tokens", minimum=0)
             return self._allocate_with_states(request_id, num_computed_tokens, num_slots, new_computed_pages,
                                               shard, dp, state_end)
-        rec = self.holding(request_id)
         held = None if rec is None else rec.pages
         plan = self._plan(held, num_computed_tokens, num_slots, new_computed_pages, shard, dp)
         if plan is None:
@@ -315,7 +319,11 @@ class CacheCoordinator:
         self, held: PageIds | None, num_computed_tokens: int, num_slots: int,
         new_computed_pages: PageIds | None, shard: int | None, dp: int | None,
     ) -> _Plan | None:
-        """The allocation's plan if it fits, else None. Pure."""
+        """The allocation's plan if it fits, else None. Pure.
+
+        The new pages are counted first: when they alone do not fit, the plan fails without
+        counting which hits are free (touching those only adds to the need), the hit ids'
+        range checked all the same (`_check_hit_range`)."""
         skips = None
         reclaimed = 0
         if self._windowed and held is not None:
@@ -323,10 +331,29 @@ class CacheCoordinator:
             ref_count = self.page_pool.ref_count
             for pages, (start, stop) in zip(held, skips):
                 reclaimed += countOf(map(ref_count, pages[start:stop]), 1)
-        need = self._pages_to_allocate(self._no_pages if held is None else held, num_slots, new_computed_pages)
+        pages_held = self._no_pages if held is None else held
+        need = self._new_pages(pages_held, num_slots, new_computed_pages)
         if need > reclaimed and need > self._num_free(shard, dp) + reclaimed:
+            if new_computed_pages is not None:
+                self._check_hit_range(new_computed_pages)
+            return None
+        # with the hits that are free (they leave the free list); a request taking hits holds
+        # nothing (`_check_allocation`), so no window frees count here
+        if (new_computed_pages is not None
+                and self._pages_to_allocate(pages_held, num_slots, new_computed_pages) > self._num_free(shard, dp)):
             return None
         return _Plan(skips)
+
+    def _check_hit_range(self, new_computed_pages: PageIds) -> None:
+        """The pool's `ForeignPageError` when a hit id is not a page of the pool: what the pool
+        checks when the plan counts the free hits, for a plan that fails before it counts them
+        (the ids are exact ints: `_check_hit_shape`)."""
+        num_pages = self.page_pool.num_pages
+        for hits in new_computed_pages:
+            if hits:
+                ordered = sorted(hits)  # (exact ints: sorting them compares far faster than min and max)
+                if ordered[0] < 0 or ordered[-1] >= num_pages:
+                    self.page_pool.count_free_ids(hits)  # raises the pool's error, naming the id
 
     def _num_free(self, shard: int | None, dp: int | None) -> int:
         """Free pages of the pool, or of the DP shard."""
@@ -482,18 +509,21 @@ class CacheCoordinator:
                 raise InvalidArgumentError(f"group {m.kv_cache_group_id}: the null page cannot be a full-attention hit")
 
     def _check_allocation(self, request_id: object, num_computed_tokens: object, num_slots: object,
-                          new_computed_pages: Sequence[Sequence[int]] | None) -> None:
-        """The arguments of `allocate_slots`, checked before its plan (plain ints at no cost)."""
+                          new_computed_pages: Sequence[Sequence[int]] | None) -> RequestState | None:
+        """The arguments of `allocate_slots`, checked before its plan (plain ints at no cost);
+        returns the id's record while it holds pages."""
         if not isinstance(request_id, str):
             raise InvalidArgumentError(f"request_id must be a str, got {type(request_id).__name__}")
         if type(num_computed_tokens) is not int or num_computed_tokens < 0:
             checked_int(num_computed_tokens, "num_computed_tokens", minimum=0)
         if type(num_slots) is not int or num_slots < 0:
             checked_int(num_slots, "num_slots", minimum=0)
+        rec = self.holding(request_id)
         if new_computed_pages is not None:
             self._check_hit_shape(new_computed_pages)
-            if self.single_type_managers and self.holding(request_id) is not None:
+            if rec is not None:
                 raise InvalidArgumentError(f"request {request_id!r} already holds pages; hits are only taken first")
+        return rec
 
     def remove_skipped_pages(self, request_id: str, num_computed_tokens: int) -> None:
         """Free the pages that left every window once ``num_computed_tokens`` are computed."""

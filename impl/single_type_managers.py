@@ -295,7 +295,10 @@ class SingleTypeCacheManager:
         full page (the caller extends the request's key list first).
         """
         num_full = self._full_to_cache(pages, num_cached, keys, num_tokens)
-        if num_full > num_cached:
+        if num_full == num_cached + 1 and pages[num_cached] != NULL_PAGE:  # one page (a decode step's): no run
+            self.page_pool.cache_page_id(pages[num_cached],  # (as `_register`)
+                                         group_pool_key(keys[num_full * self._stride - 1], self.kv_cache_group_id))
+        elif num_full > num_cached:
             self._register(pages, keys, num_cached, num_full)
         return num_full
 

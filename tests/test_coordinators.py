@@ -173,3 +173,53 @@ def test_caching_off_accepts_any_page_sizes():
     c = get_kv_cache_coordinator(16, [full(4), full(6)], 32, False, False)
     assert c.key_page_size is None
     assert c.allocate_slots("a", 0, 12, None) == ([1, 2, 3], [4, 5])
+
+
+def _freed_prompt(c, groups_hit: int = 2) -> tuple:
+    """Request "a" caches 8 tokens (two pages of 4) and frees them; returns its hit."""
+    keys = HASHER.hash_request(Request("a", list(range(9))), 4)
+    assert c.allocate_slots("a", 0, 9, None) is not None
+    c.cache_pages("a", keys, 9)
+    c.free("a")
+    hits, length = c.find_longest_cache_hit(keys, 8)
+    assert length == 4 * groups_hit
+    return hits
+
+
+@pytest.mark.parametrize("bad", [-1, 16, 10**6])  # (16: the first id past the 16-page pool)
+@pytest.mark.parametrize("group_shape", [list, tuple])
+@pytest.mark.parametrize("slots", [12, 4 * 40])  # the plan fits / its new pages alone do not
+def test_a_hit_id_outside_the_pool_is_refused_whether_or_not_the_plan_fits(bad, group_shape, slots):
+    """The plan fails without counting the free hits when its new pages alone do not fit
+    (`_plan`); an id that is not a page of the pool is still the pool's `ForeignPageError`,
+    naming the id, and nothing changes."""
+    from verikv import ForeignPageError
+
+    c = get_kv_cache_coordinator(16, [full(4)], 4 * 64, False, True)
+    hits = _freed_prompt(c)
+    before = state(c)
+    with pytest.raises(ForeignPageError, match=str(bad)):
+        c.allocate_slots("b", 0, slots, (group_shape([hits[0][0], bad]),))
+    assert state(c) == before
+
+
+def test_a_plan_whose_new_pages_fit_but_not_with_its_free_hits_changes_nothing():
+    """16 pages (15 usable), the 2 hit pages free: 52 slots need 13 pages, 11 new ones plus the
+    2 free hits taken off the list = 13 <= 15 fits; 60 slots need 15 = 13 new + 2 hits, fits
+    exactly; 64 slots need 16 - 2 = 14 new pages (fit 15) + 2 hits = 16 > 15: refused after
+    the hits are counted, with nothing changed."""
+    c = get_kv_cache_coordinator(16, [full(4)], 4 * 64, False, True)
+    hits = _freed_prompt(c)
+    before = state(c)
+    assert c.allocate_slots("b", 0, 64, hits) is None
+    assert state(c) == before
+    assert c.allocate_slots("b", 0, 60, hits) is not None
+    assert c.page_pool.get_num_free_pages() == 0
+
+
+def test_a_plan_whose_new_pages_alone_do_not_fit_is_refused_with_nothing_changed():
+    c = get_kv_cache_coordinator(16, [full(4)], 4 * 64, False, True)
+    hits = _freed_prompt(c)
+    before = state(c)
+    assert c.allocate_slots("b", 0, 4 * 18, hits) is None  # 16 new pages > 15 free
+    assert state(c) == before

@@ -1085,3 +1085,49 @@ def test_cache_pages_after_cached_steps_extends_the_request_keys() -> None:
     assert m.num_cached_pages("a") == [3]
     _, hit = m.get_computed_pages(Request("b", tokens))
     assert hit == 12
+
+
+def test_the_last_lookup_result_changed_in_place_to_hold_a_null_page_is_refused() -> None:
+    """Null placeholders are not checked again for the request's own last lookup, unchanged (its
+    groups' rules placed them): the same result object with a null page written into its full
+    group's ids is no longer that lookup, and is refused with nothing changed."""
+    m = manager(16, [full(4), sliding(4, 4)])
+    cached(m, list(range(9)))
+    req = Request("a", list(range(9)))
+    hit, n = m.get_computed_pages(req)
+    assert n == 8 and hit.page_ids[0][0] != 0
+    hit.page_ids[0][0] = 0
+    before = state(m)
+    with pytest.raises(InvalidArgumentError, match="null page at hit position 0"):
+        m.allocate_slots(req, 1, 8, hit)
+    assert state(m) == before
+
+
+def test_a_failed_admission_with_the_last_lookups_hit_changes_nothing() -> None:
+    """A prompt whose new pages alone do not fit (the plan stops before counting the free hits)
+    is refused with nothing changed, and admitted once its pages are there."""
+    m = manager(8)
+    cached(m, list(range(9)))  # pages 1, 2 cached and free
+    hog = Request("hog", list(range(100, 120)))
+    assert m.allocate_slots(hog, 20) is not None  # 5 of the 7 usable pages
+    req = Request("a", list(range(9)) + list(range(50, 62)))  # 21 tokens: 2 hit pages + 4 new
+    hit, n = m.get_computed_pages(req)
+    assert n == 8
+    before = state(m)
+    assert m.allocate_slots(req, 13, 8, hit) is None
+    assert state(m) == before
+    m.free(hog)
+    hit, n = m.get_computed_pages(req)
+    assert m.allocate_slots(req, 13, n, hit) is not None
+
+
+def test_a_manager_whose_groups_do_not_cache_keeps_no_content_key() -> None:
+    """A Mamba group in "none" mode caches nothing, so no group has a key page size: allocating
+    and caching a request's tokens compute no key (caching needs one key per full key page only
+    when a group caches)."""
+    m = CacheManager(8, [mamba(64)], 64, hash_seed=1)
+    req = Request("a", list(range(40)))
+    assert m.allocate_slots(req, 40) is not None
+    req.num_computed_tokens = 40
+    m.cache_pages(req, 40)
+    assert m.page_hashes_of("a") == ()

@@ -1091,3 +1091,15 @@ def test_the_work_list_holds_another_object_under_a_held_id(counts: Any) -> None
     # decode_work: every position not held by this very object is one whose call may do something
     assert m.coordinator.decode_work([imposter], counts(1)) == [0]
 
+
+
+def test_a_failed_plans_hit_id_equal_to_the_pool_size_is_the_pools_error() -> None:
+    """The plan fails before counting the free hits when its new pages alone do not fit; the
+    first id past the pool (``num_pages``) is still refused by name, and nothing changes."""
+    from verikv import ForeignPageError
+
+    c, hits = hit_pages([full(4)])  # 16 pages
+    before = (c.page_pool.free_list_ids(), c.get_pages("b"))
+    with pytest.raises(ForeignPageError, match=r"\b16\b"):
+        c.allocate_slots("b", 0, 4 * 40, ([hits[0][0], 16],))  # 40 pages: more than the pool
+    assert (c.page_pool.free_list_ids(), c.get_pages("b")) == before
