@@ -7,7 +7,9 @@ proxy; nothing is copied) and records ``time.process_time`` around the same ``ru
 alternating the order of the kinds between repeats as ``bench.py`` does. It also measures the
 harness alone (`benchmarks.harness_floor`: its scheduler and timing proxy replaying a verikv
 kind's answers), the CPU time every kind pays besides its adapter and manager, and prints each
-ratio with that part subtracted as well. Run it with the
+ratio with that part subtracted as well; and verikv with a free manager (`benchmarks.free_manager`:
+the harness, the verikv adapter and its `verikv.Request` objects, over a manager replaying
+recorded answers), which bounds each ratio a verikv manager could reach. Run it with the
 anchors venv, where the peers are installed::
 
     /path/to/anchors-venv/bin/python benchmarks/anchors_cpu.py --anchors ../shared/anchors \\
@@ -26,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 if __package__:  # python -m benchmarks.anchors_cpu
+    from benchmarks.free_manager import free_manager_cpu
     from benchmarks.harness_floor import record_answers, replay_cpu, same_decisions
 else:  # run as a script, as documented: its own directory is on sys.path
+    from free_manager import free_manager_cpu  # type: ignore[import-not-found,no-redef]
     from harness_floor import record_answers, replay_cpu, same_decisions  # type: ignore[import-not-found,no-redef]
 
 # per workload, (numerator, denominator, target): the speed targets as ratios of trace times
@@ -81,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             stats.update(cpu_s=time.process_time() - cpu, wall_s=time.perf_counter() - wall)
             runs[kind].append(stats)
     floor = _harness_floor(kinds, adapters, bench, run_trace, trace, a, max_model_len)
+    idle = _free_manager_floor(kinds, adapters, bench, run_trace, trace, a, max_model_len)
     summary = {k: {"cpu_s": statistics.median(x["cpu_s"] for x in rs),
                    "wall_s": statistics.median(x["wall_s"] for x in rs),
                    "hit_tokens": rs[0]["hit_tokens"], "alloc_sizes_sha": rs[0]["alloc_sizes_sha"],
@@ -94,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     if floor is not None:
         print(f"{'harness alone':16s} {floor['cpu_s']:8.3f}  (its scheduler and timing proxy replaying "
               f"{floor['kind']}'s answers: the part of every kind's CPU time spent outside its adapter and manager)")
+    if idle is not None:
+        print(f"{'free manager':16s} {idle['cpu_s']:8.3f}  (the harness, the verikv adapter and its Request objects "
+              f"over a manager replaying {idle['kind']}'s answers: no key, lookup, allocation or free)")
     ratios = []
     for peer, ours, target in TARGETS[a.profile or "default"]:
         if peer in summary and ours in summary:
@@ -104,11 +112,14 @@ def main(argv: list[str] | None = None) -> int:
             if floor is not None:
                 alone = (summary[peer]["cpu_s"] - floor["cpu_s"]) / (summary[ours]["cpu_s"] - floor["cpu_s"])
                 net = f"; adapters and managers alone (harness subtracted) {alone:.2f}x"
+            if idle is not None:
+                net += f"; with a free manager {summary[peer]['cpu_s'] / idle['cpu_s']:.2f}x at most"
             print(f"{peer} / {ours}: CPU {cpu:.2f}x, wall {wall:.2f}x (target {target}x: "
                   f"{'met' if cpu >= target else 'missed'} on CPU){net}")
     if a.json:
         a.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "runs": runs,
-                                      "summary": summary, "ratios": ratios, "harness_floor": floor}, indent=1))
+                                      "summary": summary, "ratios": ratios, "harness_floor": floor,
+                                      "free_manager": idle}, indent=1))
     return 0
 
 
@@ -116,7 +127,7 @@ def _harness_floor(kinds: list[str], adapters: Any, bench: Any, run_trace: Any, 
                    max_model_len: int) -> dict[str, Any] | None:
     """The harness's own CPU time (`benchmarks.harness_floor`), replaying the answers of the first
     verikv kind; None without one."""
-    kind = next((k for k in kinds if k.startswith("verikv")), None)
+    kind = _first_verikv(kinds)
     if kind is None:
         return None
     recorded = adapters.make(kind, a.num_pages, 16, max_model_len=max_model_len)
@@ -125,6 +136,26 @@ def _harness_floor(kinds: list[str], adapters: Any, bench: Any, run_trace: Any, 
     if not same_decisions(stats, replayed):
         raise RuntimeError("the replay took other steps than the recorded run")
     return {"kind": kind, "cpu_s": cpu}
+
+
+def _free_manager_floor(kinds: list[str], adapters: Any, bench: Any, run_trace: Any, trace: Any,
+                        a: argparse.Namespace, max_model_len: int) -> dict[str, Any] | None:
+    """The CPU time of the first verikv kind's run with a manager that does no work
+    (`benchmarks.free_manager`); None without a verikv kind."""
+    kind = _first_verikv(kinds)
+    if kind is None:
+        return None
+    cpu, recorded, replayed = free_manager_cpu(
+        lambda: adapters.make(kind, a.num_pages, 16, max_model_len=max_model_len), bench.Timed, run_trace,
+        trace, a.max_running, a.num_pages, a.repeats)
+    if not same_decisions(recorded, replayed):
+        raise RuntimeError("the free manager's replay took other steps than the recorded run")
+    return {"kind": kind, "cpu_s": cpu}
+
+
+def _first_verikv(kinds: list[str]) -> str | None:
+    """The first verikv kind of the run (the floors are measured with it), if any."""
+    return next((k for k in kinds if k.startswith("verikv")), None)
 
 
 if __name__ == "__main__":

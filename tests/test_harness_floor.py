@@ -1,5 +1,6 @@
-"""benchmarks.harness_floor: replaying a kind's recorded answers takes the harness through the
-same steps (same checksums) without the manager, and a wrong answer is noticed."""
+"""benchmarks.harness_floor and benchmarks.free_manager: replaying recorded answers (a kind's, to
+the harness; verikv's manager's, to the verikv adapter) takes the harness through the same steps
+(same checksums) without the manager, and a wrong answer is noticed."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
+from benchmarks.free_manager import free_manager_cpu
 from benchmarks.harness_floor import record_answers, replay_cpu, same_decisions
+from verikv import CachePages
 
 ANCHORS = Path(__file__).resolve().parents[2] / "shared" / "anchors"
 pytestmark = pytest.mark.skipif(not (ANCHORS / "bench.py").exists(), reason="shared anchors harness not present")
@@ -58,4 +62,42 @@ def test_a_wrong_answer_changes_the_checksums() -> None:
     j = next(i for i, a in enumerate(answers) if isinstance(a, list) and a)  # an allocation's new page ids
     answers[j] = [page + 1 for page in answers[j]]
     _, replayed = replay_cpu(answers, bench.Timed, trace.run_trace, reqs, 8, 64, repeats=1)
+    assert not same_decisions(recorded, replayed)
+
+
+
+def test_a_free_manager_replays_every_recorded_answer_and_nothing_more() -> None:
+    trace, adapters, bench, reqs = _setup()
+    made: list[Any] = []
+
+    def make() -> Any:
+        made.append(adapters.make("verikv", num_pages=64, page_size=16))
+        return made[-1]
+
+    cpu, recorded, replayed = free_manager_cpu(make, bench.Timed, trace.run_trace, reqs, 8, 64, repeats=2)
+    assert recorded["hit_tokens"] > 0 and recorded["preemptions"] > 0  # the pool is tight: every path runs
+    assert cpu > 0 and same_decisions(recorded, replayed) and replayed["steps"] == recorded["steps"]
+    first, *replays = made
+    assert first.m.inner.page_pool.get_num_free_pages() == 63  # the recorded run ended with every page free
+    assert len(replays) == 2
+    for adapter in replays:  # each replay made exactly the recorded calls: both answer streams are used up
+        with pytest.raises(StopIteration):
+            adapter.m._next()
+        with pytest.raises(StopIteration):
+            adapter.m.page_pool.get_num_free_pages()
+
+
+def test_a_free_manager_replaying_a_wrong_answer_changes_the_checksums() -> None:
+    trace, adapters, bench, reqs = _setup()
+    made: list[Any] = []
+
+    def make() -> Any:
+        if made:  # the replay: one allocation's new page ids come back shifted by one
+            answers = made[0].m.answers
+            j = next(i for i, a in enumerate(answers) if isinstance(a, CachePages) and a.page_ids[0])
+            answers[j] = CachePages(([page + 1 for page in answers[j].page_ids[0]],))
+        made.append(adapters.make("verikv", num_pages=64, page_size=16))
+        return made[-1]
+
+    _, recorded, replayed = free_manager_cpu(make, bench.Timed, trace.run_trace, reqs, 8, 64, repeats=1)
     assert not same_decisions(recorded, replayed)
