@@ -289,12 +289,15 @@ class PagePool(ESurgePoolMethods):
         ids = page_ids if type(page_ids) is list else page_list(page_ids, "page_ids")
         if self._free_shaped(ids):  # the common case (a request's free), whatever its length
             return
-        zeroed = self._release(ids)
+        self._link(*self._by_free_order(self._release(ids)))
+
+    def _by_free_order(self, zeroed: list[int]) -> tuple[list[int], list[int]]:
+        """The freed pages ``zeroed`` (in order) split as `_link` takes them, by ``free_order``:
+        ``(pages to link before the head, pages to link at the tail)``."""
         if self.free_order == "unhashed-first":
             key = self._key
-            self._link(zeroed, [p for p in zeroed if key[p] is None], [p for p in zeroed if key[p] is not None])
-        else:
-            self._link(zeroed, [], zeroed)
+            return [p for p in zeroed if key[p] is None], [p for p in zeroed if key[p] is not None]
+        return [], zeroed
 
     def _release(self, ids: list[int]) -> list[int]:
         """Check a free (raising the precise error, in the documented order, before any change)
@@ -338,8 +341,7 @@ class PagePool(ESurgePoolMethods):
         own = self._drop_shaped(ids)
         if own < 0:
             return False
-        zeroed = pages[:own]  # (distinct: a page listed again would have stopped the first loop)
-        self._link(zeroed, [], zeroed)
+        self._link([], pages[:own])  # (distinct: a page listed again would have stopped the first loop)
         return True
 
     def _drop_shaped(self, ids: list[int]) -> int:
@@ -702,7 +704,7 @@ class PagePool(ESurgePoolMethods):
         lo, hi = bounds
         return next((pid for pid in entry if lo <= pid < hi), None)
 
-    def _link(self, zeroed: Sequence[int], front: Sequence[int], back: Sequence[int]) -> None:
+    def _link(self, front: Sequence[int], back: Sequence[int]) -> None:
         """Link freed pages: ``front`` before the head, ``back`` at the tail (shards mirrored)."""
         free, shards = self._free, self._shards
         if front:

@@ -604,9 +604,9 @@ class QueueAppendReversed(FreeCachePageQueue):
 class PoolFreeSkipsDecrement(PagePool):
     """free links a page whose last reference is dropped but leaves its count at 1 (missing decrement)."""
 
-    def _link(self, zeroed: Sequence[int], front: Sequence[int], back: Sequence[int]) -> None:
-        super()._link(zeroed, front, back)
-        for pid in zeroed:
+    def _link(self, front: Sequence[int], back: Sequence[int]) -> None:
+        super()._link(front, back)
+        for pid in (*front, *back):
             self._ref[pid] = 1
 
 

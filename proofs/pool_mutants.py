@@ -97,7 +97,7 @@ class DoubleFreeAccepted(PagePool):
             self._ref[pid] -= 1
             if self._ref[pid] == 0:
                 zeroed.append(pid)
-        self._link(zeroed, [], zeroed)
+        self._link([], zeroed)
 
 
 class PagesLostOnFailedAllocation(PagePool):
@@ -131,15 +131,15 @@ class UsageCountsNullPage(PagePool):
 class FreedPagesReversed(PagePool):
     """Freed pages join the tail in reverse of the given order (wrong eviction order)."""
 
-    def _link(self, zeroed: Sequence[int], front: Sequence[int], back: Sequence[int]) -> None:
-        super()._link(zeroed, front[::-1], back[::-1])
+    def _link(self, front: Sequence[int], back: Sequence[int]) -> None:
+        super()._link(front[::-1], back[::-1])
 
 
 class FreeOrderPolicyIgnored(PagePool):
     """``free_order="unhashed-first"`` is accepted but every freed page goes to the tail."""
 
-    def _link(self, zeroed: Sequence[int], front: Sequence[int], back: Sequence[int]) -> None:
-        super()._link(zeroed, [], zeroed)
+    def _by_free_order(self, zeroed: list[int]) -> tuple[list[int], list[int]]:
+        return [], zeroed
 
 
 class LookupReturnsNewest(PagePool):
