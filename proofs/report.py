@@ -14,6 +14,7 @@ from typing import IO, Any
 import pytest
 from rich import console as rich_console
 from rich.table import Table
+from rich.text import Text
 
 from verikv.proofs.pytest_plugin import PROPERTY_PREFIX
 from verikv.proofs.registry import SUCCESS, Check, Mutant
@@ -81,18 +82,19 @@ def progress_line(done: int, total: int, result: Result) -> str:
     return f"[{done:>{width}}/{total}] {result.status:<8} {result.seconds:7.2f}s  {result.name}"
 
 
-def _status_text(status: str) -> str:
-    return f"[{_STYLE.get(status, 'bold red')}]{status}[/]"
+def _status_text(status: str) -> Text:
+    return Text(status, style=_STYLE.get(status, "bold red"))
 
 
 _ABOUT_WIDTH = 60  # room the other columns need beside the names before "about" gets its own column
 
 
-def _table(title: str, headers: Sequence[str], rows: Sequence[tuple[str, str, str, str, str]], width: int) -> Table:
+def _table(title: str, headers: Sequence[str], rows: Sequence[tuple[str, str, Text, str, str]], width: int) -> Table:
     """Rows of (name, about, result, extra, seconds); headers name the same five columns.
 
     Whole names always (they are pasted into --only). On a wide console every field has its
     column; on a narrow one "about" and "extra" go under the name, wrapped, and never cut it.
+    Every cell is plain `Text`, so brackets in names and details are shown, never read as markup.
     """
     name_width = max([len(row[0]) for row in rows] + [len(headers[0])])
     stacked = width < name_width + _ABOUT_WIDTH
@@ -106,9 +108,10 @@ def _table(title: str, headers: Sequence[str], rows: Sequence[tuple[str, str, st
     table.add_column(headers[4], justify="right", no_wrap=True)
     for name, about, result, extra, seconds in rows:
         if stacked:
-            table.add_row(f"{name}\n[dim]  {about} · {headers[3]}: {extra}[/]", result, seconds)
+            table.add_row(Text.assemble(name, "\n", (f"  {about} · {headers[3]}: {extra}", "dim")), result,
+                          Text(seconds))
         else:
-            table.add_row(name, about, result, extra, seconds)
+            table.add_row(Text(name), Text(about), result, Text(extra), Text(seconds))
     return table
 
 

@@ -5,9 +5,9 @@ child process under a CPU-time budget (`verikv.proofs.isolation`), pytest-xdist 
 parallel (``--jobs``) and pytest writes the JUnit XML (``--junit``). This module turns the
 options into one pytest run, isolated from the caller's pytest configuration (an empty
 temporary root, no conftest files, no terminal output), and the results into progress, a
-table, JSON and an exit status: 0 only if every selected check is proved/passed (with
-``--mutants``: every mutant caught), 1 otherwise, 2 for bad options, nothing selected or a
-missing ``proofs`` extra.
+table, JSON and an exit status: 0 only if every selected check ends with a success status
+(`verikv.proofs.registry.SUCCESS`; with ``--mutants``: every mutant caught), 1 otherwise, 2 for
+bad options, nothing selected or a missing ``proofs`` extra.
 
 Only the standard library is imported at module level, so ``verikv --help`` works without the
 ``proofs`` extra; `run` checks for it first.
@@ -34,8 +34,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     """The options of ``verikv prove`` (also used by ``python -m verikv.proofs``)."""
     parser.add_argument("--list", action="store_true", help="list the selected checks and exit")
     parser.add_argument("--only", action="append", default=[], metavar="PATTERN",
-                        help="select by glob on the name or invariant ('pool.free/*', 'INV-HIT-*'), "
-                             "by substring of the name, or by invariant name (INV-ATOMIC); repeatable")
+                        help="select by exact name, by glob on the name or invariant ('pool.free/*', "
+                             "'INV-HIT-*'), by substring of the name, or by invariant name (INV-ATOMIC); "
+                             "repeatable")
     parser.add_argument("--mutants", action="store_true",
                         help="run every mutant's detector instead; fail if any mutant survives")
     parser.add_argument("--json", metavar="PATH", help="write results as JSON ('-' for stdout)")
@@ -46,9 +47,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "CPU time does not grow when the machine is loaded")
 
 
-def missing_extra() -> str | None:
-    """The first module of the ``proofs`` extra that cannot be imported, or None."""
-    for name in EXTRA_MODULES:
+def missing_extra(modules: Sequence[str] = EXTRA_MODULES) -> str | None:
+    """The first of ``modules`` (by default the ``proofs`` extra) that cannot be imported, or None."""
+    for name in modules:
         try:
             importlib.import_module(name)
         except ModuleNotFoundError:
@@ -77,10 +78,12 @@ def run(args: argparse.Namespace) -> int:
     if missing is not None:
         print(f"verikv prove needs the proofs extra ({missing} is missing): {INSTALL_HINT}", file=sys.stderr)
         return 2
-    from verikv.proofs import isolation, registry
+    from verikv.proofs import isolation, selection
 
+    args.only = selection.current_patterns(
+        args.only, lambda notice: print(f"verikv prove: deprecated: {notice}", file=sys.stderr))
     entries = isolation.catalogue(args.mutants)
-    selected = registry.select(list(entries.values()), args.only)
+    selected = selection.select(list(entries.values()), args.only)
     human: IO[str] = sys.stderr if args.json == "-" else sys.stdout
     if not selected:
         print(f"verikv prove: nothing selected (patterns: {', '.join(args.only) or 'none'})", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""`verikv prove`: selection, listing, statuses, exit codes, CPU-budget timeouts, reports, mutants, isolation."""
+"""`verikv prove` and the pytest plugin: selection, names, listing, statuses, exit codes, CPU-budget timeouts,
+reports (table, JSON, JUnit XML), mutants, isolation, collection counts, the missing-extra hint."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_args
 from xml.etree import ElementTree
 
 import pytest
 
 from verikv.proofs import isolation, pytest_plugin, runner
-from verikv.proofs.registry import Check, Mutant, Outcome, matches, select
+from verikv.proofs.registry import SUCCESS, Check, Mutant, Outcome, Status, matches, select
+from verikv.proofs.selection import current_patterns, select as select_entries
 
 
 def _check(name: str, run, kind: str = "fake", invariant: str = "INV-FAKE") -> Check:  # type: ignore[no-untyped-def]
@@ -164,7 +167,7 @@ def test_table_keeps_whole_names_at_80_columns(fake_registry: None, monkeypatch:
 
 def test_real_registry_runs_in_parallel_from_a_clean_process() -> None:
     """The installed command on real checks: two pytest-xdist workers, fork-server children."""
-    done = subprocess.run([sys.executable, "-m", "verikv", "prove", "--jobs", "2", "--only", "pool.cache/INV-NULL"],
+    done = subprocess.run([sys.executable, "-m", "verikv", "prove", "--jobs", "2", "--only", "pool.cache/INV-NULL*"],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "pool.cache/INV-NULL:N=3..5" in done.stdout and "2/2 checks ok" in done.stdout
@@ -195,3 +198,178 @@ def test_checks_start_from_a_clean_z3_context() -> None:
     parent_id = z3.Int("probe").get_id()
     clean_id = int(isolation.run_isolated(_new_term_id).outcome.detail)
     assert len(polluted) == 20_000 and parent_id > 40_000 and clean_id < 1_000
+
+
+# --- names, selection, escaping -------------------------------------------------------------------
+
+def test_real_names_hold_no_glob_or_markup_characters() -> None:
+    """A name is pasted into --only (a glob), printed by rich (markup) and split by pytest's
+    JUnit writer (``::``, ``[``): none of their special characters may occur in one."""
+    names = [*isolation.catalogue(False), *isolation.catalogue(True)]
+    assert len(names) > 279
+    bad = [name for name in names if any(ch in name for ch in "[]*?") or "::" in name]
+    assert not bad, bad
+
+
+def test_an_exact_name_selects_only_itself() -> None:
+    checks = [_check("a/b", lambda: Outcome("passed")), _check("a/b:N=3..5", lambda: Outcome("passed"))]
+    assert [c.name for c in select_entries(checks, ["a/b"])] == ["a/b"]  # not its longer neighbour
+    assert [c.name for c in select_entries(checks, ["a/b*"])] == ["a/b", "a/b:N=3..5"]
+    assert [c.name for c in select_entries(checks, ["N=3"])] == ["a/b:N=3..5"]  # a substring still selects
+
+
+def test_old_bracketed_names_still_select_with_a_notice(capsys: pytest.CaptureFixture[str]) -> None:
+    assert runner.main(["--list", "--only", "lookup.rule[full]/*"]) == 0
+    captured = capsys.readouterr()
+    assert "lookup.rule.full/LONGEST-COMMON-HIT" in captured.out and "1 checks" in captured.out
+    assert "deprecated" in captured.err and "'lookup.rule.full/*'" in captured.err
+    notices: list[str] = []
+    assert current_patterns(["pool.free/*", "manager.allocate_slots[dp]/DP-SHARD-CONFINED"], notices.append) == [
+        "pool.free/*", "manager.allocate_slots.dp/DP-SHARD-CONFINED"]
+    assert len(notices) == 1 and "manager.allocate_slots.dp/DP-SHARD-CONFINED" in notices[0]
+
+
+def test_plugin_warns_about_an_old_name(fake_registry: None, tmp_path: Path) -> None:
+    with pytest.warns(DeprecationWarning, match="lookup.rule.full/LONGEST-COMMON-HIT"):  # (the inner run
+        _run_plugin(tmp_path, "-p", "no:warnings", "--co", "--verikv-proofs",  # keeps no warnings of its own)
+                    "--verikv-only", "lookup.rule[full]/LONGEST-COMMON-HIT")
+
+
+MARKUP = "[bold]x[/bold] [red]"
+"""Text rich would read as markup (and drop) if it were not escaped."""
+
+
+def test_user_text_is_never_read_as_markup(fake_registry: None, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    name = f"fake/markup {MARKUP}"
+    monkeypatch.setitem(FAKE_CHECKS, name, Check(name, "fake", "INV-FAKE", f"step {MARKUP}", f"bound {MARKUP}",
+                                                 lambda: Outcome("failed", f"counterexample {MARKUP}")))
+    monkeypatch.setenv("COLUMNS", "80")  # the narrow (stacked) table
+    assert _prove("--only", name) == 1
+    narrow = capsys.readouterr().out
+    monkeypatch.delenv("COLUMNS")
+    assert _prove("--only", name) == 1
+    wide = capsys.readouterr().out
+    for out in (narrow, wide):
+        table = "\n".join(line for line in out.splitlines() if line[:1] in set("┃│"))
+        assert f"counterexample {MARKUP}" in out
+    assert f"fake/markup {MARKUP}" in wide and f"bound {MARKUP}" in wide and f"step {MARKUP}" in table
+
+
+# --- JUnit XML from both entry points --------------------------------------------------------------
+
+ODD_NAMES = ["fake/odd <=(2) & 'quoted', with spaces", "fake/odd.dotted/INV-FAKE:N=3..5"]
+
+
+@pytest.fixture
+def odd_checks(fake_registry: None, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Checks named with the characters real names use (and XML must escape); one fails."""
+    for name in ODD_NAMES:
+        monkeypatch.setitem(FAKE_CHECKS, name, _check(name, lambda: Outcome("passed")))
+    return [*ODD_NAMES, "fake/failed"]
+
+
+def _junit_names(path: Path) -> dict[str, bool]:
+    """Check testcase name -> whether it failed, read with an XML parser."""
+    cases = ElementTree.parse(path).getroot().iter("testcase")
+    return {case.get("name", ""): case.find("failure") is not None for case in cases
+            if case.get("classname") == "verikv-proofs"}
+
+
+def test_prove_junit_names_are_the_exact_check_names(odd_checks: list[str], tmp_path: Path) -> None:
+    junit = tmp_path / "prove.xml"
+    assert _prove(*(f"--only={name}" for name in odd_checks), "--junit", str(junit)) == 1
+    assert _junit_names(junit) == {ODD_NAMES[0]: False, ODD_NAMES[1]: False, "fake/failed": True}
+
+
+def test_pytest_junitxml_names_are_the_exact_check_names(odd_checks: list[str], tmp_path: Path) -> None:
+    junit = tmp_path / "pytest.xml"
+    code = _run_plugin(tmp_path, "--verikv-proofs", *(f"--verikv-only={name}" for name in odd_checks),
+                       "--junitxml", str(junit))
+    assert code == pytest.ExitCode.TESTS_FAILED
+    assert _junit_names(junit) == {ODD_NAMES[0]: False, ODD_NAMES[1]: False, "fake/failed": True}
+
+
+# --- the plugin on a small fake registry -----------------------------------------------------------
+
+def _run_plugin(root: Path, *options: str) -> int | pytest.ExitCode:
+    """pytest in this process (so the fake registry applies) over ``root``, which holds one test."""
+    (root / "test_one.py").write_text("def test_one():\n    pass\n")
+    return pytest.main(["-p", "no:cacheprovider", "--noconftest", "--import-mode=importlib", "--rootdir", str(root),
+                        "-q", *options, str(root)])
+
+
+def test_plugin_runs_each_selected_check_once(fake_registry: None, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code = _run_plugin(tmp_path, "--verikv-proofs", "--verikv-only", "fake/proved", "--verikv-only", "fake/failed",
+                       "-rA")
+    out = capsys.readouterr().out
+    assert code == pytest.ExitCode.TESTS_FAILED
+    summary = [line.split()[0] + " " + line.split("verikv-proofs::")[1].split()[0] for line in out.splitlines()
+               if line.startswith(("PASSED", "FAILED")) and "verikv-proofs::" in line]
+    assert summary == ["PASSED fake/proved", "FAILED fake/failed"], out
+    assert "1 failed, 2 passed" in out
+
+
+def test_plugin_counts_its_items_as_collected(fake_registry: None, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    _run_plugin(tmp_path, "--co", "--verikv-proofs", "--verikv-only", "fake/*")
+    assert "6 tests collected" in capsys.readouterr().out  # 5 fake checks and the test file's test
+    _run_plugin(tmp_path, "--co", "--verikv-proofs", "--verikv-only", "fake/*", "-k", "proved or one")
+    assert "2/6 tests collected (4 deselected)" in capsys.readouterr().out
+    _run_plugin(tmp_path, "--verikv-proofs", "--verikv-only", "fake/proved", "-k", "proved")
+    assert "1 passed, 1 deselected" in capsys.readouterr().out
+
+
+def test_plugin_failure_is_reported_once(fake_registry: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """On CI pytest prints a failure's whole message in the short summary too: for a check it is
+    the first line only, so the counterexample appears once."""
+    monkeypatch.setenv("CI", "true")
+    _run_plugin(tmp_path, "--verikv-proofs", "--verikv-only", "fake/failed")
+    out = capsys.readouterr().out
+    assert out.count("post: free=[1, 1]") == 1, out
+    assert "verikv-proofs::fake/failed - fake/failed: failed\n" in out
+
+
+def test_plugin_without_the_proofs_extra_is_a_one_line_hint(tmp_path: Path) -> None:
+    """z3 made unimportable (not uninstalled): asking for the checks is a usage error, no traceback."""
+    shim = "import sys; sys.modules['z3'] = None; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+    (tmp_path / "test_one.py").write_text("def test_one():\n    pass\n")
+    done = subprocess.run([sys.executable, "-c", shim, "-p", "no:cacheprovider", "--noconftest", "--verikv-proofs",
+                           str(tmp_path)], capture_output=True, text=True, cwd=tmp_path, check=False)
+    output = (done.stdout + done.stderr).strip()
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, output
+    assert output.splitlines() == ["ERROR: --verikv-proofs and --verikv-mutants need the proofs extra "
+                                   "(z3 is missing): pip install 'verikv[proofs]'"], output
+    plain = subprocess.run([sys.executable, "-c", shim, "-p", "no:cacheprovider", "--noconftest", "-q",
+                            str(tmp_path)], capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert plain.returncode == 0, plain.stdout + plain.stderr  # without the option the plugin stays quiet
+
+
+# --- statuses: the documentation, the code and the JSON agree --------------------------------------
+
+DOCS_CI = Path(__file__).resolve().parents[1] / "docs" / "ci.md"
+
+
+def documented_statuses() -> dict[str, bool]:
+    """docs/ci.md's results table: status -> whether it counts as ok."""
+    text = DOCS_CI.read_text()
+    lines = text[text.index("| result | meaning | exit status |"):].splitlines()[2:]
+    rows = lines[:next(i for i, line in enumerate(lines) if not line.startswith("|"))]
+    assert all(row.startswith("| `") for row in rows), rows
+    return {row.split("`")[1]: row.rstrip(" |").endswith("| ok") for row in rows}
+
+
+def test_every_status_is_documented_with_whether_it_counts_as_ok() -> None:
+    assert documented_statuses() == {status: status in SUCCESS for status in get_args(Status)}
+
+
+def test_json_ok_is_what_the_docs_say(fake_registry: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for status in get_args(Status):
+        monkeypatch.setitem(FAKE_CHECKS, f"status/{status}",
+                            _check(f"status/{status}", lambda s=status: Outcome(s, vacuity_checked=True)))
+    report = tmp_path / "r.json"
+    _prove("--only", "status/*", "--json", str(report))
+    seen = {r["status"]: r["ok"] for r in json.loads(report.read_text())["results"]}
+    assert seen == documented_statuses()

@@ -18,7 +18,7 @@ FAULTS = [(t, fault) for t in THEOREMS for fault in t.faults]
 def test_theorem_is_registered_unbounded_with_every_branch_reachable(theorem: LayoutTheorem) -> None:
     """Proving and the reachability witnesses are the registry items' job
     (``verikv-proofs::<name>``, each in a clean process): in a long-lived pytest worker, the
-    solver's answers depend on the terms the process built before (``lookup.rule[sliding]``'s
+    solver's answers depend on the terms the process built before (``lookup.rule.sliding``'s
     monotonicity query hit the 60 s backstop under ``python -O``, and its ``window-found``
     witness once came back "unknown: incomplete quantifiers"). Here: both are registered, and
     every branch has its witness."""
@@ -37,16 +37,16 @@ def test_fault_is_caught_by_its_theorem(theorem: LayoutTheorem, fault: str) -> N
 
 
 def test_a_fault_gives_a_counterexample_naming_the_conjunct() -> None:
-    window = next(t for t in THEOREMS if t.name == "manager.remove_skipped[sliding]/INV-WINDOW-LIVE")
+    window = next(t for t in THEOREMS if t.name == "manager.remove_skipped.sliding/INV-WINDOW-LIVE")
     outcome = window.prove(frozenset({"sliding-one-token-too-few"}))
     assert outcome.status == "failed" and "freed-pages-unattended" in outcome.detail
 
 
 def test_every_layout_rule_has_a_theorem() -> None:
     names = {t.name for t in THEOREMS}
-    for required in ("manager.remove_skipped[sliding]", "manager.remove_skipped[chunked]", "lookup.rule[full]",
-                     "lookup.rule[sliding]", "lookup.rule[chunked]", "lookup.fixed_point", "lookup.eagle[full]",
-                     "manager.shard_bounds", "manager.allocate_slots[dp]", "manager.allocate_slots[lookahead]"):
+    for required in ("manager.remove_skipped.sliding", "manager.remove_skipped.chunked", "lookup.rule.full",
+                     "lookup.rule.sliding", "lookup.rule.chunked", "lookup.fixed_point", "lookup.eagle.full",
+                     "manager.shard_bounds", "manager.allocate_slots.dp", "manager.allocate_slots.lookahead"):
         assert any(n.startswith(required + "/") for n in names), required
 
 
