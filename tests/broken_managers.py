@@ -27,6 +27,17 @@ class RefcountsNeverDecremented(PagePool):
         """Drop nothing (the bug)."""
 
 
+class StaleKeyOnReuse(PagePool):
+    """A cached page handed out again forgets its key but stays in the cached map under it (the
+    lazy eviction is half done), so a lookup of its old content returns it while it holds new
+    content."""
+
+    def _claim(self, ids: list[int]) -> None:
+        for pid in ids:
+            self._key[pid] = None
+            self._ref[pid] = 1
+
+
 class GroupByGroupAllocation:
     """Coordinator mixin: plans only the first group, then allocates group by group; a later
     group's shortfall returns None and the earlier groups keep their new pages (eSurge Q2)."""
@@ -125,6 +136,9 @@ BROKEN: dict[str, tuple[AdapterFactory, str]] = {
     "non-atomic-multi-group": (_adapter("NonAtomicAllocation", _group_by_group), "INV-ATOMIC"),
 }
 """name -> (adapter factory, the invariant a white-box run must report)."""
+
+STALE_KEY: AdapterFactory = _adapter("StaleKeyOnReuse", _pool_class(StaleKeyOnReuse))
+"""The toy of docs/model-testing.md: a cached page reused without evicting its key (a false hit)."""
 
 MALFORMED_OWN_HIT: AdapterFactory = _adapter("TrustsItsOwnHit", _trusts_own_hit)
 """Accepts its own latest lookup result claimed with the wrong token count or after a page id

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypedDict, cast, runtime_checkable
 
+from verikv.errors import InvalidArgumentError
 from verikv.spec.abstraction import ManagerLike
 from verikv.spec.manager import GroupLayout, ManagerConfig, RequestView
 
@@ -35,7 +36,8 @@ class PageManagerAdapter(Protocol):
     The factory receives a `verikv.spec.manager.ManagerConfig` (pages, cache groups as
     `GroupLayout`, ``max_model_len``, caching, EAGLE, data-parallel size, free-order policy).
     ``request`` arguments are the engine's own requests, made by `new_request`. An exception
-    means "rejected": the harness then expects the manager's state to be unchanged.
+    means "rejected": the harness then expects the manager's state to be unchanged (an adapter
+    may narrow that to its manager's own error types with a ``rejection_types`` attribute).
     """
 
     def new_request(self, view: RequestView) -> Any:
@@ -155,6 +157,10 @@ class CacheManagerAdapter:
     ``make_manager`` builds the manager for a configuration (default: a small made-up layer
     geometry per group); pass another to test a subclass or a differently configured manager.
     """
+
+    rejection_types: tuple[type[BaseException], ...] = (InvalidArgumentError,)
+    """What counts as a rejection (`verikv.testing.manager_machine.MachineOptions`): verikv
+    rejects every invalid call with a typed error, so anything else is a crash."""
 
     def __init__(self, config: ManagerConfig,
                  make_manager: Callable[[ManagerConfig], Any] = build_cache_manager) -> None:

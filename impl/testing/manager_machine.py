@@ -35,12 +35,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from hypothesis import HealthCheck, Phase, settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+from verikv.testing import missing_testing_extra
 
-from verikv.errors import InvalidArgumentError, VeriKVError
+try:
+    from hypothesis import HealthCheck, Phase, settings, strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+except ModuleNotFoundError as missing:  # pragma: no cover - exercised in a subprocess
+    raise missing_testing_extra(missing) from missing
+
+from verikv.errors import VeriKVError
 from verikv.spec import invariants as inv, manager as spec
 from verikv.spec.abstraction import abstract_manager
 from verikv.spec.pool import NULL_PAGE, PreconditionError
@@ -51,6 +56,8 @@ from verikv.testing.adapter import (
     build_cache_manager,  # noqa: F401  (re-exported: verikv.proofs.manager_mutants imports it from here)
     page_ids_of,
 )
+from verikv.testing.answers import count_problem, flag_problem, fraction_problem, page_ids_problem
+from verikv.testing.transcript import RecordedAdapter
 
 BLOCKS: tuple[tuple[int, ...], ...] = ((0, 1, 2, 0), (1, 1, 0, 2), (2, 0, 1, 1))
 """Page-sized token blocks (page size 4) that prompts and decoded tokens are made of."""
@@ -79,14 +86,26 @@ MAX_LIVE_REQUESTS = 5
 MAX_ROUNDS = 8
 """Scheduler steps one `ManagerMachine.schedule` rule may run: an engine runs many steps between
 two arrivals, so outputs grow whole pages (a decoded page is what eSurge's Q1 keys wrongly)."""
-BAD_CALLS: tuple[str, ...] = ("zero", "negative", "too-long", "lookahead", "dp-size", "hits-with-pages",
-                              "own-hit-miscounted", "own-hit-edited", "cache-too-far", "cache-no-pages",
-                              "page-ids")
-"""Invalid calls the machine makes: token counts, DP size, hits for a request holding pages, the
-manager's own latest lookup result claimed with a token count it does not cover or after one of
-its page ids was dropped from it (a hit of the wrong shape that is still the very object the
-manager returned), caching past the request's tokens or without pages, page ids of a request
-without pages."""
+BAD_CALL_TEXT: dict[str, str] = {
+    "zero": "allocate with zero new tokens",
+    "negative": "allocate with a negative count of computed tokens",
+    "too-long": "allocate past max_model_len",
+    "lookahead": "allocate with a negative lookahead",
+    "dp-size": "allocate with another data_parallel_size than the manager's",
+    "hits-with-pages": "allocate with a hit for a request that already holds pages",
+    "own-hit-miscounted": "allocate with the manager's own lookup result and a token count it does not cover",
+    "own-hit-edited": "allocate with the manager's own lookup result after one of its page ids was removed",
+    "cache-too-far": "cache past the request's tokens",
+    "cache-no-pages": "cache a request that holds no pages",
+    "page-ids": "page_ids of a request that holds no pages",
+}
+"""Invalid calls the machine makes, by case name, and what each one is: token counts, DP size,
+hits for a request holding pages, the manager's own latest lookup result claimed with a token
+count it does not cover or after one of its page ids was dropped from it (a hit of the wrong
+shape that is still the very object the manager returned), caching past the request's tokens or
+without pages, page ids of a request without pages."""
+BAD_CALLS: tuple[str, ...] = tuple(BAD_CALL_TEXT)
+"""The invalid-call case names (`BAD_CALL_TEXT`)."""
 OWN_HIT_CASES: frozenset[str] = frozenset({"own-hit-miscounted", "own-hit-edited"})
 NEEDS_NO_PAGES: frozenset[str] = OWN_HIT_CASES | {"cache-no-pages", "page-ids"}
 NEEDS_PAGES: frozenset[str] = frozenset({"hits-with-pages", "cache-too-far"})
@@ -102,11 +121,20 @@ CHECK_NAMES: frozenset[str] = frozenset(
 """Every name a run can report: the ``INV-*`` catalogue and ``REFINEMENT`` (a return value, an
 error or the state differs from the spec's)."""
 
-STEP_DRAWS = st.tuples(st.integers(1, 8), st.sampled_from((0, 0, 0, 1, 3, 8)), st.sampled_from((False,) * 5 + (True,)),
-                       st.integers(0, len(BLOCKS)))
-"""One running request's scheduler step, shown in reports as ``Draw n (r0 step): (chunk,
-lookahead, delay, block)``: prefill chunk, lookahead slots, delayed caching, and the block a
-decoded page copies (one draw, so a report shows one line per request and step)."""
+class StepDraw(NamedTuple):
+    """One running request's scheduler step: prefill chunk, lookahead slots, delayed caching, and
+    the block a decoded page copies (one draw, so Hypothesis shows one named line per request and
+    step: ``Draw n (r0 step): StepDraw(chunk=2, lookahead=0, delay=False, block=0)``)."""
+
+    chunk: int
+    lookahead: int
+    delay: bool
+    block: int
+
+
+STEP_DRAWS = st.builds(StepDraw, st.integers(1, 8), st.sampled_from((0, 0, 0, 1, 3, 8)),
+                       st.sampled_from((False,) * 5 + (True,)), st.integers(0, len(BLOCKS)))
+"""Draws a `StepDraw`."""
 
 Mode = Literal["white-box", "black-box", "policy-free"]
 MODES: tuple[str, ...] = ("white-box", "black-box", "policy-free")
@@ -179,13 +207,23 @@ class ConformanceFailure(AssertionError):
         super().__init__("\n".join(f"{name}: {detail}" for name, detail in failures))
 
 
+ANY_EXCEPTION: tuple[type[BaseException], ...] = (Exception,)
+"""The default rejection: the adapter protocol counts any exception as "rejected", because
+another engine's manager rejects with its own exception types."""
+
+
 @dataclass(frozen=True)
 class MachineOptions:
     """How the machine judges: ``mode``; ``checks`` to enforce (None: all); declared
     ``waivers`` (names of `WAIVERS`); request ``features`` the engine has; whether to send
     ``bad_inputs``; whether to make key computation fail (``key_failures``: needs an adapter
-    with ``arm_key_failure``/``disarm_key_failure`` for the hasher case); and the exception
-    types that count as a rejection (anything else escapes as a crash)."""
+    with ``arm_key_failure``/``disarm_key_failure`` for the hasher case); ``rejection``, the
+    exception types that count as a rejection (anything else escapes as a crash), None for the
+    one default the conformance harness shares: the adapter's own ``rejection_types`` when it
+    declares them (verikv's `CacheManagerAdapter`: `InvalidArgumentError`, so verikv's own runs
+    also require typed errors), else any exception (`ANY_EXCEPTION`); and ``record_calls``:
+    keep the calls made to the adapter as readable lines (`verikv.testing.transcript`) for
+    failure reports."""
 
     mode: Mode = "white-box"
     checks: frozenset[str] | None = None
@@ -193,7 +231,8 @@ class MachineOptions:
     features: frozenset[str] = FEATURES
     bad_inputs: bool = True
     key_failures: bool = False
-    rejection: tuple[type[BaseException], ...] = (InvalidArgumentError,)
+    rejection: tuple[type[BaseException], ...] | None = None
+    record_calls: bool = False
 
 
 @dataclass(frozen=True)
@@ -245,7 +284,10 @@ class ManagerMachine(RuleBasedStateMachine):
         self.layout: Layout = layout
         self.config: spec.ManagerConfig = config
         self.options: MachineOptions = options
-        self.impl: Any = make_adapter(config)
+        adapter = make_adapter(config)
+        self.rejection: tuple[type[BaseException], ...] = (
+            options.rejection or getattr(adapter, "rejection_types", None) or ANY_EXCEPTION)
+        self.impl: Any = RecordedAdapter(adapter) if options.record_calls else adapter
         self.spec: spec.ManagerState = spec.init(config)
         self.dp: int | None = config.data_parallel_size if config.data_parallel_size > 1 else None
         self.wrong_dp: int | None = next((d for d in range(2, config.num_pages + 1)
@@ -295,23 +337,49 @@ class ManagerMachine(RuleBasedStateMachine):
 
     # ---- checking ------------------------------------------------------------------
 
+    @property
+    def calls(self) -> list[str]:
+        """The calls made to the adapter so far, as readable lines (empty unless ``record_calls``)."""
+        return self.impl.calls if isinstance(self.impl, RecordedAdapter) else []
+
     def fail(self, name: str, detail: str) -> None:
         if name in self.enforced:
             self.failures.append((name, detail))
+
+    def answer(self, method: str, value: Any, problem: str | None) -> None:
+        """Stop the run when the adapter's answer to ``method`` is malformed (``problem``): it is
+        reported as ``adapter:<method>`` whatever ``checks`` enforces, as no check can judge it."""
+        if problem is not None:
+            shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+            raise ConformanceFailure([(f"adapter:{method}", f"{method}() answered {shown}: {problem}")])
 
     def table(self, rid: str) -> tuple[tuple[int, ...], ...]:
         """The request's page table as the manager reports it (empty if it holds no pages)."""
         if self.requests[rid].native is None:
             return ()
         try:
-            table = page_ids_of(self.impl.page_ids(rid))
-        except self.options.rejection:  # the protocol: page_ids raises for a request without pages
+            answer = self.impl.page_ids(rid)
+        except self.rejection:  # the protocol: page_ids raises for a request without pages
             return ()
+        self.answer("page_ids", answer, page_ids_problem(answer, self.config.num_pages))
+        table = page_ids_of(answer)
         return table if any(table) else ()  # empty lists per group: no pages either
+
+    def free_count(self) -> int:
+        """The adapter's ``num_free_pages()``, checked to be a count of this pool's pages."""
+        num_free = self.impl.num_free_pages()
+        self.answer("num_free_pages", num_free, count_problem(num_free, self.config.num_pages))
+        return int(num_free)
+
+    def reported_usage(self) -> float:
+        """The adapter's ``usage()``, checked to be a finite fraction."""
+        usage = self.impl.usage()
+        self.answer("usage", usage, fraction_problem(usage))
+        return float(usage)
 
     def observe(self) -> Observation:
         tables = tuple((rid, self.table(rid)) for rid in sorted(self.requests))
-        return Observation(self.impl.num_free_pages(), self.impl.usage(), tables)
+        return Observation(self.free_count(), self.reported_usage(), tables)
 
     def snapshot(self) -> Any:
         """What must stay unchanged across a rejected call (INV-ATOMIC)."""
@@ -383,7 +451,11 @@ class ManagerMachine(RuleBasedStateMachine):
                 self.fail("REFINEMENT", f"{what}: implementation {a!r} != spec {b!r}")
         for name in inv.violated_manager_invariants(got):
             self.fail(name, "broken in the implementation's abstract state")
-        self.check_usage(self.impl.usage(), len(got.pool.free))
+        num_free = self.free_count()
+        if num_free != len(got.pool.free):
+            self.fail("REFINEMENT", f"num_free_pages() answered {num_free}; the manager's free list holds "
+                                    f"{len(got.pool.free)} pages")
+        self.check_usage(self.reported_usage(), len(got.pool.free))
 
     def check_black_box(self) -> None:
         seen, want = self.observe(), self.spec
@@ -426,8 +498,9 @@ class ManagerMachine(RuleBasedStateMachine):
                                            f"held elsewhere (they were free while in use)")
 
     def expect_rejected(self, what: str, impl_call: Callable[[], Any], spec_call: Callable[[], Any]) -> None:
-        """Both sides reject the call; the implementation changes nothing (INV-ATOMIC)."""
-        before = self.snapshot()
+        """Both sides reject the call; the implementation changes nothing (INV-ATOMIC). Reports
+        name the call as the transcript recorded it (with ``record_calls``), else by ``what``."""
+        before, recorded = self.snapshot(), len(self.calls)
         try:
             spec_call()
             self.fail("REFINEMENT", f"{what}: the spec accepts it (machine defect)")
@@ -435,19 +508,28 @@ class ManagerMachine(RuleBasedStateMachine):
             pass
         try:
             impl_call()
-            self.fail("REFINEMENT", f"{what}: accepted by the implementation, rejected by the spec")
-        except self.options.rejection:
-            pass
+            rejected = False
+        except self.rejection:
+            rejected = True
+        call = f"{what}: {self.calls[-1]}" if len(self.calls) > recorded else what
+        if not rejected:
+            self.fail("REFINEMENT", f"{call}: accepted by the implementation, rejected by the spec")
         if self.snapshot() != before:
-            self.fail("INV-ATOMIC", f"{what}: rejected, yet the implementation's state changed")
+            self.fail("INV-ATOMIC", f"{call}: rejected, yet the implementation's state changed")
 
     # ---- the calls, each checked ------------------------------------------------------
 
     def lookup(self, rid: str, hint: int | None) -> tuple[Any, spec.Hit]:
         """The implementation's lookup, checked for shape, safety and against the spec."""
         view = self.view(rid)
-        pages, num_tokens = self.impl.lookup(self.native(rid), dp_shard_hint=hint, data_parallel_size=self.dp)
-        got = spec.Hit(page_ids_of(pages), num_tokens)
+        answer = self.impl.lookup(self.native(rid), dp_shard_hint=hint, data_parallel_size=self.dp)
+        try:
+            pages, num_tokens = answer
+        except (TypeError, ValueError):
+            self.answer("lookup", answer, "not a pair (hit, number of tokens)")
+        self.answer("lookup", answer, page_ids_problem(pages, self.config.num_pages)
+                    or count_problem(num_tokens, self.config.max_model_len))
+        got = spec.Hit(page_ids_of(pages), int(num_tokens))
         want = spec.lookup(self.spec, view, hint, self.dp)
         self.check_hit(rid, view, got)
         same = got.num_tokens == want.num_tokens if self.options.mode == "policy-free" else got == want
@@ -504,13 +586,15 @@ class ManagerMachine(RuleBasedStateMachine):
         before = self.snapshot()
         try:
             result = impl_call()
-        except self.options.rejection as exc:
+        except self.rejection as exc:
             if self.keys_failing:
                 raise
             self.fail("REFINEMENT", f"{rid}: allocate_slots raised {exc!r}; the spec accepts the call")
             if self.snapshot() != before:
                 self.fail("INV-ATOMIC", f"{rid}: allocate_slots raised and changed the state")
             return False
+        if result is not None:
+            self.answer("allocate", result, page_ids_problem(result, self.config.num_pages))
         got = None if result is None else page_ids_of(result)
         if got is None and want is None and "window-free-on-failure" in self.options.waivers:
             pre = want_state = spec.remove_skipped(pre, rid, view.num_computed_tokens)
@@ -726,6 +810,7 @@ class ManagerMachine(RuleBasedStateMachine):
         """``reset_prefix_cache`` on both sides; their answers must agree. A reset that happened
         drops every key, so the learnt digest-to-content renaming starts over."""
         got = self.impl.reset()
+        self.answer("reset", got, flag_problem(got))
         self.spec, want = spec.reset_prefix_cache(self.spec)
         if got != want:
             self.fail("REFINEMENT", f"reset_prefix_cache returned {got}, spec {want}")
@@ -745,7 +830,7 @@ class ManagerMachine(RuleBasedStateMachine):
             rid = data.draw(st.sampled_from(fits))
             calls = self.bad_call(rid, case)
             if calls is not None:
-                self.expect_rejected(f"{case} for {rid}", *calls)
+                self.expect_rejected(f"{case} for {rid} ({BAD_CALL_TEXT[case]})", *calls)
         self.check()
 
     def bad_case_fits(self, rid: str, case: str) -> bool:

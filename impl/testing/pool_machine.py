@@ -31,15 +31,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, settings, strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
+from verikv.testing import missing_testing_extra
+
+try:
+    from hypothesis import HealthCheck, Phase, settings, strategies as st
+    from hypothesis.stateful import (
+        RuleBasedStateMachine,
+        initialize,
+        invariant,
+        precondition,
+        rule,
+        run_state_machine_as_test,
+    )
+except ModuleNotFoundError as missing:  # pragma: no cover - exercised in a subprocess
+    raise missing_testing_extra(missing) from missing
 
 from verikv.errors import DoubleFreeError, ForeignPageError, NullPageError, OutOfPagesError, PageStateError
 from verikv.hashing import PageHash, PageHashWithGroupId
