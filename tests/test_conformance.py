@@ -20,6 +20,7 @@ from verikv.errors import InvalidArgumentError
 from verikv.page_pool import PagePool
 from verikv.proofs.pool_mutants import DoubleFreeAccepted, FreedPagesReversed, UsageCountsNullPage
 from verikv.spec.manager import GroupLayout, Hit, ManagerConfig
+from verikv.testing import live
 from verikv.testing.conformance import (
     CHECK_NAMES,
     CacheManagerAdapter,
@@ -99,9 +100,9 @@ def test_broken_manager_is_caught_by_name(name: str, mode: str) -> None:
 @pytest.mark.parametrize("mode", ["white-box", "black-box"])
 def test_a_malformed_hit_is_rejected_even_as_the_managers_own_result(mode: str) -> None:
     """The manager's own latest lookup result, claimed with a count it does not cover or with a
-    page id removed from it, must be rejected like any other malformed hit (issue 18: a shortcut
-    for the manager's own result skipped validation). Only the bad-input cases send it."""
-    with pytest.raises(ConformanceError) as caught:  # 150 runs: the ci profile's 100 miss it since named LoRA
+    page id removed from it, must be rejected like any other malformed hit (a shortcut for the
+    manager's own result could skip validation). Only the bad-input cases send it."""
+    with pytest.raises(ConformanceError) as caught:  # 150 runs: the ci profile's 100 do not reach it
         check_conformance(MALFORMED_OWN_HIT, MULTI_GROUP, fast(mode=mode, max_examples=150))
     assert {"REFINEMENT", "INV-ATOMIC"} & set(caught.value.names), str(caught.value)
     assert "rejected by the spec" in str(caught.value) or "INV-ATOMIC" in caught.value.names, str(caught.value)
@@ -125,9 +126,13 @@ def test_black_box_page_checks_can_fail(bug: str) -> None:
 
 
 def test_failure_reports_names_and_the_calls_of_a_shrunk_run() -> None:
+    """Shrunk to the end (the budget is far above the seconds it takes), after the run as
+    generated was printed."""
     factory, _ = BROKEN["never-decrements-refcounts"]
-    with pytest.raises(ConformanceError) as caught:
-        check_conformance(factory, "full", ConformanceConfig(profile="ci"))
+    shown: list[str] = []
+    with live.writing_to(shown.append), pytest.raises(ConformanceError) as caught:
+        check_conformance(factory, "full", ConformanceConfig(profile="ci", shrink_seconds=3600))
+    assert len(shown) == 1 and "(as generated, not shrunk yet)" in shown[0]
     error = caught.value
     assert error.names == ["INV-REF-COUNT", "REFINEMENT"]
     assert error.steps[0] == "state = ManagerMachine()" and error.steps[-1] == "state.teardown()"
@@ -295,7 +300,7 @@ def test_a_seed_replays_the_same_failure_and_is_printed() -> None:
 
 def test_a_failure_report_fits_on_one_screen(tmp_path: Path) -> None:
     """Run as a user would: pytest on a conformance test of a broken manager. The failure
-    section shows the report, not the harness' source (issue 15: it used to print 121 lines of
+    section shows the report, not the harness' source (it once printed 121 lines of
     harness code before the error)."""
     test_file = tmp_path / "test_broken_conformance.py"
     test_file.write_text(

@@ -27,7 +27,7 @@ from verikv.testing.conformance import (
     check_conformance,
     conformance_test,
 )
-from verikv.testing.manager_machine import LAYOUTS, MachineOptions, ManagerMachine, machine_factory
+from verikv.testing.manager_machine import LAYOUTS, MachineOptions, ManagerMachine, Mode, machine_factory
 from verikv.testing.transcript import RecordedAdapter
 
 HERE = Path(__file__).resolve().parent
@@ -38,9 +38,8 @@ DOC = HERE.parent / "docs" / "model-testing.md"
 def shown() -> Iterator[list[str]]:
     """What the harness prints live during the test (instead of pytest's terminal)."""
     texts: list[str] = []
-    live.set_writer(texts.append)
-    yield texts
-    live.set_writer(None)
+    with live.writing_to(texts.append):
+        yield texts
 
 
 def stale_key_error(config: ConformanceConfig, layout: str = "full") -> ConformanceError:
@@ -114,6 +113,7 @@ def test_pytest_shows_the_first_report_live_and_the_shrunk_one_once(tmp_path: Pa
     run = run_pytest(tmp_path, "layouts=('full',), mode='black-box', profile='ci', shrink_seconds=1")
     out = run.stdout
     assert run.returncode == 1, out + run.stderr
+    assert "PLEASE REPORT" not in out + run.stderr and "five minutes" not in out + run.stderr
     live_at, failures_at = out.index("verikv conformance: a failure after"), out.index("= FAILURES =")
     assert live_at < failures_at  # printed while the test ran, past pytest's capture
     assert out.count("not shrunk yet") == 1
@@ -161,7 +161,7 @@ def test_the_transcript_shows_what_each_call_carried() -> None:
 
 
 @pytest.mark.parametrize("mode", ["white-box", "black-box"])
-def test_a_bad_input_report_names_the_call(mode: str) -> None:
+def test_a_bad_input_report_names_the_call(mode: Mode) -> None:
     with pytest.raises(ConformanceError) as caught:
         check_conformance(MALFORMED_OWN_HIT, "full+sliding(window>page)",
                           ConformanceConfig(mode=mode, profile="ci", shrink=False, free_order=None, max_examples=150))
@@ -207,7 +207,7 @@ def test_a_black_box_adapter_under_the_white_box_default_is_told_how_to_choose()
 
 def test_an_adapter_missing_protocol_methods_is_named() -> None:
     with pytest.raises(InvalidArgumentError, match=r"object lacks the adapter methods \['new_request', 'lookup'"):
-        check_conformance(lambda config: object(), "full", ConformanceConfig(mode="black-box"))
+        check_conformance(lambda config: object(), "full", ConformanceConfig(mode="black-box"))  # type: ignore[arg-type, return-value]
 
 
 def test_one_rejection_default_any_exception_unless_the_adapter_narrows_it() -> None:
@@ -216,8 +216,8 @@ def test_one_rejection_default_any_exception_unless_the_adapter_narrows_it() -> 
     assert ManagerMachine(LAYOUTS["full"], BlackBoxAdapter).rejection == (Exception,)
     assert ManagerMachine(LAYOUTS["full"], CacheManagerAdapter).rejection == (InvalidArgumentError,)
     assert ConformanceConfig().machine_options().rejection is MachineOptions().rejection is None
-    run_state_machine_as_test(machine_factory(LAYOUTS["full"], BlackBoxAdapter, MachineOptions(mode="black-box")),
-                              settings=settings(settings.get_profile("ci"), max_examples=20))  # type: ignore[arg-type]
+    factory = machine_factory(LAYOUTS["full"], BlackBoxAdapter, MachineOptions(mode="black-box"))
+    run_state_machine_as_test(factory, settings=settings(settings.get_profile("ci"), max_examples=20))  # type: ignore[arg-type]
 
 
 def test_without_hypothesis_the_import_names_the_extra() -> None:

@@ -6,8 +6,9 @@ An engine author wraps their page manager in a small adapter (`PageManagerAdapte
 runs verikv's scheduler-shaped state machine (`verikv.testing.manager_machine.ManagerMachine`)
 against the adapter and the spec (`verikv.spec.manager`) side by side. A departure fails the test
 with a `ConformanceError` that fits on one screen: the layout, the seed, the check names (for
-example ``INV-REF-COUNT`` or ``INV-ATOMIC``), their details and the shortest operation sequence
-Hypothesis found.
+example ``INV-REF-COUNT`` or ``INV-ATOMIC``), their details and the calls made to the adapter in
+the failing run. The run is printed as soon as it is found, then shortened by Hypothesis within
+a time budget (``shrink_seconds``) and raised.
 
 Three modes (`ConformanceConfig.mode`):
 
@@ -357,14 +358,14 @@ def _shrink_limit() -> Any:
 
 
 @contextmanager
-def _shrinking_for(seconds: float) -> Iterator[list[str]]:
+def _shrinking_for(seconds: float) -> Iterator[list[object]]:
     """Hypothesis' shrinking stops after ``seconds``. Yields the list that receives what
     Hypothesis reports meanwhile instead of printing it: at normal verbosity, only its notice
     that it stopped shrinking (the report says so in its own words)."""
     engine = _shrink_limit()
     saved = engine.MAX_SHRINKING_SECONDS
     engine.MAX_SHRINKING_SECONDS = seconds
-    reported: list[str] = []
+    reported: list[object] = []
     try:
         with with_reporter(reported.append):
             yield reported

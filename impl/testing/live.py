@@ -9,7 +9,8 @@ none inside a pytest-xdist worker, whose output reaches no terminal). Standard l
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 Writer = Callable[[str], None]
 
@@ -20,6 +21,17 @@ def set_writer(writer: Writer | None) -> None:
     """Send live text to ``writer`` (None: back to standard error)."""
     global _writer
     _writer = writer
+
+
+@contextmanager
+def writing_to(writer: Writer) -> Iterator[None]:
+    """Send live text to ``writer`` inside the block, then back to where it went before."""
+    global _writer
+    saved, _writer = _writer, writer
+    try:
+        yield
+    finally:
+        _writer = saved
 
 
 def emit(text: str) -> None:
