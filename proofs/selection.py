@@ -34,8 +34,8 @@ def modernize(pattern: str) -> tuple[str, str | None]:
         new = new.replace(old, current)
     if new == pattern:
         return pattern, None
-    return new, (f"--only {pattern!r} uses an old check name; it selects {new!r}, the current name. "
-                 f"Old bracketed names are accepted until the next release: use {new!r}.")
+    return new, (f"--only {pattern!r} uses an old bracketed check name, accepted until the next release; "
+                 f"selecting its current form {new!r}")
 
 
 def current_patterns(patterns: Sequence[str], announce: Callable[[str], None]) -> list[str]:
