@@ -194,6 +194,9 @@ def record_changed(root: Path, module: Module, old_hashes: dict[str, str], now: 
     record = recorded(module)
     new_hashes = json.loads((root / "mutants" / f"{module.path}.meta").read_text())["hash_by_function_name"]
     changed = sorted(f for f, h in new_hashes.items() if old_hashes.get(f) != h)
+    if not changed:  # the record stands as it is (its row keeps the commit of its last change)
+        print(f"{module.name}: no function changed since the staged run; its record is unchanged")
+        return
 
     def function_of(name: str) -> str:
         return name.rpartition(".")[2].rpartition("__mutmut_")[0]
