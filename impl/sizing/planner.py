@@ -66,7 +66,8 @@ class LayerBuffer:
     ``page_bytes`` and ``unpadded_bytes`` (the largest among the buffers merged here). The
     shapes and byte count below derive from it and the page counts: ``shape`` is the global
     shape (all TP ranks, all DP shards), ``device_shape`` what one device holds,
-    ``bytes_per_device`` one buffer on one device.
+    ``bytes_per_device`` one buffer on one device. ``label``, ``dtype``, ``page_bytes``,
+    ``unpadded_page_bytes`` and ``unpadded_bytes`` read the same facts from ``page``.
     """
 
     page: PageArray
@@ -74,6 +75,31 @@ class LayerBuffer:
     num_buffers: int
     pages_per_shard: int
     num_pages: int
+
+    @property
+    def label(self) -> str:
+        """What the buffer holds (``"kv"``, ``"latent"``, ``"conv"``, ...): ``page.label``."""
+        return self.page.label
+
+    @property
+    def dtype(self) -> str:
+        """Element type of the buffer: ``page.dtype``."""
+        return self.page.dtype
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes one page of this buffer costs on one device, padding included: ``page.page_bytes``."""
+        return self.page.page_bytes
+
+    @property
+    def unpadded_page_bytes(self) -> int:
+        """Bytes the data of one page needs on one device, without padding: ``page.unpadded_bytes``."""
+        return self.page.unpadded_bytes
+
+    @property
+    def unpadded_bytes(self) -> int:
+        """``unpadded_page_bytes`` under the name ``PageArray`` uses."""
+        return self.page.unpadded_bytes
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -88,14 +114,13 @@ class LayerBuffer:
     @property
     def bytes_per_device(self) -> int:
         """One buffer on one device."""
-        return self.pages_per_shard * self.page.page_bytes
+        return self.pages_per_shard * self.page_bytes
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON: what a reader of the plan needs, without the page description."""
-        page = self.page
-        return {"label": page.label, "layers": list(self.layers), "num_buffers": self.num_buffers,
-                "shape": list(self.shape), "device_shape": list(self.device_shape), "dtype": page.dtype,
-                "page_bytes": page.page_bytes, "unpadded_page_bytes": page.unpadded_bytes,
+        return {"label": self.label, "layers": list(self.layers), "num_buffers": self.num_buffers,
+                "shape": list(self.shape), "device_shape": list(self.device_shape), "dtype": self.dtype,
+                "page_bytes": self.page_bytes, "unpadded_page_bytes": self.unpadded_page_bytes,
                 "bytes_per_device": self.bytes_per_device}
 
 
