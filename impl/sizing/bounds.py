@@ -20,6 +20,9 @@ MAX_BYTES = 2**60
 MAX_PAGE_SIZE = 2**20
 """Largest page size in tokens."""
 
+MAX_NUM_SEQS = 2**16
+"""Most running requests (``max_num_seqs``)."""
+
 MAX_CONFIG_LAYERS = 4096
 """Largest ``num_hidden_layers`` read from a config (the biggest published models have under 200)."""
 

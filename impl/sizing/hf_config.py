@@ -400,8 +400,10 @@ def geometry_from_hf_config(
     model_name = name or str(config.get("_name_or_path") or model_type or "model")
     max_len = cfg.get("max_position_embeddings")
     dense = model_type in _DENSE_TYPES and not isinstance(text, Mapping)
-    weights = dense_param_count(cfg, model_type) * dtype.itemsize if dense else None
-    return ModelGeometry(model_name, layers, dtype.name, weights, max_len)
+    if not dense:
+        return ModelGeometry(model_name, layers, dtype.name, None, max_len)
+    weights = dense_param_count(cfg, model_type) * dtype.itemsize
+    return ModelGeometry(model_name, layers, dtype.name, weights, max_len, weights_source="dense estimate")
 
 
 def dense_param_count(cfg: Mapping[str, Any], model_type: str) -> int:
