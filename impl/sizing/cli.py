@@ -58,14 +58,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     add("--model", help=f"a preset ({', '.join(preset_names())}), a config.json or a checkpoint folder")
     add("--device", help=f"an accelerator ({', '.join(a.name for a in ACCELERATORS)})")
     add("--list", action="store_true", help="list presets, accelerators and kernels, then exit")
-    add("--tp", "-tp", "--tensor-parallel-size", dest="tp", type=int, default=1,
+    add("--tp", "-tp", "--tensor-parallel-size", dest="tp", type=_COUNT, default=1,
         help="tensor-parallel size (KV heads split or replicated)")
-    add("--dp", "-dp", "--data-parallel-size", dest="dp", type=int, default=1,
+    add("--dp", "-dp", "--data-parallel-size", dest="dp", type=_COUNT, default=1,
         help="data-parallel size (the page axis is split)")
     add("--kv-dtype", "--kv-cache-dtype", dest="kv_dtype", default="auto",
         help="KV cache dtype: auto, bfloat16, float16, float32, fp8, ...")
     add("--kernel", help=f"attention kernel ({', '.join(KERNELS)}); default: the device's")
-    add("--page-size", "--block-size", dest="page_size", type=int, help="tokens per page (default: the kernel's rule)")
+    add("--page-size", "--block-size", dest="page_size", type=_COUNT,
+        help="tokens per page (default: the kernel's rule)")
     add("--max-model-len", type=_COUNT, help="tokens of the longest request, e.g. 32768 or 32k (default: the model's)")
     add("--max-num-batched-tokens", type=_COUNT,
         help="tokens per step, which sets how much of a sliding window stays live (default: vLLM's for the device "
@@ -83,7 +84,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="total: share of total memory (vLLM); free: share of memory free after weights (EasyDeL)")
     add("--memory-bytes", type=_BYTES, help="bytes per device, e.g. 80GiB (default: the catalog figure)")
     add("--weights-bytes", type=_BYTES, help="bytes of all weights (default: the checkpoint's or the model's)")
-    add("--weights-shards", type=int, help="devices the weights are split over (default: --tp)")
+    add("--weights-shards", type=_COUNT, help="devices the weights are split over (default: --tp)")
     add("--in-use-bytes", type=_BYTES, default=0, help="other bytes in use per device before sizing")
     add("--reserved-bytes", type=_BYTES, default=0, help="bytes kept back per device after utilisation")
     add("--workspace-bytes", type=_BYTES, help="attention kernel workspace per device (default: the kernel's, "
