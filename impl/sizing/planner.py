@@ -20,6 +20,7 @@ How page ids map to memory depends on the platform:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -51,6 +52,7 @@ from verikv.sizing.catalog import Accelerator, get_accelerator
 from verikv.sizing.dtypes import KVDType, get_dtype
 from verikv.sizing.geometry import AttentionLayer, Layer, MambaLayer, MLALayer, ModelGeometry
 from verikv.sizing.gpu import auto_block_size, kv_heads_per_rank
+from verikv.sizing.hf_config import SupportsToDict, geometry_from_hf_config
 from verikv.sizing.kernels import Kernel, get_kernel, page_size_rule
 from verikv.sizing.layers import PageArray, layer_arrays
 from verikv.sizing.mamba import unified_block_size
@@ -246,7 +248,7 @@ class KVCachePlan:
 
 
 def plan_kv_cache(
-    model: ModelGeometry,
+    model: ModelGeometry | Mapping[str, Any] | SupportsToDict,
     device: Accelerator | str,
     *,
     tp: int = 1,
@@ -271,6 +273,9 @@ def plan_kv_cache(
 ) -> KVCachePlan:
     """Size the KV cache of ``model`` on ``tp * dp`` devices of type ``device``.
 
+    model: a ``ModelGeometry``, or a Hugging Face config (a ``config.json`` dict or a
+    ``transformers.PretrainedConfig``) read with ``geometry_from_hf_config``.
+
     utilization / utilization_of: the share of memory KV may use and what it is a share of,
     ``"total"`` (vLLM, tpu-inference) or ``"free"`` (EasyDeL: memory left after ``weights`` and
     ``in_use_bytes``); see ``verikv.sizing.budget``. memory_bytes: the device's bytes (default:
@@ -291,7 +296,9 @@ def plan_kv_cache(
     invalid input and ``KVCacheDoesNotFitError`` when not one ``max_model_len`` request fits.
     """
     if not isinstance(model, ModelGeometry):
-        raise SizingError(f"model must be a ModelGeometry, got {type(model).__name__}")
+        if not isinstance(model, Mapping) and not callable(getattr(type(model), "to_dict", None)):
+            raise SizingError(f"model must be a ModelGeometry or a Hugging Face config, got {type(model).__name__}")
+        model = geometry_from_hf_config(model)
     acc = device if isinstance(device, Accelerator) else get_accelerator(device)
     tp, dp = _resolve_parallelism(tp, dp, num_devices)
     kern = _resolve_kernel(model, acc, kernel)
