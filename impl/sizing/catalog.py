@@ -144,7 +144,7 @@ def describe_accelerator(
     """
     if not isinstance(name, str) or not name or len(name) > 200:
         raise SizingError(f"name must be a non-empty string of at most 200 characters, got {describe(name)}")
-    if platform not in ("tpu", "gpu"):
+    if not isinstance(platform, str) or platform not in ("tpu", "gpu"):
         raise SizingError(f"platform must be 'tpu' or 'gpu', got {describe(platform)}")
     memory = checked_int(memory_bytes, "memory_bytes", minimum=1, maximum=MAX_BYTES, error=SizingError)
     attn = attention_kernel if attention_kernel is not None else ("tpu-rpa-v3" if platform == "tpu" else "flash-attn")

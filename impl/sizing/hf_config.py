@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from verikv.dp_sharding import checked_int
-from verikv.errors import SizingError
+from verikv.errors import SizingError, describe
 from verikv.sizing.bounds import MAX_CONFIG_DIM
 from verikv.sizing.dtypes import get_dtype
 from verikv.sizing.geometry import AttentionLayer, Layer, MambaLayer, MLALayer, ModelGeometry
@@ -384,8 +384,10 @@ def geometry_from_hf_config(
     knows the model type (else verikv's own table), ``True`` requires transformers, ``False``
     never uses it. Raises ``SizingError`` for anything it cannot size exactly, naming the fields.
     """
-    if use_transformers not in (None, True, False):
-        raise SizingError(f"use_transformers must be None, True or False, got {use_transformers!r}")
+    if not any(use_transformers is choice for choice in (None, True, False)):  # (no == : 0 is not False)
+        raise SizingError(f"use_transformers must be None, True or False, got {describe(use_transformers)}")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise SizingError(f"name must be a non-empty string or None, got {describe(name)}")
     plain = _with_canonical_names(plain_json(_config_mapping(config)))
     completed = _with_canonical_names(complete_config(plain, use_transformers))
     text = completed.get("text_config")

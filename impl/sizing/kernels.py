@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from verikv.errors import SizingError
+from verikv.errors import SizingError, describe
 
 Layout = Literal["rpa-v3", "tpu-mla", "gpu-kv-first", "gpu-page-first", "gpu-mla"]
 MIB = 2**20
@@ -110,5 +110,5 @@ def page_size_rule(page_size: Any, multiple: Any) -> tuple[tuple[str, Any], ...]
 def get_kernel(name: str) -> Kernel:
     """The kernel family called ``name``."""
     if not isinstance(name, str) or name not in KERNELS:
-        raise SizingError(f"unknown kernel {name!r}; known: {', '.join(sorted(KERNELS))}")
+        raise SizingError(f"unknown kernel {describe(name)}; known: {', '.join(sorted(KERNELS))}")
     return KERNELS[name]
