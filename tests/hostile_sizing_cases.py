@@ -326,7 +326,7 @@ def _config_world(**config: Any) -> Callable[[], World]:
     return lambda: {"config": {**SMALL_LLAMA, **config}}
 
 
-_CONFIG_FIELDS = {
+_CONFIG_FIELDS: dict[str, tuple[str, frozenset[str], frozenset[str]]] = {
     # field: (profile, either, accept)
     "num_hidden_layers": ("count1", frozenset(), frozenset()),
     "num_attention_heads": ("count1", frozenset(), frozenset()),

@@ -430,7 +430,7 @@ def test_bad_merge_leaves_inputs_unchanged() -> None:
     assert specs == before
 
 
-# --- issue 12: hostile spec arguments ----------------------------------------------------------
+# --- hostile spec arguments ------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [np.int64(3), np.float64(2.0), 2, [np.float16], None, True])
 def test_dtype_values_that_are_not_types_are_rejected(dtype: object) -> None:
@@ -496,9 +496,9 @@ def test_config_per_layer_lists_are_bounded(key: str) -> None:
     ({"num_hidden_layers": 2, "sliding_window_pattern": 2**63, "sliding_window": 8}, {}, "sliding_window_pattern"),
 ])
 def test_config_sizes_are_bounded(config: dict[str, Any], args: dict[str, int], named: str) -> None:
-    kwargs = {"page_size": 16, "num_kv_heads": 8, "head_size": 128, "dtype": "bfloat16", **args}
+    sizes = {"num_kv_heads": 8, "head_size": 128, **args}
     with pytest.raises(CacheSpecError, match=f"{named} must be <="):
-        create_kv_cache_specs_from_config(config, **kwargs)
+        create_kv_cache_specs_from_config(config, 16, sizes["num_kv_heads"], sizes["head_size"], "bfloat16")
 
 
 def test_config_numpy_values() -> None:

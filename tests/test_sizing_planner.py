@@ -176,7 +176,7 @@ def test_dp_shards_equal_and_shard_local_ranges():
 
 
 def test_esurge_dp_rounding_example():
-    # esurge-core/accelerator-sizing §4.3: 921 pages over dp = 2 become 920, shard 0 keeps 459 usable
+    # eSurge's rounding: 921 pages over dp = 2 become 920, shard 0 keeps 459 usable
     # pages and shard 1 460. Here the budget gives 460 per shard.
     page = 16 * 2**20
     device = describe_accelerator("dp-example", 460 * page, "tpu")

@@ -1,7 +1,7 @@
 """From device memory to a page count: the utilisation rule, the per-shard page count, int32 limits.
 
 Two utilisation rules exist in the engines this mirrors, and they mean different things by
-the same number (reference §1.6, §4.3):
+the same number:
 
 * ``"total"`` (vLLM, tpu-inference): ``floor(memory * u) - used - reserved``: ``u`` is a share
   of the device's *total* memory, and everything already in use counts against it;

@@ -1,6 +1,6 @@
 """The accelerator catalog: memory per device, default kernels and KV dtypes of each target.
 
-Figures are from ``reference/accelerator-sizing.md`` §3. ``capacity_bytes`` is the vendor's
+Figures are from vendor data sheets and public runtime reports. ``capacity_bytes`` is the vendor's
 quoted capacity (GB = 1e9 for GPUs as vendors quote it; TPU docs quote GiB). ``visible_bytes``
 is what a runtime reported (TPU ``bytes_limit``, CUDA/ROCm ``total_memory``) when such a report
 was found; ``visible_note`` says where it comes from and whether it is unverified. The planner

@@ -1,8 +1,7 @@
 """Attention kernel families: which buffer layout each allocates and which sizes it accepts.
 
-Facts come from the kernels' own shape functions and validators as summarised in
-``reference/accelerator-sizing.md`` §1-2 (tpu-inference / ejkernel / EasyDeL for TPU, vLLM
-backends for GPU). A manager page may be a multiple of the kernel's block (vLLM maps one
+Facts come from the kernels' own shape functions and validators (tpu-inference / ejkernel /
+EasyDeL for TPU, vLLM backends for GPU). A manager page may be a multiple of the kernel's block (vLLM maps one
 manager block to several kernel blocks), so the rule kept here is "page size is a multiple of
 ``page_multiple``" plus, where a kernel fixes it, an exact list of allowed page sizes.
 """

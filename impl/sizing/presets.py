@@ -1,11 +1,11 @@
 """Built-in models, given as the relevant keys of their Hugging Face ``config.json``.
 
 Each preset goes through the same reader as a user's config (``hf_config``), so presets and
-configs cannot disagree. Shapes are the published configs' (reference/accelerator-sizing.md
-§4). Where a preset states something the config does not, the ``_verikv_*`` keys say so:
-DeepSeek-V3's weights are taken as 6.71e11 B (1 B per parameter in fp8, the MTP layer and bf16
-norms ignored), and the Bamba-style hybrid's attention layer positions, size and context are
-assumptions of the reference's worked example, not a checkpoint's values.
+configs cannot disagree. Shapes are the published configs'. Where a preset states something
+the config does not, the ``_verikv_*`` keys say so: DeepSeek-V3's weights are taken as 6.71e11
+B (1 B per parameter in fp8, the MTP layer and bf16 norms ignored), and the Bamba-style
+hybrid's attention layer positions, size and context are assumptions of a worked example, not
+a checkpoint's values.
 """
 
 from __future__ import annotations
