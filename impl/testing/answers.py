@@ -12,9 +12,16 @@ from __future__ import annotations
 
 import math
 import numbers
+import reprlib
 from typing import Any
 
 from verikv.testing.adapter import page_ids_of
+
+
+def shown(value: Any) -> str:
+    """A value as a report or an error message shows it: short, and safe for deeply nested or
+    huge values (an adapter, like a caller, may hand over anything)."""
+    return reprlib.repr(value)
 
 
 def _is_int(value: Any) -> bool:

@@ -33,7 +33,6 @@ import math
 import numbers
 import random
 import re
-import reprlib
 import time
 import unittest
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -63,6 +62,7 @@ from verikv.testing.adapter import (
     WhiteBoxAdapter,
     build_cache_manager,
 )
+from verikv.testing.answers import shown
 from verikv.testing.manager_machine import (
     CHECK_NAMES,
     FEATURES,
@@ -240,11 +240,6 @@ class ConformanceConfig:
         the shared default rejection (`MachineOptions.rejection`)."""
         return MachineOptions(mode=self.mode, checks=self.checks, waivers=self.waivers, features=self.features,
                               bad_inputs=self.bad_inputs, record_calls=True)
-
-
-def shown(value: Any) -> str:
-    """A value as an error message shows it: short, and safe for deeply nested ones."""
-    return reprlib.repr(value)
 
 
 def known_layout(name: Any) -> str:

@@ -56,7 +56,7 @@ from verikv.testing.adapter import (
     build_cache_manager,  # noqa: F401  (re-exported: verikv.proofs.manager_mutants imports it from here)
     page_ids_of,
 )
-from verikv.testing.answers import count_problem, flag_problem, fraction_problem, page_ids_problem
+from verikv.testing.answers import count_problem, flag_problem, fraction_problem, page_ids_problem, shown
 from verikv.testing.transcript import RecordedAdapter
 
 BLOCKS: tuple[tuple[int, ...], ...] = ((0, 1, 2, 0), (1, 1, 0, 2), (2, 0, 1, 1))
@@ -350,8 +350,7 @@ class ManagerMachine(RuleBasedStateMachine):
         """Stop the run when the adapter's answer to ``method`` is malformed (``problem``): it is
         reported as ``adapter:<method>`` whatever ``checks`` enforces, as no check can judge it."""
         if problem is not None:
-            shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
-            raise ConformanceFailure([(f"adapter:{method}", f"{method}() answered {shown}: {problem}")])
+            raise ConformanceFailure([(f"adapter:{method}", f"{method}() answered {shown(value)}: {problem}")])
 
     def table(self, rid: str) -> tuple[tuple[int, ...], ...]:
         """The request's page table as the manager reports it (empty if it holds no pages)."""
