@@ -58,7 +58,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class CheckFailed(Exception):
-    """A check that did not prove/pass (or a mutant that survived); carries its verdict. Its
+    """A check that did not end ok (or a mutant that survived); carries its verdict. Its
     message is the report: ``<name>: <status>`` and the detail."""
 
     def __init__(self, name: str, verdict: Verdict) -> None:

@@ -139,7 +139,7 @@ def mutants_table(mutants: dict[str, Mutant], results: Sequence[Result], width: 
 
 
 def print_failures(console: Console, results: Sequence[Result]) -> None:
-    """The full detail of every result that is not proved/passed (counterexample or traceback)."""
+    """The full detail of every result that is not ok (counterexample or traceback)."""
     for r in results:
         if not r.ok:
             console.print(f"\n--- {r.name}: {r.status}", markup=False, highlight=False)

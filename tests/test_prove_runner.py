@@ -252,8 +252,8 @@ def test_user_text_is_never_read_as_markup(fake_registry: None, monkeypatch: pyt
     wide = capsys.readouterr().out
     for out in (narrow, wide):
         table = "\n".join(line for line in out.splitlines() if line[:1] in set("┃│"))
-        assert f"counterexample {MARKUP}" in out
-    assert f"fake/markup {MARKUP}" in wide and f"bound {MARKUP}" in wide and f"step {MARKUP}" in table
+        assert f"fake/markup {MARKUP}" in table and f"step {MARKUP}" in table, table
+        assert f"counterexample {MARKUP}" in out and f"--- fake/markup {MARKUP}: failed" in out
 
 
 # --- JUnit XML from both entry points --------------------------------------------------------------
