@@ -37,7 +37,7 @@ import time
 import unittest
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from verikv.testing import missing_testing_extra
@@ -313,7 +313,7 @@ class Found:
     details: list[str]
     steps: list[str]
     calls: list[str]
-    seconds: float = field(compare=False)
+    seconds: float
 
     def error(self, layout: str, seed: int, shrinking: str) -> ConformanceError:
         return ConformanceError(layout, self.names, self.details, self.steps, seed, calls=self.calls,
