@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from broken_managers import MALFORMED_OWN_HIT, STALE_KEY
-from hypothesis import settings
+from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from verikv.errors import InvalidArgumentError
@@ -69,6 +69,13 @@ def test_without_shrinking_nothing_is_printed_and_the_report_says_so(shown: list
     assert "shrunk by Hypothesis" not in str(error)
 
 
+def test_a_profile_without_the_shrink_phase_is_not_called_shrunk(shown: list[str]) -> None:
+    settings.register_profile("no-shrink-phase", settings.get_profile("ci"), phases=[Phase.explicit, Phase.generate])
+    error = stale_key_error(ConformanceConfig(mode="black-box", profile="no-shrink-phase"))
+    assert error.shrinking == "as generated, not shrunk: the Hypothesis profile leaves out the shrink phase"
+    assert shown == []
+
+
 def test_the_layouts_of_a_test_class_share_one_shrink_budget(shown: list[str]) -> None:
     """The first failing layout spends the budget; the next reports its run as generated at
     once, so failing layouts do not multiply the wait."""
@@ -99,7 +106,7 @@ def run_pytest(tmp_path: Path, config: str, *options: str, ci: bool = True) -> s
         import sys
         sys.path.insert(0, {str(HERE)!r})
         from broken_managers import STALE_KEY
-        from hypothesis import settings
+        from hypothesis import Phase, settings
         from verikv.testing.conformance import ConformanceConfig, conformance_test
         settings.register_profile("toy-random", database=None, deadline=None)
         TestToy = conformance_test(STALE_KEY, ConformanceConfig({config}))

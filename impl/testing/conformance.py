@@ -409,6 +409,8 @@ def _why_not_shrunk(config: ConformanceConfig, budget: ShrinkBudget) -> str | No
     """Why a failure is reported as generated, or None when it is shrunk."""
     if not config.shrink:
         return "shrink=False"
+    if Phase.shrink not in config.hypothesis_settings().phases:
+        return "the Hypothesis profile leaves out the shrink phase"
     if budget.seconds <= 0:
         return "the shrink budget was spent on earlier layouts of this test class"
     if _shrink_limit() is None:
