@@ -33,7 +33,7 @@ from verikv.testing.manager_machine import (
 )
 
 STEPS = 60
-EXAMPLES = 320
+EXAMPLES = 200
 
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
