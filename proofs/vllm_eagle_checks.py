@@ -24,7 +24,14 @@ allows (from the full key pages of ``max_length + 1`` tokens up). For each it ch
   for a Mamba align state). This is what vLLM's rule is for: a resent page-aligned prompt keeps
   a hit.
 
-``lookup.eagle-vllm[full+sliding]/INV-HIT-SHAPE`` (Z3, unbounded): for every page size of a
+``hit-rules:sliding-skip-loses-no-hit(eagle-vllm)`` (exhaustive): with
+``skip_unreachable_sliding_pages``, the sliding pages the spec leaves uncached under vLLM's rule
+(`verikv.spec.manager.sliding_page_can_hit`: one page past each hit unit too) change no
+lookup: for a full group whose page is the hit unit beside a sliding group, every pattern of
+cached pages, ``max_length`` and peek limit, the hit and the sliding group's span are the same
+with those pages uncached (the geometries of `verikv.proofs.sliding_skip`).
+
+``lookup.eagle-vllm(full+sliding)/INV-HIT-SHAPE`` (Z3, unbounded): for every page size of a
 full and a sliding group dividing the hit unit, window, ``max_length``, peek limit and pattern
 of cached pages, the full group's answer with peek and drop is at most ``max_length`` and a
 multiple of the unit, and the sliding group's answer at that candidate (with peek and drop)
@@ -38,6 +45,7 @@ import itertools
 import math
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import z3
@@ -45,8 +53,9 @@ import z3
 from verikv.proofs.manager_mutants import _base, _override
 from verikv.proofs.refinement import CASES_BY_NAME, build_manager, failed_checks
 from verikv.proofs.registry import Check, Mutant, Outcome
+from verikv.proofs.sliding_skip import GEOMETRIES, SLIDING_PAGES
 from verikv.proofs.z3_layouts import Encoded, Faults, LayoutTheorem, _prefix_run
-from verikv.spec import hit_rules
+from verikv.spec import hit_rules, manager as spec
 from verikv.spec.hit_rules import LookupGroup, Span, sliding_run
 
 PAGES = 3
@@ -188,6 +197,44 @@ def check() -> Outcome:
                              f"({time.perf_counter() - start:.1f} s)")
 
 
+# --- skipping unreachable sliding pages loses no hit under the rule -------------------------------
+
+SKIP_NAME = (f"hit-rules:sliding-skip-loses-no-hit(eagle-vllm):sliding pages<={SLIDING_PAGES},page 1-2,"
+             f"window 1-5,unit 2-3 pages")
+
+
+def _skip_lookup(full_hits: tuple[bool, ...], sliding_hits: tuple[bool, ...], page: int, window: int, unit: int,
+                 max_length: int, peek_limit: int) -> tuple[int, Span]:
+    groups = [LookupGroup("full", unit, 0, full_hits), LookupGroup("sliding", page, window, sliding_hits)]
+    length, spans = hit_rules.vllm_eagle_hit(groups, max_length, peek_limit)
+    return length, spans[1]
+
+
+def _skip_loses_no_hit() -> Outcome:
+    start, cases = time.perf_counter(), 0
+    top = SLIDING_PAGES
+    for page, window, per in GEOMETRIES:
+        unit = page * per
+        config = spec.ManagerConfig((spec.GroupLayout("full", unit), spec.GroupLayout("sliding", page, window)),
+                                    4, 64, use_eagle=True, eagle_rule="vllm", skip_unreachable_sliding_pages=True)
+        kept = [spec.sliding_page_can_hit(config, 1, j) for j in range(top)]
+        for full_hits in itertools.product((False, True), repeat=top // per):
+            for sliding_hits in itertools.product((False, True), repeat=top):
+                skipped = tuple(h and k for h, k in zip(sliding_hits, kept))
+                for max_length in range(top * page + 1):
+                    for peek_limit in {(max_length + 1) // page * page, top * page}:
+                        cases += 1
+                        args = (page, window, unit, max_length, peek_limit)
+                        dense, sparse = _skip_lookup(full_hits, sliding_hits, *args), _skip_lookup(full_hits, skipped,
+                                                                                                    *args)
+                        if dense != sparse:
+                            return Outcome("failed", f"page={page} window={window} unit={unit} full={full_hits} "
+                                                     f"sliding={sliding_hits} max_length={max_length} "
+                                                     f"peek={peek_limit}: lookup {dense} with every page cached, "
+                                                     f"{sparse} with skipping")
+    return Outcome("passed", f"{cases} cases agree ({time.perf_counter() - start:.1f} s)")
+
+
 # --- Z3: a group's answer with peek and drop keeps the hit's shape ------------------------------
 
 def _vllm_full(faults: Faults) -> tuple[dict[str, z3.BoolRef], z3.BoolRef, dict[str, z3.BoolRef], tuple[Any, ...]]:
@@ -242,7 +289,7 @@ def _vllm_shape(faults: Faults) -> Encoded:
                    full_shown + sliding_shown)
 
 
-THEOREM = LayoutTheorem("lookup.eagle-vllm[full+sliding]", "INV-HIT-SHAPE",
+THEOREM = LayoutTheorem("lookup.eagle-vllm(full+sliding)", "INV-HIT-SHAPE",
                         "every hit unit (in pages), length, window run, peek limit and pattern of cached pages",
                         _vllm_shape, {"eagle-vllm-peek-kept": "the page peeked past the candidate is kept"})
 
@@ -250,6 +297,8 @@ THEOREM = LayoutTheorem("lookup.eagle-vllm[full+sliding]", "INV-HIT-SHAPE",
 def checks() -> list[Check]:
     bound = f"<=3 groups, <={PAGES} pages per group, every max_length and peek limit they allow"
     return [Check(CHECK_NAME, "exhaustive", "INV-HIT-SHAPE", "manager.lookup[eagle-vllm]", bound, check),
+            Check(SKIP_NAME, "hit-rules", "LONGEST-COMMON-HIT", "manager.cache_pages[skip-unreachable,eagle-vllm]",
+                  f"sliding pages<={SLIDING_PAGES}", _skip_loses_no_hit),
             *THEOREM.checks()]
 
 
@@ -283,6 +332,23 @@ def _detect_spec(attribute: str, replacement: Any) -> list[str]:
     return [] if outcome.ok else [f"{CHECK_NAME}: INV-HIT-SHAPE"]
 
 
+def _spec_mask_ignores_peek(cfg: spec.ManagerConfig, g: int, j: int) -> bool:
+    """spec: with vLLM's rule, the sliding pages kept are those of the drop-once rule (the page
+    past each hit unit, which the rule peeks at, goes uncached)."""
+    return _ORIGINAL_MASK(replace(cfg, eagle_rule="drop-once"), g, j)
+
+
+_ORIGINAL_MASK = spec.sliding_page_can_hit
+
+
+def _detect_mask() -> list[str]:
+    spec.sliding_page_can_hit = _spec_mask_ignores_peek
+    try:
+        return [] if _skip_loses_no_hit().ok else [f"{SKIP_NAME}: LONGEST-COMMON-HIT"]
+    finally:
+        spec.sliding_page_can_hit = _ORIGINAL_MASK
+
+
 def impl_no_peek(manager: Any) -> None:
     """impl: vLLM's lookup asks each group at the candidate length, without peeking past it."""
     lookup = manager.coordinator._vllm_eagle
@@ -311,6 +377,8 @@ def mutants() -> list[Mutant]:
         Mutant("spec:eagle-vllm-drops-twice", "spec", "INV-HIT-SHAPE",
                _doc(_spec_drops_twice.__doc__) + f" [{CHECK_NAME}]",
                lambda: _detect_spec("vllm_group_rule", _spec_drops_twice)),
+        Mutant("spec:sliding-skip-ignores-eagle-peek", "spec", "LONGEST-COMMON-HIT",
+               _doc(_spec_mask_ignores_peek.__doc__) + f" [{SKIP_NAME}]", _detect_mask),
         Mutant("impl:eagle_vllm_no_peek", "impl", "REFINEMENT",
                _doc(impl_no_peek.__doc__) + f" [{REFINE_CASE.check_name}]", _detect_impl),
         *(Mutant(f"spec:layout-{fault}", "spec", THEOREM.invariant, f"{THEOREM.transition}: {text}",

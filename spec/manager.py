@@ -223,7 +223,7 @@ def init(config: ManagerConfig) -> ManagerState:
         raise _fail("init", f"max_model_len must be an int >= 1, got {config.max_model_len!r}")
     if not _is_int(config.data_parallel_size) or config.data_parallel_size < 1:
         raise _fail("init", f"data_parallel_size must be an int >= 1, got {config.data_parallel_size!r}")
-    if config.eagle_rule not in EAGLE_RULES:
+    if type(config.eagle_rule) is not str or config.eagle_rule not in EAGLE_RULES:
         raise _fail("init", f"eagle_rule must be one of {EAGLE_RULES}, got {config.eagle_rule!r}")
     if not config.groups:
         config = replace(config, enable_caching=False)
