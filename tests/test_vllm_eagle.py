@@ -198,3 +198,39 @@ def test_the_vllm_rule_checks_pass(check: Any) -> None:
                          ids=lambda mu: mu.name)
 def test_a_broken_vllm_rule_is_caught(mutant: Any) -> None:
     assert mutant.detect()
+
+
+# --- conformance: a manager that follows vLLM's rule declares it -----------------------------------
+
+def _vllm_rule_manager(config: m.ManagerConfig) -> Any:
+    """An engine's manager that always follows vLLM 0.33's EAGLE rule, whatever it is told."""
+    from dataclasses import replace
+
+    from verikv.testing.adapter import CacheManagerAdapter
+
+    return CacheManagerAdapter(config, lambda c: build_cache_manager(replace(c, eagle_rule="vllm")))
+
+
+def test_a_vllm_rule_manager_fails_refinement_unless_it_declares_the_rule() -> None:
+    from verikv.testing.conformance import ConformanceConfig, ConformanceError, check_conformance
+
+    settings = dict(mode="black-box", shrink=False, profile="ci", max_examples=30)
+    with pytest.raises(ConformanceError) as failure:
+        check_conformance(_vllm_rule_manager, "full+sliding(eagle)", ConformanceConfig(**settings))  # type: ignore[arg-type]
+    assert "REFINEMENT" in failure.value.names
+    declared = ConformanceConfig(eagle_rule="vllm", **settings)  # type: ignore[arg-type]
+    for layout in ("full+sliding(eagle)", "full(page 8)+sliding(page 4)(eagle, vllm rule)"):
+        check_conformance(_vllm_rule_manager, layout, declared)
+
+
+def test_the_claimed_rule_selects_and_converts_eagle_layouts() -> None:
+    from verikv.testing.conformance import LAYOUTS, ConformanceConfig
+
+    vllm_only = "full(page 8)+sliding(page 4)(eagle, vllm rule)"
+    default = {layout.name: layout.config for layout in ConformanceConfig().resolved_layouts()}
+    assert vllm_only not in default and default["full+sliding(eagle)"].eagle_rule == "drop-once"
+    vllm = {layout.name: layout.config for layout in ConformanceConfig(eagle_rule="vllm").resolved_layouts()}
+    assert {name for name, c in vllm.items() if c.use_eagle} == {"full+sliding(eagle)", vllm_only}
+    assert all(c.eagle_rule == "vllm" for c in vllm.values() if c.use_eagle)
+    both = ConformanceConfig(eagle_rule=None, free_order=None).resolved_layouts()
+    assert {layout.name for layout in both} == set(LAYOUTS)
