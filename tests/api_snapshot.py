@@ -121,6 +121,8 @@ class Surface:
         self.lines.add(f"{name}: module")
         for attr in public_names(module):
             self.add_name(name, attr, getattr(module, attr))
+        old_names: dict[str, str] = getattr(vars(module).get("__getattr__"), "__deprecated__", {})
+        self.lines.update(f"{name}.{old}: deprecated name: {message}" for old, message in old_names.items())
 
     def add_name(self, module: str, name: str, value: Any) -> None:
         path = f"{module}.{name}"
@@ -137,7 +139,7 @@ class Surface:
                 self.lines.update(f"{path}[{key!r}]: entry" for key in value)  # names users look up
 
     def add_callable(self, path: str, kind: str, function: Callable[..., Any]) -> None:
-        self.lines.add(f"{path}: {kind}{_signature_text(function)}")
+        self.lines.add(f"{path}: {kind}{_signature_text(function)}{_deprecation_text(function)}")
         if not inspect.isclass(function):  # a constructor returns its own class
             self._note_returned(function)
 
@@ -171,6 +173,8 @@ class Surface:
                 self.add_class(member)
             elif inspect.isfunction(member):
                 self.add_callable(member_path, "method", member)
+            elif isinstance(getattr(member, "__deprecated__", None), str):  # verikv._deprecation.renamed_attribute
+                self.lines.add(f"{member_path}: deprecated attribute: {member.__deprecated__}")
             elif _is_slot(member):
                 continue  # listed with the instance attributes
             else:
@@ -268,11 +272,19 @@ def _is_slot(member: Any) -> bool:
 
 
 def _property_text(owner: type, name: str, prop: property) -> str:
-    hint = inspect.get_annotations(prop.fget).get("return") if prop.fget is not None else None
-    if hint is None:  # a property built by a factory declares its type on the class (Field / ReadOnly)
-        hint = inspect.get_annotations(owner).get(name)
+    """Its type: the class's annotation where one is written (a property built by a helper declares
+    it there, as ``Field[...]`` or ``ReadOnly[...]``), else the getter's return annotation."""
+    hint = inspect.get_annotations(owner).get(name)
+    if hint is None and prop.fget is not None:
+        hint = inspect.get_annotations(prop.fget).get("return")
     access = "settable property" if prop.fset is not None else "property"
-    return f"{access}{_annotated(hint)}"
+    return f"{access}{_annotated(hint)}{_deprecation_text(prop)}"
+
+
+def _deprecation_text(item: object) -> str:
+    """The warning a deprecated name gives (``__deprecated__``, as `verikv._deprecation` and PEP 702 set it)."""
+    message = getattr(item, "__deprecated__", None)
+    return f"; deprecated: {message}" if isinstance(message, str) else ""
 
 
 def _signature_text(function: Callable[..., Any]) -> str:
@@ -360,6 +372,16 @@ def _classes_in(hint: Any) -> Iterator[type]:
         yield hint
     for arg in typing.get_args(hint):
         yield from _classes_in(arg)
+
+
+_REMOVED_IN = re.compile(r"will be removed in (\d+)\.(\d+)\.(\d+)")
+
+
+def overdue_deprecations(text: str, version: str) -> list[str]:
+    """Lines of a snapshot whose deprecated name should be gone by ``version``."""
+    current = tuple(int(part) for part in version.split(".")[:3])
+    return [line for line in text.splitlines()
+            if (removal := _REMOVED_IN.search(line)) and tuple(int(part) for part in removal.groups()) <= current]
 
 
 def snapshot_text() -> str:

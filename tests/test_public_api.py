@@ -13,7 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from api_snapshot import SNAPSHOT, UPDATE_COMMAND, Surface, difference, public_modules, snapshot_text
+from api_snapshot import (
+    SNAPSHOT,
+    UPDATE_COMMAND,
+    Surface,
+    difference,
+    overdue_deprecations,
+    public_modules,
+    snapshot_text,
+)
 
 import verikv
 from verikv.cache_manager import CacheManager
@@ -107,3 +115,11 @@ def test_the_command_checks_and_is_independent_of_hash_seeds() -> None:
     done = subprocess.run([sys.executable, str(HERE / "api_snapshot.py")], capture_output=True, text=True,
                           env=env, check=False, timeout=600)
     assert (done.returncode, done.stdout) == (0, "the public API matches the snapshot\n"), done.stdout + done.stderr
+
+
+def test_no_deprecated_name_outlives_its_removal_version() -> None:
+    """The release that reaches a deprecated name's removal version removes it (and its snapshot line)."""
+    line = "verikv.x.old: function(); deprecated: old is deprecated since verikv 0.1.0 and will be removed in 0.2.0"
+    assert overdue_deprecations(line, "0.1.5") == []
+    assert overdue_deprecations(line, "0.2.0") == [line]
+    assert overdue_deprecations(SNAPSHOT.read_text(encoding="utf-8"), verikv.__version__) == []
