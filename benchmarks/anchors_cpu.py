@@ -1,8 +1,9 @@
 """Side-by-side trace run against the anchors peers, reporting process CPU time as well as wall time.
 
-The anchors harness (``../shared/anchors``, a measuring tool beside the project) times wall
-clock only. On a shared machine wall time also counts the time other processes hold the CPU,
-so this driver imports the harness's own modules (its trace, scheduler, adapters and timing
+The anchors harness (a separate checkout whose ``bench.py`` runs the published EasyDeL and vLLM
+managers beside verikv on one trace; pass its folder with ``--anchors``) times wall clock only.
+On a shared machine wall time also counts the time other processes hold the CPU, so this driver
+imports the harness's own modules (its trace, scheduler, adapters and timing
 proxy; nothing is copied) and records ``time.process_time`` around the same ``run_trace`` call,
 alternating the order of the kinds between repeats as ``bench.py`` does. It also measures the
 harness alone (`benchmarks.harness_floor`: its scheduler and timing proxy replaying a verikv
@@ -12,7 +13,7 @@ the harness, the verikv adapter and its `verikv.Request` objects, over a manager
 recorded answers), which bounds each ratio a verikv manager could reach. Run it with the
 anchors venv, where the peers are installed::
 
-    /path/to/anchors-venv/bin/python benchmarks/anchors_cpu.py --anchors ../shared/anchors \\
+    /path/to/anchors-venv/bin/python benchmarks/anchors_cpu.py --anchors /path/to/anchors \\
         --kinds easydel,vllm,verikv:sha256,verikv:builtin --repeats 3 --json out.json
 """
 
@@ -35,7 +36,7 @@ else:  # run as a script, as documented: its own directory is on sys.path
     from harness_floor import record_answers, replay_cpu, same_decisions  # type: ignore[import-not-found,no-redef]
 
 # per workload, (numerator, denominator, target): the speed targets as ratios of trace times
-# (issue 14's, which raise issue 6's 1.5x vs vLLM and 2x vs EasyDeL; issue 6's 1.2x stays)
+# (docs/performance.md, "Targets")
 TARGETS = {
     "default": (("vllm", "verikv:sha256", 2.0), ("easydel", "verikv:sha256", 1.2), ("easydel", "verikv:builtin", 2.3)),
     "long": (("vllm", "verikv:sha256", 3.0), ("easydel", "verikv:builtin", 4.0)),

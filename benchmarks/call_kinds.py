@@ -2,7 +2,7 @@
 
 The anchors harness times every call with the wall clock, which on a shared machine counts
 other jobs. This driver runs the harness's own trace and scheduler (imported from
-``../shared/anchors``; nothing is copied) through a wrapper that reads ``time.process_time_ns``
+the anchors harness given by ``--anchors``; nothing is copied) through a wrapper that reads ``time.process_time_ns``
 around the calls that are few and long: request creation, prefix lookups, prefill allocations
 (more than one token, or with hit pages) and frees. Decode allocations and appends are not
 wrapped: one CPU-clock read costs about as much as a decode call, so their time, with the

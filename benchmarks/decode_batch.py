@@ -1,4 +1,4 @@
-"""The batched decode step (issue 14): 1,024 running requests each decode one token per step.
+"""The batched decode step: 1,024 running requests each decode one token per step.
 
 Prompts are 64-79 tokens, staggered so that each step 1/16 of the requests crosses a page
 boundary (needs one more page) and the rest fit in the pages they hold. Each measurement builds

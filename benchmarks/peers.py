@@ -1,4 +1,4 @@
-"""Access to the anchors harness (``../shared/anchors``): the published EasyDeL and vLLM managers.
+"""Access to the anchors harness (``--anchors``): the published EasyDeL and vLLM managers.
 
 The harness and the peers' packages exist only in the anchors venv. `load_adapters` returns its
 `adapters` module when the peers import there, and ``None`` elsewhere (the project's own venv),

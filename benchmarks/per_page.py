@@ -1,4 +1,4 @@
-"""Per-page costs of a long prompt, each next to its floor measured in the same run (issue 14).
+"""Per-page costs of a long prompt, each next to its floor measured in the same run.
 
 For each prompt size (default 870 pages, ~14k tokens, and 6,000 pages, ~96k tokens) and each
 hash scheme, ns per page of:
@@ -18,9 +18,9 @@ and ns per token of `Request` creation. Floors: one `hashlib.sha256` call and on
 `array('q', tokens)` per token (sampled alternately with `Request` creation, over the same
 tokens; each object is dropped after its clock read), and EasyDeL's per-page free (its
 `PagePool.free_pages`, and its `CacheManager.free` for reference; from the anchors venv,
-skipped elsewhere). The ratios
-are printed beside the issue's targets. Every timed region excludes its setup; the figure is
-the median over ``--repeats`` runs. Nothing here asserts a time.
+skipped elsewhere). The ratios are printed beside their targets (docs/performance.md). Every
+timed region excludes its setup; the figure is the median over ``--repeats`` runs. Nothing here
+asserts a time.
 
     python -m benchmarks.per_page [--pages 870,6000] [--repeats 5] [--clock wall] [--json PATH]
 """
@@ -50,7 +50,7 @@ from benchmarks.workload import make_manager
 PAGE_SIZE = micro.PAGE_SIZE
 SCHEMES = ("sha256", "xxh3_128", "builtin")
 MAX_MODEL_LEN = 131072  # the long-context profile's
-# (row, floor, target ratio): the issue-14 targets; the builtin scheme is held to the sha256 floor
+# (row, floor, target ratio): the per-page targets; the builtin scheme is held to the sha256 floor
 PREFIX_TARGETS = {"sha256": ("sha256 call", 2.0), "xxh3_128": ("xxh3_128 call", 3.0), "builtin": ("sha256 call", 2.0)}
 FREE_TARGET = 1.2
 REQUEST_TARGET = 1.5

@@ -4,7 +4,7 @@ Drives the manager exactly as ``benchmarks/anchors_cpu.py`` does (the anchors ha
 trace, scheduler and adapter; nothing copied), once per kind, under `cProfile`, and prints the
 top functions by internal time and by cumulative time. Run it with the anchors venv::
 
-    /path/to/anchors-venv/bin/python benchmarks/profile_trace.py --anchors ../shared/anchors \\
+    /path/to/anchors-venv/bin/python benchmarks/profile_trace.py --anchors /path/to/anchors \\
         --profile long --kinds verikv:sha256,verikv:builtin [--top 30] [--sort tottime]
 
 Profiling inflates the cost of Python calls, so read the figures as shares, not as times.

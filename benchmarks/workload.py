@@ -1,6 +1,6 @@
 """A seeded chat-serving workload and the FCFS scheduler that replays it on `verikv.CacheManager`.
 
-Shape (issue 6): a number of requests arriving as a Poisson process; every fresh conversation
+Shape: a number of requests arriving as a Poisson process; every fresh conversation
 opens with one of a few shared system prompts (picked with Zipf weights); about 30 % of requests
 are a later turn of a recent conversation, resending its prompt and outputs plus a new user turn;
 prompt lengths 200-2,000 tokens and output lengths 50-500 (log-normal, clipped); output tokens are
@@ -31,7 +31,7 @@ TIMED_CALLS = ("new_request", "lookup", "allocate", "append", "free")
 
 @dataclass(frozen=True)
 class WorkloadConfig:
-    """Parameters of the synthetic chat workload (defaults: the issue-6 trace shape)."""
+    """Parameters of the synthetic chat workload (defaults: the shape of the anchors harness's default trace)."""
 
     num_requests: int = 1000
     seed: int = 0

@@ -483,6 +483,16 @@ def split_cache_groups(kv_cache_groups: Sequence[CacheGroupSpec]) -> tuple[Atten
     )
 
 
+MAX_CONFIG_LAYERS = 4096
+"""Most layers read from a model config (``num_hidden_layers`` and every per-layer list); the
+largest published models have under 200. Checked before any per-layer work."""
+
+MAX_CONFIG_DIM = 2**20
+"""Largest head count or head dim read from a model config (real models stay under 2**10)."""
+
+_MAX_SPAN = 2**31 - 1
+"""Largest sliding window or attention chunk read from a config (a token count: int32)."""
+
 # Layer-type names (lower case) that hold no paged KV cache: recurrent and linear-attention layers.
 _NO_KV_MARKERS = ("linear", "mamba", "recurrent", "conv", "ssm", "delta", "rwkv", "lightning")
 _FULL_NAMES = frozenset({"attention", "global", "global_attention", "hybrid", "parallel_hybrid"})
@@ -520,6 +530,19 @@ def _is_list(value: object) -> bool:
     return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
 
 
+def _config_flag(config: object, key: str) -> bool | None:
+    """A boolean config field (NumPy booleans included), ``None`` when absent; anything else is refused."""
+    value = _config_get(config, key)
+    if value is None:
+        return None
+    return _spec_bool(value, f"config {key}")
+
+
+def _bounded(value: object, name: str, maximum: int) -> int:
+    """A positive int read from a config, at most ``maximum``."""
+    return checked_int(value, name, minimum=1, maximum=maximum, error=CacheSpecError)
+
+
 def _at_layer(value: Any, index: int, num_layers: int | None, key: str) -> Any:
     """``value[index]`` for a per-layer list (whose length must match), the value itself otherwise."""
     if not _is_list(value):
@@ -534,11 +557,13 @@ def _num_layers(config: object) -> int | None:
     counts = {}
     declared = _config_get(config, "num_hidden_layers")
     if declared is not None:
-        counts["num_hidden_layers"] = checked_int(declared, "num_hidden_layers", minimum=1, error=CacheSpecError)
+        counts["num_hidden_layers"] = _bounded(declared, "num_hidden_layers", MAX_CONFIG_LAYERS)
     for key in ("layer_types", "sliding_window", "attention_chunk_size", "num_kv_heads", "num_key_value_heads",
                 "head_dim"):
         value = _config_get(config, key)
         if _is_list(value):
+            if len(value) > MAX_CONFIG_LAYERS:
+                raise CacheSpecError(f"config {key} lists {len(value):,} layers; at most {MAX_CONFIG_LAYERS} are read")
             counts[key] = len(value)
     if len(set(counts.values())) > 1:
         raise CacheSpecError(f"config disagrees on the number of layers: {counts}")
@@ -584,14 +609,14 @@ def _kinds_from_per_layer_sizes(window: object, chunk: object, count: int, num_l
 
 def _kinds_from_window_pattern(pattern: object, count: int) -> list[str | None]:
     """Every ``pattern``-th layer full, the others sliding."""
-    every = checked_int(pattern, "sliding_window_pattern", minimum=1, error=CacheSpecError)
+    every = _bounded(pattern, "sliding_window_pattern", _MAX_SPAN)
     return ["full" if (i + 1) % every == 0 else "sliding" for i in range(count)]
 
 
 def _uniform_kind(config: object, window: object, chunk: object) -> str:
     """The one kind of every layer: sliding when a window is set and ``use_sliding_window`` is not
     ``False``, chunked when a chunk size is set, else full; never both."""
-    uses_window = window is not None and _config_get(config, "use_sliding_window") is not False
+    uses_window = window is not None and _config_flag(config, "use_sliding_window") is not False
     if uses_window and chunk is not None:
         raise CacheSpecError("config sets both sliding_window and attention_chunk_size for every layer")
     return "sliding" if uses_window else "chunked" if chunk is not None else "full"
@@ -616,7 +641,7 @@ def _layer_geometry(
         if global_head_dim is not None:
             head_size = global_head_dim
         global_heads = _config_get(config, "num_global_key_value_heads")
-        if _config_get(config, "attention_k_eq_v") and global_heads is not None:
+        if _config_flag(config, "attention_k_eq_v") and global_heads is not None:
             heads = global_heads
     return heads, head_size
 
@@ -642,10 +667,16 @@ def create_kv_cache_specs_from_config(
     (``num_kv_heads`` / ``num_key_value_heads``, ``head_dim``, Gemma-4 ``global_head_dim``), else
     from the arguments; under MLA the arguments describe the latent cache and are used as given.
     Sliding layers never use MLA. Without a layer count the result is one unnamed group.
+
+    Sizes are bounded before any per-layer work: at most ``MAX_CONFIG_LAYERS`` layers, heads and
+    head dims (arguments and config values) at most ``MAX_CONFIG_DIM``, windows and chunk sizes
+    at most 2**31 - 1; beyond them ``CacheSpecError``. Integer fields accept ints and NumPy
+    integers, never floats (a NumPy float included) or bools; flags (``use_sliding_window``,
+    ``attention_k_eq_v``) accept bools and NumPy bools.
     """
     page_size = _spec_int(page_size, "page_size")
-    num_kv_heads = _spec_int(num_kv_heads, "num_kv_heads")
-    head_size = _spec_int(head_size, "head_size")
+    num_kv_heads = _bounded(num_kv_heads, "num_kv_heads", MAX_CONFIG_DIM)
+    head_size = _bounded(head_size, "head_size", MAX_CONFIG_DIM)
     use_mla = _spec_bool(use_mla, "use_mla")
     dtype = _canonical_dtype(dtype)
     if config is None or isinstance(config, (str, bytes, numbers.Number, np.bool_, np.ndarray, Sequence)):
@@ -674,10 +705,10 @@ def create_kv_cache_specs_from_config(
         )
         key = (
             kind,
-            None if window is None else _spec_int(window, f"sliding_window of layer {index}"),
-            None if chunk is None else _spec_int(chunk, f"attention_chunk_size of layer {index}"),
-            _spec_int(heads, f"num_kv_heads of layer {index}"),
-            _spec_int(size, f"head_size of layer {index}"),
+            None if window is None else _bounded(window, f"sliding_window of layer {index}", _MAX_SPAN),
+            None if chunk is None else _bounded(chunk, f"attention_chunk_size of layer {index}", _MAX_SPAN),
+            _bounded(heads, f"num_kv_heads of layer {index}", MAX_CONFIG_DIM),
+            _bounded(size, f"head_size of layer {index}", MAX_CONFIG_DIM),
         )
         groups.setdefault(key, []).append(index)
     result = []

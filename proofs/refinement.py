@@ -48,7 +48,7 @@ above already merges the end states, so commuting pairs cost transitions, not st
 Each frontier node keeps its implementation (the adapter, the manager and the engine requests)
 pickled, and each child unpickles a fresh copy (about four times faster than ``copy.deepcopy``
 and a few kB per state); an implementation that cannot be pickled (a planted mutant's one-off
-classes) is deep-copied instead. Measured costs: proofs/TIMINGS.md.
+classes) is deep-copied instead. Measured costs: docs/performance.md.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ list is ordered by ``stamp`` (insertion clock). The pool invariants are z3_pool'
 (`z3_pool.invariants`, read through `Table` views), and every query goes through z3_common's
 prover (vacuity check first, one query per conjunct, unknown = failure). z3_pool's
 array/sequence relations are not reused for the manager's multi-page loops: unrolled over
-three elements they take 17-30 s per bounded query (proofs/TIMINGS.md).
+three elements they take 17-30 s per bounded query.
 
 Ideal hash: a key *is* its content, so the key of a request's first ``j + 1`` pages is the
 injective code ``4^(j+1) + sum(tokens[i] * 2^i)`` of those tokens (a leading 1 marks the

@@ -34,7 +34,7 @@ def test_benchmark_command_quick_run(tmp_path: Path) -> None:
 
 
 def test_per_page_and_decode_sections_quick_run(tmp_path: Path) -> None:
-    """The issue-14 sections print a cost and a floor for every operation and scheme; the peers
+    """The perpage and decode sections print a cost and a floor for every operation and scheme; the peers
     are skipped (None) when the anchors venv is not this interpreter."""
     out = tmp_path / "perpage.json"
     proc = subprocess.run(

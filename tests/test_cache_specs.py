@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from verikv.cache_specs import (
+    MAX_CONFIG_DIM,
+    MAX_CONFIG_LAYERS,
     AttentionSpec,
     CacheGroupsConfig,
     CacheGroupSpec,
@@ -428,7 +430,7 @@ def test_bad_merge_leaves_inputs_unchanged() -> None:
     assert specs == before
 
 
-# --- issue 12: hostile spec arguments ----------------------------------------------------------
+# --- hostile spec arguments ------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [np.int64(3), np.float64(2.0), 2, [np.float16], None, True])
 def test_dtype_values_that_are_not_types_are_rejected(dtype: object) -> None:
@@ -458,3 +460,57 @@ def test_deeply_nested_argument_gets_a_typed_error() -> None:
         value = [value]
     with pytest.raises(CacheSpecError):
         FullAttentionSpec(page_size=value, num_kv_heads=1, head_size=8, dtype="float16", use_mla=False)  # type: ignore[arg-type]
+
+
+# ---- the config reader's bounds: answered at once, before any per-layer work ----------------------
+
+@pytest.mark.parametrize("layers", [10**7, 2**31, 2**63, MAX_CONFIG_LAYERS + 1])
+def test_config_layer_counts_are_bounded(layers: int) -> None:
+    """(10**7 layers used to take 45 s and 1.1 GB, 2**31 raised MemoryError, 2**63 OverflowError.)"""
+    config = {"num_hidden_layers": layers}
+    with pytest.raises(CacheSpecError, match=f"num_hidden_layers must be <= {MAX_CONFIG_LAYERS}"):
+        create_kv_cache_specs_from_config(config, 16, 8, 128, "bfloat16")
+    assert config == {"num_hidden_layers": layers}
+    with pytest.raises(CacheSpecError, match="num_hidden_layers"):
+        create_kv_cache_specs_from_config(SimpleNamespace(num_hidden_layers=layers), 16, 8, 128, "bfloat16")
+
+
+def test_config_largest_layer_count_is_read() -> None:
+    groups = create_kv_cache_specs_from_config({"num_hidden_layers": MAX_CONFIG_LAYERS}, 16, 8, 128, "bfloat16")
+    assert len(groups) == 1 and len(groups[0].layer_names or ()) == MAX_CONFIG_LAYERS
+
+
+@pytest.mark.parametrize("key", ["layer_types", "sliding_window", "num_key_value_heads", "head_dim"])
+def test_config_per_layer_lists_are_bounded(key: str) -> None:
+    with pytest.raises(CacheSpecError, match=f"{key} lists {MAX_CONFIG_LAYERS + 1:,} layers"):
+        create_kv_cache_specs_from_config({key: [1] * (MAX_CONFIG_LAYERS + 1)}, 16, 8, 128, "bfloat16")
+
+
+@pytest.mark.parametrize("config, args, named", [
+    ({"num_hidden_layers": 2, "num_key_value_heads": 2**40}, {}, "num_kv_heads of layer 0"),
+    ({"num_hidden_layers": 2, "head_dim": [128, 2**63]}, {}, "head_size of layer 1"),
+    ({"num_hidden_layers": 2, "sliding_window": 2**31}, {}, "sliding_window of layer 0"),
+    ({"num_hidden_layers": 2, "attention_chunk_size": 2**63}, {}, "attention_chunk_size of layer 0"),
+    ({"num_hidden_layers": 2}, {"num_kv_heads": MAX_CONFIG_DIM + 1}, "num_kv_heads"),
+    ({"num_hidden_layers": 2}, {"head_size": 10**100}, "head_size"),
+    ({"num_hidden_layers": 2, "sliding_window_pattern": 2**63, "sliding_window": 8}, {}, "sliding_window_pattern"),
+])
+def test_config_sizes_are_bounded(config: dict[str, Any], args: dict[str, int], named: str) -> None:
+    sizes = {"num_kv_heads": 8, "head_size": 128, **args}
+    with pytest.raises(CacheSpecError, match=f"{named} must be <="):
+        create_kv_cache_specs_from_config(config, 16, sizes["num_kv_heads"], sizes["head_size"], "bfloat16")
+
+
+def test_config_numpy_values() -> None:
+    """NumPy integers read as ints; a NumPy float is refused where an integer is read; NumPy
+    booleans read as flags (``np.bool_(False)`` is false, not merely "not False")."""
+    groups = create_kv_cache_specs_from_config({"num_hidden_layers": np.int64(2), "sliding_window": np.int32(8)},
+                                               16, 8, 128, "bfloat16")
+    assert [g.kv_cache_spec.sliding_window for g in groups] == [8]  # type: ignore[attr-defined]
+    with pytest.raises(CacheSpecError, match="sliding_window of layer 0 must be an integer"):
+        create_kv_cache_specs_from_config({"num_hidden_layers": 2, "sliding_window": np.float64(1.0)},
+                                          16, 8, 128, "bfloat16")
+    off = {"num_hidden_layers": 2, "sliding_window": 8, "use_sliding_window": np.bool_(False)}
+    assert type(create_kv_cache_specs_from_config(off, 16, 8, 128, "bfloat16")[0].kv_cache_spec) is FullAttentionSpec
+    with pytest.raises(CacheSpecError, match="use_sliding_window must be a bool"):
+        create_kv_cache_specs_from_config({**off, "use_sliding_window": np.array([1, 2])}, 16, 8, 128, "bfloat16")

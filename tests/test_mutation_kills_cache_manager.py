@@ -1,5 +1,5 @@
 """Checks written for mutants of impl/cache_manager.py that the suite let through
-(docs/mutation.md; the equivalent ones are in mutation/triage.toml).
+(docs/mutation.md; the equivalent ones are in tools/mutation/triage.toml).
 
 They state the manager's documented behaviour, with expected values derived from the arguments,
 never from what the code returned:

@@ -1,5 +1,5 @@
 """Checks written for mutants of impl/coordinators.py that the suite let through
-(docs/mutation.md; the equivalent ones are in mutation/triage.toml).
+(docs/mutation.md; the equivalent ones are in tools/mutation/triage.toml).
 
 They state documented behaviour of the coordinators, with expected values derived from the
 arguments (a count of ``n`` tokens needs ``ceil(n / page_size)`` pages, a hit is a multiple of

@@ -1,4 +1,4 @@
-"""Checks written for mutants of impl/dp_sharding.py that the suite let through (mutation/triage.toml).
+"""Checks written for mutants of impl/dp_sharding.py that the suite let through (tools/mutation/triage.toml).
 
 The module's docstring promises a typed error for every invalid argument; these tests pin that
 the error names the argument and shows the value, and that the smallest valid sizes (one page,

@@ -1,10 +1,10 @@
-"""Checks written for mutants of impl/events.py that the suite let through (mutation/triage.toml).
+"""Checks written for mutants of impl/events.py that the suite let through (tools/mutation/triage.toml).
 
 They pin what `PrefixCacheStats`' docstrings promise: counters reject bad fields with an error
 naming the field, accept NumPy integers, and ``take`` restarts the interval. (The kill tests for
 the event records were written against the per-page events that issue 17 replaced; the new
 records are covered by tests/test_events.py and tests/test_kv_events*.py, and the module's
-mutation score must be measured again: mutation/RESULTS.md.)
+mutation score must be measured again: tools/mutation/RESULTS.md.)
 """
 
 from __future__ import annotations

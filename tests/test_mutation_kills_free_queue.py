@@ -1,4 +1,4 @@
-"""Checks written for mutants of impl/free_queue.py that the suite let through (mutation/triage.toml).
+"""Checks written for mutants of impl/free_queue.py that the suite let through (tools/mutation/triage.toml).
 
 They pin behaviour the docstrings state and the suite never exercised: ids that were never
 linked are unlinked (not just ids that were popped), a queue over an empty range is empty,

@@ -1,4 +1,4 @@
-"""Checks written for mutants of impl/hashing.py that the suite let through (mutation/triage.toml).
+"""Checks written for mutants of impl/hashing.py that the suite let through (tools/mutation/triage.toml).
 
 `encode_canonical` promises an unambiguous encoding: each value a type tag plus a
 length-prefixed payload, "so different values never encode alike", for None, bool, int, float,

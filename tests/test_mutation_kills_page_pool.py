@@ -1,4 +1,4 @@
-"""Checks written for mutants of impl/page_pool.py that the suite let through (mutation/triage.toml).
+"""Checks written for mutants of impl/page_pool.py that the suite let through (tools/mutation/triage.toml).
 
 They pin what `PagePool`'s docstrings promise: rejected arguments are named, zero pages is a
 valid request on every path, eSurge's `get_new_pages` honours the shard hint like

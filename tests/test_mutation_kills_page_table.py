@@ -1,4 +1,4 @@
-"""Checks written for mutants of impl/page_table.py that the suite let through (mutation/triage.toml).
+"""Checks written for mutants of impl/page_table.py that the suite let through (tools/mutation/triage.toml).
 
 Each test states a documented behaviour of the page tables: errors name the argument they reject
 and report the offending value, ``cpu_version`` counts mutating calls one by one, boundaries are

@@ -1,4 +1,4 @@
-"""Checks written for mutants of impl/request.py that the suite let through (mutation/triage.toml).
+"""Checks written for mutants of impl/request.py that the suite let through (tools/mutation/triage.toml).
 
 They pin what `Request`'s docstrings promise and the suite never exercised: identity fields
 (id, salt, LoRA, multimodal items) can be set on a request that holds no pages, and a second

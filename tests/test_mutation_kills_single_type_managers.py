@@ -1,5 +1,5 @@
 """Checks written for mutants of impl/single_type_managers.py that the suite let through
-(mutation/triage.toml).
+(tools/mutation/triage.toml).
 
 They pin the validation the managers' docstrings promise for token counts (``_count``: an
 integer >= 0, any integral type, returned as an exact int, anything else an

@@ -37,7 +37,7 @@ def test_llama_3_8b_on_tpu_v6e(capsys):
 def test_llama_3_8b_on_h100_sxm(capsys):
     code, out, _ = run(capsys, "--model", "llama-3-8b", "--device", "h100-sxm")
     assert code == 0
-    assert "28,831 = 28,831 per shard x 1" in out  # reference §4.3
+    assert "28,831 = 28,831 per shard x 1" in out  # vLLM's rule on an H100
     assert "(2, 28831, 16, 8, 128)" in out and "flash-attn / bfloat16" in out
     assert "461,296 tokens" in out
     assert "56 of max_model_len" in out  # 28,830 // 512
@@ -55,7 +55,7 @@ def test_tp_dp_and_options(capsys):
                        "--page-size", "128", "--utilization-of", "free", "--reserved-bytes", str(256 * 2**20),
                        "--max-model-len", "4096")
     assert code == 0
-    assert "2,679 per shard x 2" in out  # reference §4.3 EasyDeL rule, per shard
+    assert "2,679 per shard x 2" in out  # EasyDeL's rule, per shard
     assert "page ids per DP shard: 0: [0, 2679) (2678 usable), 1: [2679, 5358) (2679 usable)" in out
 
 
@@ -65,7 +65,7 @@ def test_config_json_file(tmp_path, capsys):
     path.write_text(json.dumps(PRESETS["qwen2.5-7b"]))
     code, out, _ = run(capsys, "--model", str(path), "--device", "h100-sxm", "--max-model-len", "8192")
     assert code == 0
-    assert "qwen" in out and "66,805 = 66,805 per shard" in out  # reference §4.3
+    assert "qwen" in out and "66,805 = 66,805 per shard" in out
     code, out, _ = run(capsys, "--model", str(path.parent), "--device", "h100-sxm", "--max-model-len", "8192")
     assert code == 0 and "66,805 = 66,805 per shard" in out
 
@@ -99,7 +99,7 @@ def test_rich_rendering_has_the_same_numbers():
     assert "1,684 = 842 per shard x 2" in render_plain(plan)
 
 
-# ---- issue 15: vLLM habits, human-readable values, JSON, pipes; the parser API ----------------------
+# ---- vLLM habits, human-readable values, JSON, pipes; the parser API ------------------------------
 
 H100 = ["--model", "llama-3-8b", "--device", "h100-sxm"]
 

@@ -1,6 +1,6 @@
-"""The worked examples of reference/accelerator-sizing.md §4 and esurge-core.md §2.3, reproduced by the planner.
+"""Worked sizing examples (vLLM, tpu-inference and EasyDeL rules, published logs), reproduced by the planner.
 
-Every expected number below is the reference's; the planner computes it from the model
+Every expected number below is the worked example's; the planner computes it from the model
 geometry, the device and the stated rule (per device, then times the DP size).
 """
 
@@ -44,7 +44,7 @@ def check_invariants(plan) -> None:
     assert plan.num_pages == plan.pages_per_shard * plan.dp
 
 
-# ---- §4.1 bytes per page and TPU page shapes -------------------------------------------------
+# ---- bytes per page and TPU page shapes -------------------------------------------------
 
 @pytest.mark.parametrize("model, dtype, tpu_shape, gpu_page_16", [
     ("llama-3-8b", "bfloat16", (16, 8, 2, 128), 65_536),
@@ -68,7 +68,7 @@ def test_page_shapes_and_bytes(model, dtype, tpu_shape, gpu_page_16):
 
 
 def test_gemma_3_1b_fp8_costs_bf16_bytes_on_tpu():
-    # One KV head: 2 combined heads padded to the fp8 packing of 4 (§4.1 last row).
+    # One KV head: 2 combined heads padded to the fp8 packing of 4.
     g = get_preset("gemma-3-1b")
     for ps, tpu_layer in ((16, 16_384), (64, 65_536), (128, 131_072)):
         page = layer_arrays(g.layers[0], get_kernel("tpu-rpa-v3"), "fp8_e4m3", g.dtype, ps, 1)[0]
@@ -102,7 +102,7 @@ def test_mla_layouts_deepseek_v3():
     assert layer_arrays(layer, get_kernel("tpu-mla-v1"), "bfloat16", "bfloat16", 16, 1)[0].page_bytes == 20_480
 
 
-# ---- §4.2 tensor parallelism on TPU ----------------------------------------------------------
+# ---- tensor parallelism on TPU ----------------------------------------------------------
 
 @pytest.mark.parametrize("tp, dtype, shard_shape, global_page, gpu_rank_page", [
     (1, "bfloat16", (16, 8, 2, 128), 65_536, 65_536),
@@ -118,7 +118,7 @@ def test_tp_padding_llama_3_70b(tp, dtype, shard_shape, global_page, gpu_rank_pa
     assert layer_arrays(layer, get_kernel("triton"), dtype, "bfloat16", 16, tp)[0].page_bytes == gpu_rank_page
 
 
-# ---- §4.3 vLLM rule (GPU) ----------------------------------------------------------------------
+# ---- vLLM rule (GPU) ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("model, device, tp, kv_dtype, kernel, blocks", [
     ("llama-3-8b", "h100-sxm", 1, "auto", None, 28_831),
@@ -138,7 +138,7 @@ def test_vllm_rule_gpu(model, device, tp, kv_dtype, kernel, blocks):
     check_invariants(plan)
 
 
-# ---- §4.3 tpu-inference rule ------------------------------------------------------------------
+# ---- tpu-inference rule ------------------------------------------------------------------
 
 @pytest.mark.parametrize("model, device, tp, page, blocks", [
     ("llama-3-8b", "tpu-v6e", 1, 128, 842),
@@ -152,7 +152,7 @@ def test_tpu_inference_rule(model, device, tp, page, blocks):
     check_invariants(plan)
 
 
-# ---- §4.3 EasyDeL rule (utilisation of free memory, 256 MiB margin) ----------------------------
+# ---- EasyDeL rule (utilisation of free memory, 256 MiB margin) ----------------------------
 
 @pytest.mark.parametrize("model, device, tp, pages, shape", [
     ("llama-3-8b", "tpu-v6e", 1, 921, (921, 128, 8, 2, 128)),
@@ -169,7 +169,7 @@ def test_easydel_rule(model, device, tp, pages, shape):
 
 
 def test_easydel_llama_3_8b_2160_pages():
-    # esurge-core.md §2.3: 40 GiB free, utilisation 0.85 of free memory, 256 MiB margin, page 128.
+    # eSurge's example: 40 GiB free, utilisation 0.85 of free memory, 256 MiB margin, page 128.
     device = describe_accelerator("40gib-free", 40 * GiB, "tpu")
     plan = plan_kv_cache(get_preset("llama-3-8b"), device, page_size=128, utilization=0.85,
                          utilization_of="free", weights_bytes=0, reserved_bytes=EASYDEL_MARGIN)
@@ -181,7 +181,7 @@ def test_easydel_llama_3_8b_2160_pages():
 
 
 def test_same_utilisation_two_rules():
-    # §4.3: with the same 0.9, the free-memory rule gives KV more than the total-memory rule.
+    # With the same 0.9, the free-memory rule gives KV more than the total-memory rule.
     g = get_preset("llama-3-8b")
     total = plan_kv_cache(g, "tpu-v6e", page_size=128)
     free = plan_kv_cache(g, "tpu-v6e", page_size=128, utilization_of="free")
@@ -190,7 +190,7 @@ def test_same_utilisation_two_rules():
     assert free.num_pages > total.num_pages
 
 
-# ---- §4.4 the tpu-inference Gemma-3-1B log on TPU v5e -----------------------------------------
+# ---- the tpu-inference Gemma-3-1B log on TPU v5e -----------------------------------------
 
 def gemma_log_plan(in_use: int):
     return plan_kv_cache(get_preset("gemma-3-1b"), "tpu-v5e", max_model_len=512, utilization=0.92,
@@ -216,7 +216,7 @@ def test_gemma_3_1b_v5e_log():
     assert gemma_log_plan(capped - 13_556_514_816 + 1).num_pages == 15_911
 
 
-# ---- §4.5 MLA (DeepSeek-V3) -------------------------------------------------------------------
+# ---- MLA (DeepSeek-V3) -------------------------------------------------------------------
 
 @pytest.mark.parametrize("device, kv_dtype, kernel, blocks", [
     ("h200", "bfloat16", "flashmla", 11_389),
@@ -250,7 +250,7 @@ def test_mla_tpu7x_easydel_and_tpu_inference():
         check_invariants(plan)
 
 
-# ---- §4.6 sliding-window models with the hybrid allocator --------------------------------------
+# ---- sliding-window models with the hybrid allocator --------------------------------------
 
 def test_gemma_2_9b_a100_80():
     g = get_preset("gemma-2-9b")
@@ -280,7 +280,7 @@ def test_gemma_3_27b_h100():
     check_invariants(plan)
 
 
-# ---- §4.7 attention + Mamba2 hybrid -------------------------------------------------------------
+# ---- attention + Mamba2 hybrid -------------------------------------------------------------
 
 def test_bamba_h100():
     plan = plan_kv_cache(get_preset("bamba-9b-hybrid"), "h100-sxm", max_model_len=8192)
@@ -308,7 +308,7 @@ def test_bamba_fp32_ssm_state():
     assert next(g.spec for g in plan.groups if g.kind == "mamba").raw_page_size_bytes == 8_440_832
 
 
-# ---- §4.8 page-size heuristics and index limits -------------------------------------------------
+# ---- page-size heuristics and index limits -------------------------------------------------
 
 @pytest.mark.parametrize("max_model_len, max_num_seqs, page", [
     (512, 256, 32), (2_048, 256, 128), (8_192, 256, 256), (32_768, 256, 64), (131_072, 256, 256),

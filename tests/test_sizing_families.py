@@ -1,4 +1,4 @@
-"""Every model family sized from its public ``config.json`` (trimmed), or refused (issue 16).
+"""Every model family sized from its public ``config.json`` (trimmed), or refused.
 
 Fixtures: ``tests/fixtures/configs/<model>/config.json``, written from the published configs
 (only the fields that matter kept; fields a published config omits are omitted here too, so
@@ -146,7 +146,7 @@ def _checkpoint(tmp_path: Path, model: str) -> Path:
 
 
 def test_every_fixture_has_a_case():
-    cases = {f.model for f in FAMILIES} | {"qwen3-next-80b-a3b"}
+    cases = {f.model for f in FAMILIES} | {"qwen3-next-80b-a3b", "gemma-2-9b-published"}
     assert cases == {p.name for p in FIXTURES.iterdir()}
 
 
@@ -175,6 +175,100 @@ def test_family_layers_bytes_and_pages(family, use_transformers, tmp_path):
     assert plan.page_size == family.page_size
     assert plan.page_bytes_per_device == family.page_id_bytes
     assert plan.num_pages == family.num_pages
+
+
+PUBLISHED_GEMMA_2 = FIXTURES / "gemma-2-9b-published"
+"""Gemma-2-9B's ``config.json`` as published, every field kept: it states ``sliding_window_size``
+(an older transformers name) beside ``sliding_window``, equal."""
+
+
+def _is_published_gemma_2_9b(model: Any) -> None:
+    kinds = [layer.kind for layer in model.layers]
+    assert Counter(kinds) == {"sliding": 21, "full": 21} and kinds[:4] == ["sliding", "full", "sliding", "full"]
+    assert {layer.sliding_window for layer in model.layers if layer.kind == "sliding"} == {4096}
+    assert {(layer.num_kv_heads, layer.head_dim) for layer in model.layers} == {(8, 256)}
+
+
+@pytest.mark.parametrize("use_transformers", READERS)
+def test_published_gemma_2_9b_is_sized(use_transformers, capsys):
+    config = json.loads((PUBLISHED_GEMMA_2 / "config.json").read_text())
+    assert config["sliding_window_size"] == config["sliding_window"] == 4096
+    model = load_model(PUBLISHED_GEMMA_2, use_transformers=use_transformers)
+    _is_published_gemma_2_9b(model)
+    assert model.weights_source == "dense estimate"  # a config-only folder
+    plan = plan_kv_cache(model, "h100-sxm", memory_bytes=MEMORY, kv_dtype="bfloat16", weights_bytes=WEIGHTS)
+    assert plan.budget_bytes == BUDGET
+    assert plan.page_bytes_per_device == 21 * 16 * 8192 and plan.num_pages == BUDGET // (21 * 16 * 8192)
+    reader = "builtin" if use_transformers is False else "auto"
+    assert main(["--model", str(PUBLISHED_GEMMA_2), "--device", "h200", "--kv-dtype", "bf16",
+                 "--config-reader", reader]) == 0
+    assert "21 sliding (window 4,096), 21 full; head dim 256" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("use_transformers", READERS)
+def test_conflicting_aliases_are_refused_naming_both(use_transformers):
+    config = json.loads((PUBLISHED_GEMMA_2 / "config.json").read_text())
+    config["sliding_window_size"] = 2048
+    with pytest.raises(SizingError, match="sliding_window_size = 2048 and sliding_window = 4096 disagree"):
+        geometry_from_hf_config(config, use_transformers=use_transformers)
+    del config["sliding_window"]  # the older name alone is read
+    windows = {layer.sliding_window for layer in geometry_from_hf_config(config, use_transformers=use_transformers)
+               .layers if layer.kind == "sliding"}
+    assert windows == {2048}
+
+
+@pytest.mark.parametrize("use_transformers", READERS)
+def test_gemma_3_pattern_alias(use_transformers):
+    text = json.loads((FIXTURES / "gemma-3-12b" / "config.json").read_text())["text_config"]
+    pattern = text.pop("sliding_window_pattern", None)
+    renamed = {**text, "_sliding_window_pattern": 4}
+    full = [i for i, layer in enumerate(geometry_from_hf_config(renamed, use_transformers=use_transformers).layers)
+            if layer.kind == "full"]
+    assert full == list(range(3, 48, 4))
+    with pytest.raises(SizingError, match="_sliding_window_pattern = 4 and sliding_window_pattern = 6 disagree"):
+        geometry_from_hf_config({**renamed, "sliding_window_pattern": 6}, use_transformers=use_transformers)
+    assert pattern in (None, 6)
+
+
+@pytest.mark.skipif(not transformers_available(), reason="transformers is not installed")
+def test_pretrained_config_objects_and_their_dicts():
+    """A transformers config object (built offline) and its ``to_dict()`` read like its config.json."""
+    from transformers import Gemma2Config, LlamaConfig
+
+    llama = LlamaConfig(num_hidden_layers=4, hidden_size=512, num_attention_heads=8, num_key_value_heads=2,
+                        intermediate_size=1024, vocab_size=1000, max_position_embeddings=4096,
+                        id2label={0: "NEG", 1: "POS"})
+    as_dict = llama.to_dict()
+    assert as_dict["id2label"] == {0: "NEG", 1: "POS"}  # int keys, irrelevant to the KV layout
+    from_object = geometry_from_hf_config(llama)
+    assert from_object == geometry_from_hf_config(as_dict)
+    assert [(layer.kind, layer.num_kv_heads, layer.head_dim) for layer in from_object.layers] == [("full", 2, 64)] * 4
+    plan = plan_kv_cache(llama, "h100-sxm", max_model_len=4096)
+    assert plan == plan_kv_cache(from_object, "h100-sxm", max_model_len=4096)
+    assert as_dict == llama.to_dict()  # read, never changed
+
+    published = json.loads((PUBLISHED_GEMMA_2 / "config.json").read_text())
+    gemma = Gemma2Config.from_dict(published)
+    _is_published_gemma_2_9b(geometry_from_hf_config(gemma))
+    _is_published_gemma_2_9b(geometry_from_hf_config(gemma.to_dict(), use_transformers=False))
+
+
+class _Failing:
+    def to_dict(self) -> dict[str, Any]:
+        raise RuntimeError("boom")
+
+
+class _NotADict:
+    def to_dict(self) -> list[int]:
+        return [1]
+
+
+@pytest.mark.parametrize("config", [_Failing(), _NotADict(), object(), 5])
+def test_objects_that_are_not_configs_are_refused(config):
+    with pytest.raises(SizingError, match=r"config|to_dict"):
+        geometry_from_hf_config(config)
+    with pytest.raises(SizingError):
+        plan_kv_cache(config, "h100-sxm")
 
 
 @pytest.mark.parametrize("use_transformers", READERS)

@@ -59,7 +59,7 @@ def test_mla_and_gpu_helpers():
 
 
 def test_mamba_shapes():
-    # reference §4.7 (Bamba defaults) and a TP split
+    # Bamba's config defaults and a TP split
     assert mamba2_state_shapes(8192, 1, 256, 128, 64, 4, 1) == ((3, 8704), (128, 64, 256))
     assert mamba2_state_shapes(8192, 1, 256, 128, 64, 4, 2) == ((3, (8192 + 2 * 2 * 256) // 2), (64, 64, 256))
     assert mamba1_state_shapes(4096, 16, 4, 2) == ((3, 2048), (2048, 16))

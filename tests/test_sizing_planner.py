@@ -176,7 +176,7 @@ def test_dp_shards_equal_and_shard_local_ranges():
 
 
 def test_esurge_dp_rounding_example():
-    # esurge-core/accelerator-sizing §4.3: 921 pages over dp = 2 become 920, shard 0 keeps 459 usable
+    # eSurge's rounding: 921 pages over dp = 2 become 920, shard 0 keeps 459 usable
     # pages and shard 1 460. Here the budget gives 460 per shard.
     page = 16 * 2**20
     device = describe_accelerator("dp-example", 460 * page, "tpu")
@@ -223,6 +223,25 @@ def test_json_and_dict():
     assert data["groups"] == [{"kind": "full", "layers": list(range(32))}]
     assert '"num_pages": 842' in plan.to_json()
 
+
+@pytest.mark.parametrize("model, device", [("llama-3-8b", "tpu-v6e"), ("gemma-3-27b", "h100"),
+                                           ("deepseek-v3", "h200"), ("bamba-9b-hybrid", "h100")])
+def test_layer_buffer_reads_its_page(model, device):
+    """``label``, ``dtype``, ``page_bytes`` and the unpadded bytes of a buffer are its page's, in
+    ``to_dict()`` as before, and read-only."""
+    kwargs = {"max_model_len": 4096, "tp": 8} if model == "deepseek-v3" else {"max_model_len": 4096}
+    plan = plan_kv_cache(get_preset(model), device, **kwargs)
+    for buffer in plan.buffers:
+        page = buffer.page
+        assert (buffer.label, buffer.dtype, buffer.page_bytes) == (page.label, page.dtype, page.page_bytes)
+        assert buffer.unpadded_page_bytes == buffer.unpadded_bytes == page.unpadded_bytes
+        data = buffer.to_dict()
+        assert (data["label"], data["dtype"], data["page_bytes"], data["unpadded_page_bytes"]) == (
+            page.label, page.dtype, page.page_bytes, page.unpadded_bytes)
+        assert data["bytes_per_device"] == buffer.pages_per_shard * page.page_bytes
+        with pytest.raises(AttributeError):
+            buffer.dtype = "float32"  # type: ignore[misc]
+    assert plan.buffers[0].dtype == plan.buffers[0].page.dtype
 
 # ---- presets, HF configs, catalog ---------------------------------------------------------------
 

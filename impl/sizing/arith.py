@@ -4,8 +4,8 @@ The sizing formulas run on Python ints when a plan is computed and on symbolic i
 ``verikv prove`` proves theorems about those same formulas. Python's ``//``, ``min``, ``max``
 and ``if`` need concrete values, so the formulas use only ``+``, ``-``, ``*``, comparisons and
 the helpers below. On ints the helpers are plain Python. On anything else they delegate to a
-*symbolic backend* registered by the prover (``verikv.proofs`` registers Z3), so this module,
-like all of ``verikv.sizing``, imports nothing beyond the standard library.
+*symbolic backend* registered by the prover (``verikv.proofs`` registers Z3), so this module
+imports nothing beyond the standard library.
 
 Every division in the sizing code has a positive divisor; for those, floor division is the
 same in Python and in Z3 (whose integer division is Euclidean).

@@ -3,10 +3,16 @@
 Beyond these the planner raises ``SizingError`` (it never clamps): a request for ``dp = 2**30``
 shards or a config with ten million layers is refused before anything is built for it. The
 bounds are far above any real deployment and match the ranges the sizing theorems cover
-(``docs/sizing.md``, "What is proved") where those are stated.
+(``docs/sizing.md``, "What is proved") where those are stated. The config bounds
+(``MAX_CONFIG_LAYERS``, ``MAX_CONFIG_DIM``) are the cache-spec reader's, shared by both config readers.
 """
 
 from __future__ import annotations
+
+from verikv.cache_specs import MAX_CONFIG_DIM, MAX_CONFIG_LAYERS
+
+__all__ = ["MAX_BYTES", "MAX_CONFIG_DIM", "MAX_CONFIG_LAYERS", "MAX_DP", "MAX_MODEL_LAYERS", "MAX_NUM_SEQS",
+           "MAX_PAGE_SIZE", "MAX_TP"]
 
 MAX_TP = 1024
 """Most tensor-parallel ranks."""
@@ -20,8 +26,9 @@ MAX_BYTES = 2**60
 MAX_PAGE_SIZE = 2**20
 """Largest page size in tokens."""
 
-MAX_CONFIG_LAYERS = 4096
-"""Largest ``num_hidden_layers`` read from a config (the biggest published models have under 200)."""
+MAX_NUM_SEQS = 2**16
+"""Most running requests (``max_num_seqs``)."""
+
 
 MAX_MODEL_LAYERS = 8192
 """Most layer records in one model (a hybrid layer such as Falcon-H1's counts twice)."""

@@ -1,7 +1,7 @@
 """From device memory to a page count: the utilisation rule, the per-shard page count, int32 limits.
 
 Two utilisation rules exist in the engines this mirrors, and they mean different things by
-the same number (reference §1.6, §4.3):
+the same number:
 
 * ``"total"`` (vLLM, tpu-inference): ``floor(memory * u) - used - reserved``: ``u`` is a share
   of the device's *total* memory, and everything already in use counts against it;
@@ -104,8 +104,8 @@ def usable_pages_in_shard(shard: SymInt, pages_in_shard: SymInt) -> SymInt:
     return pages_in_shard - ite(shard == 0, 1, 0)
 
 
-_DECIMAL = re.compile(r"\s*\+?(\d+(\.\d*)?|\.\d+)([eE]([+-]?\d{1,3}))?\s*")
-_RATIO = re.compile(r"\s*\+?(\d{1,30})\s*/\s*(\d{1,30})\s*")
+_DECIMAL = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE]([+-]?[0-9]{1,3}))?", re.ASCII)
+_RATIO = re.compile(r"\+?([0-9]{1,30})/([0-9]{1,30})", re.ASCII)
 MAX_UTILIZATION_CHARS = 64
 """Longest utilisation text accepted; with at most three exponent digits, converting it to an
 exact fraction is instant (``1e999999999`` is refused, not expanded)."""
@@ -116,7 +116,7 @@ def utilization_fraction(utilization: float | str | Fraction) -> Fraction:
 
     Accepted: a float or int, a ``Fraction``, or text that is a decimal (``"0.9"``, ``"9e-1"``,
     exponent of at most three digits) or a ratio of integers (``"9/10"``), at most
-    ``MAX_UTILIZATION_CHARS`` characters.
+    ``MAX_UTILIZATION_CHARS`` characters of ASCII digits and signs, without spaces or underscores.
     """
     if isinstance(utilization, bool) or not isinstance(utilization, (int, float, str, Fraction)):
         raise SizingError(f"utilization must be a number in (0, 1], got {type(utilization).__name__}")
@@ -140,7 +140,7 @@ def _parse_utilization(text: str) -> Fraction:
         return Fraction(int(ratio.group(1)), int(ratio.group(2)))
     if not _DECIMAL.fullmatch(text):
         raise SizingError(f"utilization must be a decimal in (0, 1] or a ratio such as 9/10, got {_shown(text)}")
-    return Fraction(text.strip())
+    return Fraction(text)
 
 
 def _shown(value: object) -> str:

@@ -1,6 +1,6 @@
 """The accelerator catalog: memory per device, default kernels and KV dtypes of each target.
 
-Figures are from ``reference/accelerator-sizing.md`` §3. ``capacity_bytes`` is the vendor's
+Figures are from vendor data sheets and public runtime reports. ``capacity_bytes`` is the vendor's
 quoted capacity (GB = 1e9 for GPUs as vendors quote it; TPU docs quote GiB). ``visible_bytes``
 is what a runtime reported (TPU ``bytes_limit``, CUDA/ROCm ``total_memory``) when such a report
 was found; ``visible_note`` says where it comes from and whether it is unverified. The planner
@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from verikv.dp_sharding import checked_int
 from verikv.errors import SizingError, describe
+from verikv.sizing.bounds import MAX_BYTES
 from verikv.sizing.dtypes import get_dtype
 from verikv.sizing.kernels import get_kernel
 
@@ -134,18 +136,29 @@ def describe_accelerator(
     mla_kernel: str | None = None,
     kv_dtypes: tuple[str, ...] | None = None,
 ) -> Accelerator:
-    """A device not in the catalog: its software-visible bytes and platform (kernels default by platform)."""
-    if platform not in ("tpu", "gpu"):
+    """A device not in the catalog: its software-visible bytes and platform (kernels default by platform).
+
+    ``name``: a non-empty string; ``memory_bytes``: an int in ``[1, MAX_BYTES]``; kernels: kernel
+    names of that platform; ``kv_dtypes``: a non-empty tuple or list of dtype names (default:
+    every KV dtype of the platform). Anything else is a ``SizingError``.
+    """
+    if not isinstance(name, str) or not name or len(name) > 200:
+        raise SizingError(f"name must be a non-empty string of at most 200 characters, got {describe(name)}")
+    if not isinstance(platform, str) or platform not in ("tpu", "gpu"):
         raise SizingError(f"platform must be 'tpu' or 'gpu', got {describe(platform)}")
-    if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, int) or memory_bytes <= 0:
-        raise SizingError(f"memory_bytes must be a positive int, got {describe(memory_bytes)}")
-    attn = attention_kernel or ("tpu-rpa-v3" if platform == "tpu" else "flash-attn")
-    mla = mla_kernel or ("tpu-mla" if platform == "tpu" else "triton-mla")
+    memory = checked_int(memory_bytes, "memory_bytes", minimum=1, maximum=MAX_BYTES, error=SizingError)
+    attn = attention_kernel if attention_kernel is not None else ("tpu-rpa-v3" if platform == "tpu" else "flash-attn")
+    mla = mla_kernel if mla_kernel is not None else ("tpu-mla" if platform == "tpu" else "triton-mla")
     for kernel_name in (attn, mla):
         if get_kernel(kernel_name).platform != platform:
             raise SizingError(f"kernel {kernel_name!r} is not a {platform} kernel")
-    given = kv_dtypes if kv_dtypes is not None else (_TPU_KV if platform == "tpu" else _NV_KV)
-    dtypes = tuple(get_dtype(d).name for d in given)
-    label = f"{memory_bytes:,} B (user-described)"
-    return Accelerator(name, "user", platform, memory_bytes, label, memory_bytes, "given by the user",
-                       attn, mla, dtypes)
+    dtypes = _kv_dtype_names(kv_dtypes if kv_dtypes is not None else (_TPU_KV if platform == "tpu" else _NV_KV))
+    label = f"{memory:,} B (user-described)"
+    return Accelerator(name, "user", platform, memory, label, memory, "given by the user", attn, mla, dtypes)
+
+
+def _kv_dtype_names(given: object) -> tuple[str, ...]:
+    """Canonical names of a non-empty tuple or list of KV dtype names (at most one per known spelling)."""
+    if not isinstance(given, (tuple, list)) or not given or len(given) > 64:
+        raise SizingError(f"kv_dtypes must be a non-empty tuple or list of dtype names, got {describe(given)}")
+    return tuple(dict.fromkeys(get_dtype(d).name for d in given))

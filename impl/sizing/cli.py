@@ -17,12 +17,13 @@ ends the output quietly. Exit status: 0 planned, 1 does not fit (the message say
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from verikv.cache_specs import AttentionSpec, ChunkedLocalAttentionSpec, SlidingWindowSpec
-from verikv.errors import DoesNotFitError, VeriKVError
+from verikv.errors import DoesNotFitError, SizingError, VeriKVError, describe
 from verikv.sizing.budget import UTILIZATION_RULES
 from verikv.sizing.catalog import ACCELERATORS, GiB
 from verikv.sizing.checkpoint import load_model
@@ -30,6 +31,7 @@ from verikv.sizing.geometry import ModelGeometry
 from verikv.sizing.kernels import KERNELS
 from verikv.sizing.planner import KVCachePlan, plan_kv_cache
 from verikv.sizing.presets import get_preset, preset_names
+from verikv.sizing.serving import USAGE_CONTEXTS
 from verikv.sizing.units import UnitError, parse_bytes, parse_count
 
 _CONFIG_READERS = {"auto": None, "transformers": True, "builtin": False}
@@ -56,24 +58,33 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     add("--model", help=f"a preset ({', '.join(preset_names())}), a config.json or a checkpoint folder")
     add("--device", help=f"an accelerator ({', '.join(a.name for a in ACCELERATORS)})")
     add("--list", action="store_true", help="list presets, accelerators and kernels, then exit")
-    add("--tp", "-tp", "--tensor-parallel-size", dest="tp", type=int, default=1,
+    add("--tp", "-tp", "--tensor-parallel-size", dest="tp", type=_COUNT, default=1,
         help="tensor-parallel size (KV heads split or replicated)")
-    add("--dp", "-dp", "--data-parallel-size", dest="dp", type=int, default=1,
+    add("--dp", "-dp", "--data-parallel-size", dest="dp", type=_COUNT, default=1,
         help="data-parallel size (the page axis is split)")
     add("--kv-dtype", "--kv-cache-dtype", dest="kv_dtype", default="auto",
         help="KV cache dtype: auto, bfloat16, float16, float32, fp8, ...")
     add("--kernel", help=f"attention kernel ({', '.join(KERNELS)}); default: the device's")
-    add("--page-size", "--block-size", dest="page_size", type=int, help="tokens per page (default: the kernel's rule)")
+    add("--page-size", "--block-size", dest="page_size", type=_COUNT,
+        help="tokens per page (default: the kernel's rule)")
     add("--max-model-len", type=_COUNT, help="tokens of the longest request, e.g. 32768 or 32k (default: the model's)")
-    add("--max-num-batched-tokens", type=_COUNT, help="tokens per step (window-aware estimate)")
-    add("--max-num-seqs", type=int, default=256, help="running requests (TPU page-size rule)")
+    add("--max-num-batched-tokens", type=_COUNT,
+        help="tokens per step, which sets how much of a sliding window stays live (default: vLLM's for the device "
+             "and --usage-context: with serve, 8192 on GPUs of 70 GiB or more other than A100s, 2048 on other "
+             "GPUs, 1024 / 512 / 256 on TPU v6e / v5e / v5p, 2048 on other TPUs)")
+    add("--max-num-seqs", type=_COUNT,
+        help="running requests, which steers the TPU page size (default: vLLM's: with serve, 1024 on GPUs of "
+             "70 GiB or more other than A100s, 256 elsewhere; never above --max-num-batched-tokens)")
+    add("--usage-context", choices=USAGE_CONTEXTS, default="serve",
+        help="which vLLM defaults to assume for the two options above: serve (vllm serve, the default) or "
+             "offline (the LLM class)")
     add("--utilization", "--gpu-memory-utilization", dest="utilization", default="0.9",
         help="share of memory KV may use (default 0.9)")
     add("--utilization-of", choices=UTILIZATION_RULES, default="total",
         help="total: share of total memory (vLLM); free: share of memory free after weights (EasyDeL)")
     add("--memory-bytes", type=_BYTES, help="bytes per device, e.g. 80GiB (default: the catalog figure)")
     add("--weights-bytes", type=_BYTES, help="bytes of all weights (default: the checkpoint's or the model's)")
-    add("--weights-shards", type=int, help="devices the weights are split over (default: --tp)")
+    add("--weights-shards", type=_COUNT, help="devices the weights are split over (default: --tp)")
     add("--in-use-bytes", type=_BYTES, default=0, help="other bytes in use per device before sizing")
     add("--reserved-bytes", type=_BYTES, default=0, help="bytes kept back per device after utilisation")
     add("--workspace-bytes", type=_BYTES, help="attention kernel workspace per device (default: the kernel's, "
@@ -116,16 +127,17 @@ def run(args: argparse.Namespace) -> int:
             load(args.model, _CONFIG_READERS[args.config_reader]), args.device, tp=args.tp, dp=args.dp,
             kv_dtype=args.kv_dtype, page_size=args.page_size, max_model_len=args.max_model_len,
             max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+            usage_context=args.usage_context,
             utilization=args.utilization, utilization_of=args.utilization_of, memory_bytes=args.memory_bytes,
             weights_bytes=args.weights_bytes, weights_shards=args.weights_shards,
             in_use_bytes=args.in_use_bytes, reserved_bytes=args.reserved_bytes, kernel=args.kernel,
             workspace_bytes=args.workspace_bytes, kv_cache_bytes=args.kv_cache_bytes,
         )
     except DoesNotFitError as exc:
-        print(f"verikv size: does not fit: {exc}", file=sys.stderr)
+        print(f"verikv size: does not fit: {one_line(exc)}", file=sys.stderr)
         return 1
     except VeriKVError as exc:
-        print(f"verikv size: {exc}", file=sys.stderr)
+        print(f"verikv size: {one_line(exc)}", file=sys.stderr)
         return 2
     if args.json is not None and args.json != "-":
         return _write_json(Path(args.json), plan)
@@ -137,12 +149,29 @@ def run(args: argparse.Namespace) -> int:
     return _emit(render_plain(plan))
 
 
+def one_line(exc: BaseException) -> str:
+    """The error's message on one line (a message quoting a third-party error may span several)."""
+    return " ".join(str(exc).split())
+
+
 def load(spec: str, use_transformers: bool | None = None) -> ModelGeometry:
-    """A checkpoint folder or config.json (when the path exists), else a preset name."""
+    """A checkpoint folder or config.json (when the path exists), else a preset name.
+
+    Nothing is downloaded: a name that is neither (a Hugging Face hub id, say) is refused with a
+    hint to pass a local folder or ``config.json``.
+    """
     path = Path(spec)
-    if path.exists() or path.suffix == ".json":
+    try:
+        exists = os.path.lexists(path)
+    except (OSError, ValueError) as exc:  # an embedded NUL, an unencodable character
+        raise SizingError(f"invalid model path {describe(spec)}: {exc}") from exc
+    if exists or path.suffix == ".json":
         return load_model(path, use_transformers=use_transformers)
-    return get_preset(spec)
+    if spec.lower() in preset_names():
+        return get_preset(spec)
+    raise SizingError(f"{describe(spec)} is neither a preset ({', '.join(preset_names())}) nor an existing path; "
+                      "verikv size does not download models: pass a local checkpoint folder or its config.json "
+                      "(for a hub id, download the folder first)")
 
 
 def _write_json(path: Path, plan: KVCachePlan) -> int:
@@ -208,7 +237,7 @@ def summary_rows(plan: KVCachePlan) -> list[tuple[str, str]]:
         ("page size", f"{plan.page_size} tokens"),
         ("utilisation", "not applied: KV budget given directly" if plan.utilization_rule == "given"
                         else f"{plan.utilization} of {plan.utilization_rule} memory"),
-        ("weights per device", _bytes(plan.weights_bytes_per_device)),
+        ("weights per device", f"{_bytes(plan.weights_bytes_per_device)}: {_WEIGHTS_SOURCES[plan.weights_source]}"),
         ("other in use / reserved", f"{_bytes(plan.in_use_bytes)} / {_bytes(plan.reserved_bytes)}"),
         ("KV budget per device", _bytes(plan.budget_bytes)),
         ("bytes per page id", f"{plan.page_bytes_per_device:,} B per device "
@@ -217,9 +246,26 @@ def summary_rows(plan: KVCachePlan) -> list[tuple[str, str]]:
                   f"(page 0 is the null page; limited by {plan.limited_by})"),
         ("KV bytes per device", _bytes(plan.kv_bytes_per_device)),
         ("capacity", f"{plan.capacity_tokens:,} tokens"),
+        ("max_num_batched_tokens",
+         f"{plan.max_num_batched_tokens:,} tokens per step{_assumed(plan, 'max_num_batched_tokens')}"),
+        ("max_num_seqs", f"{plan.max_num_seqs:,} running requests{_assumed(plan, 'max_num_seqs')}"),
         ("max_model_len", f"{plan.max_model_len:,} tokens: {plan.pages_per_request:,} pages per request"),
         ("max concurrent requests", f"{plan.max_concurrent_requests:,} of max_model_len"),
+        ("maximum concurrency", f"{plan.max_concurrency:.2f}x for {plan.max_model_len:,} tokens per request "
+                                f"(vLLM's figure: pages per shard / pages per request)"),
     ]
+
+
+_WEIGHTS_SOURCES = {
+    "stated": "stated with the model", "checkpoint index": "from the checkpoint's index",
+    "safetensors headers": "from the checkpoint's safetensors headers",
+    "dense estimate": "ESTIMATED from a dense parameter count (no checkpoint read)",
+    "given": "given by the caller", "not applied": "not applied (KV budget given directly)",
+}
+
+
+def _assumed(plan: KVCachePlan, name: str) -> str:
+    return f" (assumed: {plan.defaults_rule})" if name in plan.assumed else " (given)"
 
 
 _BUFFER_HEADER = ("buffer", "layers", "count", "shape (global)", "shape (per device)", "dtype", "B/page", "B/device")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from verikv import dtypes
-from verikv.errors import SizingError
+from verikv.errors import SizingError, describe
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,9 @@ ALIASES: dict[str, str] = {
 def get_dtype(name: str) -> KVDType:
     """The dtype called ``name`` (an alias such as ``bf16`` or ``fp8`` is accepted)."""
     if not isinstance(name, str):
-        raise SizingError(f"dtype must be a name, got {type(name).__name__} {name!r}")
+        raise SizingError(f"dtype must be a name, got {type(name).__name__} {describe(name)}")
     found = dtypes.element_type(name)
     if found is None or found.kv_cache_name is None:
         known = ", ".join(sorted(DTYPES) + sorted(ALIASES))
-        raise SizingError(f"unknown dtype {name!r}; known: {known}")
+        raise SizingError(f"unknown dtype {describe(name)}; known: {known}")
     return DTYPES[found.kv_cache_name]

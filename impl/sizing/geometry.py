@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from verikv.dp_sharding import checked_int
-from verikv.errors import SizingError
+from verikv.errors import SizingError, describe
 from verikv.sizing.bounds import MAX_MODEL_LAYERS
 from verikv.sizing.dtypes import get_dtype
 
@@ -118,6 +118,9 @@ class MambaLayer:
 
 Layer: TypeAlias = AttentionLayer | MLALayer | MambaLayer
 
+WEIGHTS_SOURCES: tuple[str, ...] = ("stated", "checkpoint index", "safetensors headers", "dense estimate")
+"""Where a model's ``weights_bytes`` can come from (``ModelGeometry.weights_source``)."""
+
 
 @dataclass(frozen=True)
 class ModelGeometry:
@@ -126,6 +129,10 @@ class ModelGeometry:
     ``dtype``: the KV dtype for ``kv_dtype="auto"`` (the model's activation dtype).
     ``weights_bytes``: bytes of all weights, the planner's default (``None``: the caller must give
     it). ``max_model_len``: the model's context length, the default request length.
+    ``weights_source``: where ``weights_bytes`` comes from, one of ``WEIGHTS_SOURCES``:
+    ``"stated"`` (given with the geometry, the default), ``"checkpoint index"`` or
+    ``"safetensors headers"`` (read from a checkpoint), ``"dense estimate"`` (counted from a
+    config's shapes; quantized or tied weights, biases and extra modules can make it wrong).
     """
 
     name: str
@@ -133,6 +140,7 @@ class ModelGeometry:
     dtype: str = "bfloat16"
     weights_bytes: int | None = None
     max_model_len: int | None = None
+    weights_source: str = "stated"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -156,6 +164,13 @@ class ModelGeometry:
             weights = checked_int(self.weights_bytes, "weights_bytes", minimum=0, error=SizingError)
             object.__setattr__(self, "weights_bytes", weights)
         object.__setattr__(self, "max_model_len", _optional_positive(self.max_model_len, "max_model_len"))
+        if not isinstance(self.weights_source, str) or self.weights_source not in WEIGHTS_SOURCES:
+            raise SizingError(f"weights_source must be one of {WEIGHTS_SOURCES}, got {describe(self.weights_source)}")
+
+    @property
+    def weights_estimated(self) -> bool:
+        """Whether ``weights_bytes`` is an estimate from a dense parameter count, not read from a checkpoint."""
+        return self.weights_source == "dense estimate"
 
     @property
     def is_mla(self) -> bool:

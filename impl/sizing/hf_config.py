@@ -42,18 +42,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from verikv.dp_sharding import checked_int
-from verikv.errors import SizingError
+from verikv.errors import SizingError, describe
+from verikv.sizing.bounds import MAX_CONFIG_DIM
 from verikv.sizing.dtypes import get_dtype
 from verikv.sizing.geometry import AttentionLayer, Layer, MambaLayer, MLALayer, ModelGeometry
-from verikv.sizing.hf_defaults import MAX_LAYERS, complete_config
+from verikv.sizing.hf_defaults import MAX_LAYERS, complete_config, plain_json
 
 _DENSE_TYPES = frozenset({"llama", "mistral", "qwen2", "gemma", "gemma2", "gemma3_text"})
 _GEMMA_NORMS = {"gemma": 2, "gemma2": 4, "gemma3_text": 4}
-_MAX_DIM = 2**20
-"""Largest head count, head dim, window, hidden size or state size accepted from a config."""
+_MAX_DIM = MAX_CONFIG_DIM
+"""Largest head count, head dim, hidden size or state size accepted from a config."""
 
 _LAYOUT_KEY = re.compile(
     r"layer_types|block_type|override_pattern|attn_layer|attention_layer|layer_(period|offset|indices|interval)"
@@ -63,7 +64,7 @@ _LAYOUT_KEY = re.compile(
 """Field names that, in some model family, change which layers keep a KV cache or its shape."""
 
 _NOT_LAYOUT = frozenset({"chunk_size_feed_forward", "output_hidden_states", "num_key_value_heads",
-                         "head_dim", "use_cache", "_sliding_window_pattern"})
+                         "head_dim", "use_cache"})
 """Fields matching the pattern that every reader handles or that never change the layout."""
 
 
@@ -371,20 +372,24 @@ def _short(value: object) -> str:
 # ---- the public reader ---------------------------------------------------------------------------
 
 def geometry_from_hf_config(
-    config: Mapping[str, Any], name: str | None = None, *, use_transformers: bool | None = None
+    config: Mapping[str, Any] | SupportsToDict, name: str | None = None, *, use_transformers: bool | None = None
 ) -> ModelGeometry:
-    """The model geometry described by a Hugging Face config dict (its ``text_config`` if it has one).
+    """The model geometry described by a Hugging Face config (its ``text_config`` if it has one).
 
-    ``use_transformers``: ``None`` applies the model class's defaults through transformers when
-    it is installed and knows the model type (else verikv's own table), ``True`` requires
-    transformers, ``False`` never uses it. Raises ``SizingError`` for anything it cannot size
-    exactly, naming the fields.
+    ``config``: a dict as in ``config.json``, or a ``transformers.PretrainedConfig`` (any object
+    with a ``to_dict()`` method returning such a dict). Its values are read as plain JSON
+    (``hf_defaults.plain_json``: NumPy numbers as Python numbers, a nested dict's integer keys
+    as strings) and known alias spellings are merged (``CONFIG_ALIASES``). ``use_transformers``:
+    ``None`` applies the model class's defaults through transformers when it is installed and
+    knows the model type (else verikv's own table), ``True`` requires transformers, ``False``
+    never uses it. Raises ``SizingError`` for anything it cannot size exactly, naming the fields.
     """
-    if not isinstance(config, Mapping):
-        raise SizingError(f"config must be a dict, got {type(config).__name__}")
-    if use_transformers not in (None, True, False):
-        raise SizingError(f"use_transformers must be None, True or False, got {use_transformers!r}")
-    completed = complete_config(config, use_transformers)
+    if not any(use_transformers is choice for choice in (None, True, False)):  # (no == : 0 is not False)
+        raise SizingError(f"use_transformers must be None, True or False, got {describe(use_transformers)}")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise SizingError(f"name must be a non-empty string or None, got {describe(name)}")
+    plain = _with_canonical_names(plain_json(_config_mapping(config)))
+    completed = _with_canonical_names(complete_config(plain, use_transformers))
     text = completed.get("text_config")
     cfg: Mapping[str, Any] = text if isinstance(text, Mapping) else completed
     model_type = str(cfg.get("model_type") or completed.get("model_type") or "")
@@ -397,11 +402,64 @@ def geometry_from_hf_config(
     dtype_name = cfg.get("torch_dtype") or cfg.get("dtype") or completed.get("torch_dtype") or \
         completed.get("dtype") or "bfloat16"
     dtype = get_dtype(str(dtype_name))
-    model_name = name or str(config.get("_name_or_path") or model_type or "model")
+    model_name = name or str(plain.get("_name_or_path") or model_type or "model")
     max_len = cfg.get("max_position_embeddings")
     dense = model_type in _DENSE_TYPES and not isinstance(text, Mapping)
-    weights = dense_param_count(cfg, model_type) * dtype.itemsize if dense else None
-    return ModelGeometry(model_name, layers, dtype.name, weights, max_len)
+    if not dense:
+        return ModelGeometry(model_name, layers, dtype.name, None, max_len)
+    weights = dense_param_count(cfg, model_type) * dtype.itemsize
+    return ModelGeometry(model_name, layers, dtype.name, weights, max_len, weights_source="dense estimate")
+
+
+class SupportsToDict(Protocol):
+    """A config object that gives its fields as a dict (``transformers.PretrainedConfig``)."""
+
+    def to_dict(self) -> Mapping[str, Any]: ...
+
+
+def _config_mapping(config: object) -> Mapping[str, Any]:
+    """``config`` itself if it is a mapping, else its ``to_dict()`` (transformers is never imported here)."""
+    if isinstance(config, Mapping):
+        return config
+    to_dict = getattr(type(config), "to_dict", None)
+    if not callable(to_dict):
+        raise SizingError(f"config must be a dict or a config object with to_dict() "
+                          f"(a transformers PretrainedConfig), got {type(config).__name__}")
+    try:
+        data = to_dict(config)
+    except Exception as exc:  # a third-party object failing: report it as ours
+        raise SizingError(f"{type(config).__name__}.to_dict() failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise SizingError(f"{type(config).__name__}.to_dict() returned a {type(data).__name__}, not a dict")
+    return data
+
+
+CONFIG_ALIASES: dict[str, str] = {
+    "sliding_window_size": "sliding_window",
+    "_sliding_window_pattern": "sliding_window_pattern",
+}
+"""Other spellings of a field, by the field they stand for: Gemma-2's published config states
+``sliding_window_size`` beside ``sliding_window`` (an older transformers name); transformers
+writes Gemma-3's pattern as ``_sliding_window_pattern``."""
+
+
+def _with_canonical_names(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` (and its ``text_config``) with each alias merged into its field: read when the field
+    is absent, dropped when equal, refused naming both fields when they differ."""
+    merged = dict(cfg)
+    for alias, field in CONFIG_ALIASES.items():
+        value = merged.pop(alias, None)
+        if value is None:
+            continue
+        current = merged.get(field)
+        if current is not None and (current != value or type(current) is not type(value)):
+            raise SizingError(f"config fields {alias} = {_short(value)} and {field} = {_short(current)} disagree; "
+                              f"they name the same setting")
+        merged[field] = value
+    text = merged.get("text_config")
+    if isinstance(text, dict):
+        merged["text_config"] = _with_canonical_names(text)
+    return merged
 
 
 def dense_param_count(cfg: Mapping[str, Any], model_type: str) -> int:

@@ -16,11 +16,14 @@ cannot make a config class build a list of ten million layer names.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import warnings
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from verikv.errors import SizingError
 from verikv.sizing.bounds import MAX_CONFIG_LAYERS
@@ -108,26 +111,77 @@ def transformers_available() -> bool:
     return importlib.util.find_spec("transformers") is not None
 
 
-_JSON_SCALARS = (str, int, float, bool, type(None))
+MAX_ITEMS = 2**20
+"""Most values (dict entries and list items, at any depth) in a config (published configs hold a few hundred)."""
+
+_KEY_TYPES = (str, int, float, bool, type(None))
+"""Dict keys a nested dict may have; non-string ones are read as JSON writes them (``1`` -> ``"1"``)."""
 
 
-def check_json_value(value: object, what: str = "config") -> None:
-    """Refuse anything but plain JSON data (dicts with string keys, lists, strings, numbers,
-    booleans, null) nested at most ``MAX_DEPTH`` deep; checked without recursion, so the
-    readers never meet an object whose comparisons or truth value could raise."""
-    stack: list[tuple[object, int]] = [(value, 0)]
+def plain_json(value: object, what: str = "config") -> Any:
+    """A copy of ``value`` made of plain JSON data only (dicts with ``str`` keys, lists, ``str``,
+    ``int``, ``float``, ``bool``, ``None``), so the readers never meet an object whose comparison,
+    hash or truth value could raise or change.
+
+    Accepted and converted as ``json.dumps`` would write them: tuples (as lists), subclasses of
+    the builtin types, NumPy booleans, integers and floats (as ``bool``, ``int``, ``float``: a
+    NumPy float is then a float, refused wherever an integer is read), and the ``int``, ``float``,
+    ``bool`` or ``None`` keys of a nested dict (as strings: ``id2label``'s ``{0: "LABEL_0"}``
+    reads ``{"0": "LABEL_0"}``). Refused with ``SizingError``: anything else, a top-level key that
+    is not a string, keys that collide once converted, nesting deeper than ``MAX_DEPTH`` and more
+    than ``MAX_ITEMS`` values. Walked without recursion.
+    """
+    root: list[Any] = [None]
+    stack: list[tuple[object, list[Any] | dict[str, Any], int | str, int]] = [(value, root, 0, 0)]
+    items = 0
     while stack:
-        item, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise SizingError(f"{what} is nested deeper than {MAX_DEPTH} levels")
+        item, parent, slot, depth = stack.pop()
+        items += 1
+        if depth > MAX_DEPTH or items > MAX_ITEMS:
+            raise SizingError(f"{what} is nested deeper than {MAX_DEPTH} levels" if depth > MAX_DEPTH
+                              else f"{what} holds more than {MAX_ITEMS:,} values")
         if isinstance(item, Mapping):
-            if not all(isinstance(key, str) for key in item):
-                raise SizingError(f"{what} has a non-string key")
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-        elif not isinstance(item, _JSON_SCALARS):
-            raise SizingError(f"{what} holds a {type(item).__name__}; only JSON values are read")
+            copy: dict[str, Any] = {}
+            for key, child in item.items():
+                name = _plain_key(key, what, top=depth == 0)
+                if name in copy:
+                    raise SizingError(f"{what} has two keys that both read {name!r}")
+                copy[name] = None
+                stack.append((child, copy, name, depth + 1))
+            parent[slot] = copy  # type: ignore[index]
+        elif isinstance(item, (list, tuple)):
+            seq: list[Any] = [None] * len(item)
+            stack.extend((child, seq, index, depth + 1) for index, child in enumerate(item))
+            parent[slot] = seq  # type: ignore[index]
+        else:
+            parent[slot] = _plain_scalar(item, what)  # type: ignore[index]
+    return root[0]
+
+
+def _plain_scalar(item: object, what: str) -> Any:
+    """A JSON scalar as its exact builtin type (a subclass's own methods are never called)."""
+    if item is None or type(item) in (str, int, float, bool):
+        return item
+    if isinstance(item, np.bool_):
+        return bool(item)
+    if isinstance(item, (np.integer, np.floating)):
+        return item.item()
+    if isinstance(item, str):
+        return str.__str__(item)
+    if isinstance(item, int):
+        return int.__int__(item)
+    if isinstance(item, float):
+        return float.__float__(item)
+    raise SizingError(f"{what} holds a {type(item).__name__}; only JSON values are read")
+
+
+def _plain_key(key: object, what: str, *, top: bool) -> str:
+    if isinstance(key, str):
+        return str.__str__(key)
+    if top or not isinstance(key, (*_KEY_TYPES, np.bool_, np.integer, np.floating)):
+        raise SizingError(f"{what} has a non-string key of type {type(key).__name__}"
+                          + (" at the top level (field names are strings)" if top else ""))
+    return json.dumps(_plain_scalar(key, what))  # what JSON writes: 1 -> "1", None -> "null", True -> "true"
 
 
 _PER_LAYER_FIELDS = ("layer_types", "layers_block_type", "hybrid_override_pattern", "no_rope_layers",
@@ -147,12 +201,11 @@ def _check_layer_count(cfg: Mapping[str, Any], where: str) -> None:
 
 
 def complete_config(config: Mapping[str, Any], use_transformers: bool | None) -> dict[str, Any]:
-    """``config`` with its model class's defaults applied.
+    """``config`` (plain JSON data, see ``plain_json``) with its model class's defaults applied.
 
     ``use_transformers``: ``None`` uses transformers when it is installed and knows the model
     type, ``True`` requires it, ``False`` uses the built-in defaults.
     """
-    check_json_value(config)
     text = config.get("text_config")
     _check_layer_count(config, "")
     if isinstance(text, Mapping):

@@ -1,8 +1,7 @@
 """Attention kernel families: which buffer layout each allocates and which sizes it accepts.
 
-Facts come from the kernels' own shape functions and validators as summarised in
-``reference/accelerator-sizing.md`` §1-2 (tpu-inference / ejkernel / EasyDeL for TPU, vLLM
-backends for GPU). A manager page may be a multiple of the kernel's block (vLLM maps one
+Facts come from the kernels' own shape functions and validators (tpu-inference / ejkernel /
+EasyDeL for TPU, vLLM backends for GPU). A manager page may be a multiple of the kernel's block (vLLM maps one
 manager block to several kernel blocks), so the rule kept here is "page size is a multiple of
 ``page_multiple``" plus, where a kernel fixes it, an exact list of allowed page sizes.
 """
@@ -12,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from verikv.errors import SizingError
+from verikv.errors import SizingError, describe
 
 Layout = Literal["rpa-v3", "tpu-mla", "gpu-kv-first", "gpu-page-first", "gpu-mla"]
 MIB = 2**20
@@ -110,5 +109,5 @@ def page_size_rule(page_size: Any, multiple: Any) -> tuple[tuple[str, Any], ...]
 def get_kernel(name: str) -> Kernel:
     """The kernel family called ``name``."""
     if not isinstance(name, str) or name not in KERNELS:
-        raise SizingError(f"unknown kernel {name!r}; known: {', '.join(sorted(KERNELS))}")
+        raise SizingError(f"unknown kernel {describe(name)}; known: {', '.join(sorted(KERNELS))}")
     return KERNELS[name]

@@ -20,6 +20,7 @@ How page ids map to memory depends on the platform:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -35,9 +36,9 @@ from verikv.cache_specs import (
     estimate_runtime_page_budget,
 )
 from verikv.dp_sharding import checked_int
-from verikv.errors import DoesNotFitError, KVCacheDoesNotFitError, SizingError
+from verikv.errors import DoesNotFitError, KVCacheDoesNotFitError, SizingError, describe
 from verikv.sizing.arith import INT32_MAX, align, cdiv
-from verikv.sizing.bounds import MAX_BYTES, MAX_DP, MAX_PAGE_SIZE, MAX_TP
+from verikv.sizing.bounds import MAX_BYTES, MAX_DP, MAX_NUM_SEQS, MAX_PAGE_SIZE, MAX_TP
 from verikv.sizing.budget import (
     UTILIZATION_RULES,
     device_budget,
@@ -51,9 +52,11 @@ from verikv.sizing.catalog import Accelerator, get_accelerator
 from verikv.sizing.dtypes import KVDType, get_dtype
 from verikv.sizing.geometry import AttentionLayer, Layer, MambaLayer, MLALayer, ModelGeometry
 from verikv.sizing.gpu import auto_block_size, kv_heads_per_rank
+from verikv.sizing.hf_config import SupportsToDict, geometry_from_hf_config
 from verikv.sizing.kernels import Kernel, get_kernel, page_size_rule
 from verikv.sizing.layers import PageArray, layer_arrays
 from verikv.sizing.mamba import unified_block_size
+from verikv.sizing.serving import USAGE_CONTEXTS, vllm_batch_defaults
 from verikv.sizing.tpu import auto_page_size, packing, tpu_mla_token_packing
 
 
@@ -66,7 +69,8 @@ class LayerBuffer:
     ``page_bytes`` and ``unpadded_bytes`` (the largest among the buffers merged here). The
     shapes and byte count below derive from it and the page counts: ``shape`` is the global
     shape (all TP ranks, all DP shards), ``device_shape`` what one device holds,
-    ``bytes_per_device`` one buffer on one device.
+    ``bytes_per_device`` one buffer on one device. ``label``, ``dtype``, ``page_bytes``,
+    ``unpadded_page_bytes`` and ``unpadded_bytes`` read the same facts from ``page``.
     """
 
     page: PageArray
@@ -74,6 +78,31 @@ class LayerBuffer:
     num_buffers: int
     pages_per_shard: int
     num_pages: int
+
+    @property
+    def label(self) -> str:
+        """What the buffer holds (``"kv"``, ``"latent"``, ``"conv"``, ...): ``page.label``."""
+        return self.page.label
+
+    @property
+    def dtype(self) -> str:
+        """Element type of the buffer: ``page.dtype``."""
+        return self.page.dtype
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes one page of this buffer costs on one device, padding included: ``page.page_bytes``."""
+        return self.page.page_bytes
+
+    @property
+    def unpadded_page_bytes(self) -> int:
+        """Bytes the data of one page needs on one device, without padding: ``page.unpadded_bytes``."""
+        return self.page.unpadded_bytes
+
+    @property
+    def unpadded_bytes(self) -> int:
+        """``unpadded_page_bytes`` under the name ``PageArray`` uses."""
+        return self.page.unpadded_bytes
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -88,14 +117,13 @@ class LayerBuffer:
     @property
     def bytes_per_device(self) -> int:
         """One buffer on one device."""
-        return self.pages_per_shard * self.page.page_bytes
+        return self.pages_per_shard * self.page_bytes
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON: what a reader of the plan needs, without the page description."""
-        page = self.page
-        return {"label": page.label, "layers": list(self.layers), "num_buffers": self.num_buffers,
-                "shape": list(self.shape), "device_shape": list(self.device_shape), "dtype": page.dtype,
-                "page_bytes": page.page_bytes, "unpadded_page_bytes": page.unpadded_bytes,
+        return {"label": self.label, "layers": list(self.layers), "num_buffers": self.num_buffers,
+                "shape": list(self.shape), "device_shape": list(self.device_shape), "dtype": self.dtype,
+                "page_bytes": self.page_bytes, "unpadded_page_bytes": self.unpadded_page_bytes,
                 "bytes_per_device": self.bytes_per_device}
 
 
@@ -116,7 +144,15 @@ class KVCachePlan:
     ``pages_per_shard * dp``; ``kv_bytes_per_device = pages_per_shard * page_bytes_per_device``
     never exceeds ``budget_bytes``. ``limited_by`` is ``"memory"`` or ``"int32 index"``.
     ``capacity_tokens = num_pages * page_size`` (what engines log); ``max_concurrent_requests``
-    counts requests of ``max_model_len`` that fit at once, window-aware and per DP shard.
+    counts whole requests of ``max_model_len`` that fit at once, window-aware and per DP shard;
+    ``max_concurrency`` is vLLM's "maximum concurrency" figure, one shard's pages (null page
+    included) over the pages one request needs, as a ratio.
+    ``max_num_batched_tokens`` (tokens per step; a request never has more than ``max_model_len``
+    of them live) and ``max_num_seqs`` (running requests) are the caller's or vLLM's defaults for
+    the device and ``usage_context`` (``verikv.sizing.serving``); ``assumed`` names the ones that
+    were defaults and ``defaults_rule`` says which row of vLLM's table they come from.
+    ``weights_source`` says where the weights' bytes come from: a ``ModelGeometry.weights_source``,
+    ``"given"`` (``weights_bytes``) or ``"not applied"`` (the budget was given directly).
     ``shard_ranges`` are the page ids ``[start, end)`` each DP shard owns (shard 0 owns the null page).
     ``reserved_bytes`` includes ``workspace_bytes``, the attention kernel's workspace.
     ``utilization_rule`` is ``"total"``, ``"free"`` or ``"given"`` (the budget was given as ``kv_cache_bytes``).
@@ -153,6 +189,12 @@ class KVCachePlan:
     groups: tuple[PlanGroup, ...] = field(repr=False)
     shard_ranges: tuple[tuple[int, int], ...]
     notes: tuple[str, ...]
+    max_num_seqs: int
+    max_concurrency: float
+    usage_context: str
+    assumed: tuple[str, ...]
+    defaults_rule: str
+    weights_source: str
 
     @property
     def num_devices(self) -> int:
@@ -175,6 +217,11 @@ class KVCachePlan:
         return self.num_pages - 1
 
     @property
+    def weights_estimated(self) -> bool:
+        """Whether the weights' bytes are an estimate from a dense parameter count (no checkpoint read)."""
+        return self.weights_source == "dense estimate"
+
+    @property
     def capacity_tokens(self) -> int:
         """Token slots of all pages, null page included (the figure engines log)."""
         return self.num_pages * self.page_size
@@ -191,7 +238,8 @@ class KVCachePlan:
         data = asdict(self)
         data["groups"] = [{"kind": g.kind, "layers": list(g.layers)} for g in self.groups]
         data["buffers"] = [b.to_dict() for b in self.buffers]
-        data.update(num_devices=self.num_devices, usable_pages=self.usable_pages, capacity_tokens=self.capacity_tokens)
+        data.update(num_devices=self.num_devices, usable_pages=self.usable_pages, capacity_tokens=self.capacity_tokens,
+                    weights_estimated=self.weights_estimated)
         return data
 
     def to_json(self) -> str:
@@ -200,7 +248,7 @@ class KVCachePlan:
 
 
 def plan_kv_cache(
-    model: ModelGeometry,
+    model: ModelGeometry | Mapping[str, Any] | SupportsToDict,
     device: Accelerator | str,
     *,
     tp: int = 1,
@@ -210,7 +258,8 @@ def plan_kv_cache(
     page_size: int | None = None,
     max_model_len: int | None = None,
     max_num_batched_tokens: int | None = None,
-    max_num_seqs: int = 256,
+    max_num_seqs: int | None = None,
+    usage_context: str = "serve",
     utilization: float | str = 0.9,
     utilization_of: str = "total",
     memory_bytes: int | None = None,
@@ -224,6 +273,9 @@ def plan_kv_cache(
 ) -> KVCachePlan:
     """Size the KV cache of ``model`` on ``tp * dp`` devices of type ``device``.
 
+    model: a ``ModelGeometry``, or a Hugging Face config (a ``config.json`` dict or a
+    ``transformers.PretrainedConfig``) read with ``geometry_from_hf_config``.
+
     utilization / utilization_of: the share of memory KV may use and what it is a share of,
     ``"total"`` (vLLM, tpu-inference) or ``"free"`` (EasyDeL: memory left after ``weights`` and
     ``in_use_bytes``); see ``verikv.sizing.budget``. memory_bytes: the device's bytes (default:
@@ -236,19 +288,24 @@ def plan_kv_cache(
     that excludes it). kv_cache_bytes: the KV budget per device given directly (vLLM's
     ``kv_cache_memory_bytes``): utilisation, weights, in-use, reserved and workspace bytes are
     then not applied. page_size: tokens per page (default: the kernel's
-    rule; see ``tpu.auto_page_size`` / ``gpu.auto_block_size``). max_num_seqs only steers the TPU
-    page-size choice. Raises ``SizingError`` for invalid input and ``KVCacheDoesNotFitError``
-    when not one ``max_model_len`` request fits.
+    rule; see ``tpu.auto_page_size`` / ``gpu.auto_block_size``). max_num_batched_tokens (tokens
+    per step, which sets how much of a window stays live) and max_num_seqs (running requests,
+    which steers the TPU page-size choice): default vLLM's for the device when run as
+    ``usage_context`` (``"serve"``: ``vllm serve``; ``"offline"``: the ``LLM`` class), see
+    ``verikv.sizing.serving``; the plan says which were assumed. Raises ``SizingError`` for
+    invalid input and ``KVCacheDoesNotFitError`` when not one ``max_model_len`` request fits.
     """
     if not isinstance(model, ModelGeometry):
-        raise SizingError(f"model must be a ModelGeometry, got {type(model).__name__}")
+        if not isinstance(model, Mapping) and not callable(getattr(type(model), "to_dict", None)):
+            raise SizingError(f"model must be a ModelGeometry or a Hugging Face config, got {type(model).__name__}")
+        model = geometry_from_hf_config(model)
     acc = device if isinstance(device, Accelerator) else get_accelerator(device)
     tp, dp = _resolve_parallelism(tp, dp, num_devices)
     kern = _resolve_kernel(model, acc, kernel)
     dtype = _resolve_kv_dtype(model, acc, kern, kv_dtype)
     mml = _resolve_max_model_len(model, max_model_len)
-    mnbt = _resolve_max_num_batched_tokens(max_num_batched_tokens, mml)
-    seqs = checked_int(max_num_seqs, "max_num_seqs", minimum=1, maximum=2**16, error=SizingError)
+    batch = _resolve_batch_limits(acc, usage_context, max_num_batched_tokens, max_num_seqs)
+    mnbt, seqs = batch.max_num_batched_tokens, batch.max_num_seqs
     memory = _resolve_memory_inputs(
         model, acc, kern, tp, dp, utilization=utilization, utilization_of=utilization_of,
         memory_bytes=memory_bytes, weights_bytes=weights_bytes, weights_shards=weights_shards,
@@ -283,7 +340,11 @@ def plan_kv_cache(
         max_num_batched_tokens=mnbt, pages_per_request=estimate.pages_per_request,
         max_concurrent_requests=estimate.max_num_seqs, buffers=_buffers(layout.arrays, layout.buffers, per_shard,
                                                                        num_pages),
-        groups=plan_groups, shard_ranges=tuple(shard_range(s, per_shard) for s in range(dp)), notes=tuple(notes),
+        groups=plan_groups, shard_ranges=tuple(shard_range(s, per_shard) for s in range(dp)),
+        notes=tuple(notes + _batch_notes(batch, estimate.max_num_seqs, mml) + _weights_notes(memory)),
+        max_num_seqs=seqs, max_concurrency=per_shard / estimate.pages_per_request, usage_context=usage_context,
+        assumed=batch.assumed, defaults_rule=batch.rule if batch.assumed else "",
+        weights_source=memory.weights_source,
     )
 
 
@@ -300,6 +361,7 @@ class _MemoryInputs:
     memory: int
     memory_source: str
     weights_per_device: int
+    weights_source: str
     in_use: int
     reserved_total: int
     workspace: int
@@ -330,12 +392,55 @@ def _resolve_parallelism(tp: int, dp: int, num_devices: int | None) -> tuple[int
     return tp, dp
 
 
-def _resolve_max_num_batched_tokens(max_num_batched_tokens: int | None, mml: int) -> int:
-    """The tokens of one step, at most ``max_model_len`` (its default)."""
+@dataclass(frozen=True)
+class _BatchLimits:
+    """The step budget and running-request cap a plan assumes, which of them are vLLM's
+    defaults (``assumed``) and the row of vLLM's table those come from."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    assumed: tuple[str, ...]
+    rule: str
+
+
+def _resolve_batch_limits(acc: Accelerator, usage_context: str, max_num_batched_tokens: int | None,
+                          max_num_seqs: int | None) -> _BatchLimits:
+    """The caller's limits, validated, with vLLM's defaults for the device filling the missing ones
+    (its sequence cap at most the batched-token budget, as vLLM lowers it)."""
+    if not isinstance(usage_context, str) or usage_context not in USAGE_CONTEXTS:
+        raise SizingError(f"usage_context must be one of {USAGE_CONTEXTS}, got {describe(usage_context)}")
+    defaults = vllm_batch_defaults(acc, usage_context)
+    assumed: list[str] = []
     if max_num_batched_tokens is None:
-        return mml
-    return min(checked_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1, maximum=INT32_MAX,
-                           error=SizingError), mml)
+        tokens = defaults.max_num_batched_tokens
+        assumed.append("max_num_batched_tokens")
+    else:
+        tokens = checked_int(max_num_batched_tokens, "max_num_batched_tokens", minimum=1, maximum=INT32_MAX,
+                             error=SizingError)
+    if max_num_seqs is None:
+        seqs = min(defaults.max_num_seqs, tokens)
+        assumed.append("max_num_seqs")
+    else:
+        seqs = checked_int(max_num_seqs, "max_num_seqs", minimum=1, maximum=MAX_NUM_SEQS, error=SizingError)
+    return _BatchLimits(tokens, seqs, tuple(assumed), defaults.rule)
+
+
+def _batch_notes(batch: _BatchLimits, whole_requests: int, mml: int) -> list[str]:
+    """What the plan assumed about the batch, and when the scheduler's cap binds before the cache."""
+    notes = []
+    if batch.assumed:
+        notes.append(f"{' and '.join(batch.assumed)} not given: assumed {batch.rule}")
+    if whole_requests > batch.max_num_seqs:
+        notes.append(f"the cache holds {whole_requests:,} requests of {mml:,} tokens but the scheduler runs at most "
+                     f"max_num_seqs = {batch.max_num_seqs:,} at once")
+    return notes
+
+
+def _weights_notes(memory: _MemoryInputs) -> list[str]:
+    if memory.weights_source != "dense estimate":
+        return []
+    return ["weights estimated from a dense parameter count of the config (no checkpoint weights were read); "
+            "give weights_bytes (--weights-bytes) or a folder with the checkpoint's safetensors for the real size"]
 
 
 def _resolve_memory_inputs(
@@ -352,10 +457,10 @@ def _resolve_memory_inputs(
     workspace = kern.workspace_bytes if workspace_bytes is None else _bytes_arg(workspace_bytes, "workspace_bytes")
     given_budget = None if kv_cache_bytes is None else _bytes_arg(kv_cache_bytes, "kv_cache_bytes", minimum=1)
     memory, memory_source = _resolve_memory(acc, memory_bytes)
-    weights = _resolve_weights(model, weights_bytes, required=given_budget is None)
+    weights, weights_source = _resolve_weights(model, weights_bytes, required=given_budget is None)
     shards = tp if weights_shards is None else checked_int(
         weights_shards, "weights_shards", minimum=1, maximum=tp * dp, error=SizingError)
-    return _MemoryInputs(util, utilization_of, memory, memory_source, cdiv(weights, shards), in_use,
+    return _MemoryInputs(util, utilization_of, memory, memory_source, cdiv(weights, shards), weights_source, in_use,
                          reserved + workspace, workspace, given_budget)
 
 
@@ -400,14 +505,15 @@ def _resolve_memory(acc: Accelerator, memory_bytes: int | None) -> tuple[int, st
     return _bytes_arg(memory_bytes, "memory_bytes", minimum=1), "given by the caller"
 
 
-def _resolve_weights(model: ModelGeometry, weights_bytes: int | None, required: bool) -> int:
+def _resolve_weights(model: ModelGeometry, weights_bytes: int | None, required: bool) -> tuple[int, str]:
+    """The weights' bytes and where they come from (``weights_source`` of the plan)."""
     if weights_bytes is not None:
-        return _bytes_arg(weights_bytes, "weights_bytes")
-    if model.weights_bytes is not None:
-        return model.weights_bytes
-    if required:
+        return _bytes_arg(weights_bytes, "weights_bytes"), "given"
+    if not required:
+        return 0, "not applied"
+    if model.weights_bytes is None:
         raise SizingError(f"weights_bytes is required: {model.name} does not state the size of its weights")
-    return 0
+    return model.weights_bytes, model.weights_source
 
 
 def _resolve_page_size(model: ModelGeometry, kern: Kernel, dtype: KVDType, tp: int, mml: int, seqs: int,

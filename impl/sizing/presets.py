@@ -1,15 +1,16 @@
 """Built-in models, given as the relevant keys of their Hugging Face ``config.json``.
 
 Each preset goes through the same reader as a user's config (``hf_config``), so presets and
-configs cannot disagree. Shapes are the published configs' (reference/accelerator-sizing.md
-§4). Where a preset states something the config does not, the ``_verikv_*`` keys say so:
-DeepSeek-V3's weights are taken as 6.71e11 B (1 B per parameter in fp8, the MTP layer and bf16
-norms ignored), and the Bamba-style hybrid's attention layer positions, size and context are
-assumptions of the reference's worked example, not a checkpoint's values.
+configs cannot disagree. Shapes are the published configs'. Where a preset states something
+the config does not, the ``_verikv_*`` keys say so: DeepSeek-V3's weights are taken as 6.71e11
+B (1 B per parameter in fp8, the MTP layer and bf16 norms ignored), and the Bamba-style
+hybrid's attention layer positions, size and context are assumptions of a worked example, not
+a checkpoint's values.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from verikv.errors import SizingError
@@ -78,6 +79,8 @@ def get_preset(name: str) -> ModelGeometry:
         raise SizingError(f"unknown model preset {name[:80]!r}; known: {', '.join(PRESETS)}")
     config = PRESETS[key]
     geometry = geometry_from_hf_config(config, name=key, use_transformers=False)  # presets state every field
-    weights = config.get("_verikv_weights_bytes", geometry.weights_bytes)
     max_len = config.get("_verikv_max_model_len", geometry.max_model_len)
-    return ModelGeometry(geometry.name, geometry.layers, geometry.dtype, weights, max_len)
+    if "_verikv_weights_bytes" in config:
+        return replace(geometry, weights_bytes=config["_verikv_weights_bytes"], max_model_len=max_len,
+                       weights_source="stated")
+    return replace(geometry, max_model_len=max_len)

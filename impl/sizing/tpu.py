@@ -55,7 +55,7 @@ def rpa_v3_alignment(
 ) -> tuple[tuple[str, Any], ...]:
     """The conditions RPA v3 puts on a buffer shape, as ``(description, condition)`` pairs.
 
-    These restate the kernel's validator (reference §1.1): packing axis = 32 // bits, page size
+    These restate the kernel's validator: packing axis = 32 // bits, page size
     a multiple of the packing, lanes a multiple of 128 covering the head dim (both K and V for
     head dim 64), and enough combined rows for every K and V head.
     """
@@ -102,7 +102,7 @@ def buffer_bytes(shape: tuple[SymInt, ...], bits: SymInt) -> SymInt:
     """Bytes of a dense buffer of ``shape`` whose elements are ``bits`` wide (8, 16 or 32): no hidden padding.
 
     The TPU layouts above already carry their padding in the shape (checked against a real
-    v5e log, reference §4.4), so the product is what is allocated.
+    v5e log), so the product is what is allocated.
     """
     return prod(shape) * fdiv(bits, 8)
 

@@ -1,6 +1,7 @@
 """Human-readable counts and byte sizes on the command line (``32k`` tokens, ``80GiB``).
 
-Counts (``--max-model-len``, ``--max-num-batched-tokens``) follow vLLM's ``human_readable_int``:
+Counts (``--max-model-len``, ``--max-num-batched-tokens``, ``--max-num-seqs``, ``--tp``,
+``--dp``, ``--page-size``, ``--weights-shards``) follow vLLM's ``human_readable_int``:
 a lowercase suffix is decimal (``k`` 10^3, ``m`` 10^6, ``g`` 10^9, ``t`` 10^12; ``32k`` is
 32,000, ``25.6k`` is 25,600), an uppercase one binary (``K`` 2^10, ``M`` 2^20, ``G`` 2^30,
 ``T`` 2^40; ``32K`` is 32,768) and takes no decimals.
@@ -11,7 +12,10 @@ Byte sizes (``--memory-bytes`` and the other ``*-bytes`` options) accept the sam
 
 A value must come out as a whole number (``1.5GiB`` is fine, ``1.0001k`` is refused, never
 truncated), and the text is at most ``MAX_CHARS`` characters with at most 20 digits on each
-side of the point, so parsing is instant whatever is typed.
+side of the point, so parsing is instant whatever is typed. The text is exactly that: ASCII
+digits ``0-9``, an optional ``.`` and digits, an optional unit, with no sign, no spaces, no
+underscores and no other script's digits (``int()`` accepts ``" 1_2 "``, ``"١٢"`` and
+``"１２"``; these are refused).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ _BYTE_UNITS = {
     "B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
     "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
 }
-_NUMBER = re.compile(r"\s*(\d{1,20}(?:\.\d{1,20})?)\s*([A-Za-z]{0,3})\s*")
+_NUMBER = re.compile(r"([0-9]{1,20}(?:\.[0-9]{1,20})?)([A-Za-z]{0,3})", re.ASCII)
 
 
 class UnitError(SizingError):
