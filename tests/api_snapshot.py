@@ -234,6 +234,7 @@ def _declared_attributes(owner: type) -> dict[str, str]:
     if owner.__module__ == "builtins":
         return {}
     annotations = inspect.get_annotations(owner)
+    # Field[...] / ReadOnly[...] annotate properties (verikv.typed_property), not instance attributes
     fields = [name for name, annotation in annotations.items() if not _annotation_text(annotation).startswith(
         ("ClassVar", "Field[", "ReadOnly["))]
     names = [*_own_slots(owner), *fields, *sorted(_self_assignments(owner))]
@@ -343,6 +344,11 @@ def _value_text(value: Any) -> str:
         return f"{type(value).__name__}({{{items}}})" if items else f"{type(value).__name__}()"
     if isinstance(value, tuple) and len(value) <= 8 and all(isinstance(item, _SIMPLE_VALUES) for item in value):
         return repr(value)
+    return _named_value_text(value)
+
+
+def _named_value_text(value: Any) -> str:
+    """A class, type alias or function by its name; any other object by its type's."""
     if inspect.isclass(value):
         return _type_name(value)
     if isinstance(value, types.UnionType | types.GenericAlias) or typing.get_origin(value) is not None:

@@ -143,3 +143,17 @@ def test_the_api_snapshot_marks_deprecated_names() -> None:
     assert [line for line in lines if line.startswith(f"{path}.dtype:")] == [
         f"{path}.dtype: deprecated attribute: Buffer.dtype is deprecated since verikv 0.2.0 and will be removed in "
         "0.3.0; use Buffer.page.dtype"]
+
+
+def test_the_api_snapshot_lists_a_module_s_deprecated_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = types.ModuleType("verikv_demo_snapshot")
+    module.__all__ = []  # type: ignore[attr-defined]
+    module.__getattr__ = renamed_module_names(  # type: ignore[method-assign]
+        "verikv_demo_snapshot", {"plan": "verikv.sizing.plan_kv_cache"}, since="0.2.0")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    surface = Surface()
+    surface.add_module(module.__name__)
+    assert surface.finish() == [
+        "verikv_demo_snapshot: module",
+        "verikv_demo_snapshot.plan: deprecated name: verikv_demo_snapshot.plan is deprecated since verikv 0.2.0 "
+        "and will be removed in 0.3.0; use verikv.sizing.plan_kv_cache"]
