@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from verikv.hashing import PageKey
 from verikv.single_type_managers import MambaManager, SingleTypeCacheManager
 
+__all__ = ["EAGLE_RULES", "VllmEagleLookup"]
+
 EAGLE_RULES: tuple[str, ...] = ("drop-once", "vllm")
 """``CacheManager(eagle_rule=...)``: ``"drop-once"`` (the default: the common hit's fixed point,
 recomputed once from one largest page fewer) or ``"vllm"`` (vLLM 0.33's rule, `VllmEagleLookup`).
