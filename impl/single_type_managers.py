@@ -444,36 +444,23 @@ class SlidingWindowManager(SingleTypeCacheManager):
                      shard: int | None, dp: int | None) -> tuple[list[int], ...]:
         """Rightmost run of `pages_for_hit` consecutive hits (earlier pages become null
         placeholders); if no such run exists, the run of hits starting at page 0."""
-        need = self.pages_for_hit
-        stride = self._stride
-        result = tuple([NULL_PAGE] * n for _ in group_ids)
-        run = 0
-        for i in range(n - 1, -1, -1):
-            found = self._joint_hit(keys[(i + 1) * stride - 1], group_ids, shard, dp)
-            if found is None:
-                run = 0
-                continue
-            for lst, page in zip(result, found):
-                lst[i] = page
-            run += 1
-            if run >= need:
-                for lst in result:
-                    del lst[i + run :]
-                return result
-        for lst in result:
-            del lst[run:]
-        return result
+        return self._rightmost_run(keys, n, group_ids, self.pages_for_hit, 1, False, shard, dp)
 
     def find_vllm_eagle_hit(self, keys: Sequence[PageKey], max_length: int, group_ids: Sequence[int], unit: int,
                             drop: bool, shard: int | None = None, dp: int | None = None) -> tuple[list[int], ...]:
-        """vLLM 0.33's sliding-window lookup: scanning from the right, the first run of the
-        pages covering the window (plus the page dropped, when ``drop``) whose end, after the
-        drop, is a multiple of ``unit`` tokens; earlier pages become null placeholders. With no
-        such run, the run of hits from page 0 that the scan counted, cut to whole units, one page
-        fewer when ``drop`` and cut again (`verikv.spec.hit_rules.vllm_group_rule`)."""
-        n = self._max_hit_pages(keys, max_length, group_ids)
-        per = unit // self.page_size
-        need = self.pages_for_hit + drop
+        """vLLM 0.33's sliding-window lookup: the rightmost run of the pages covering the window
+        (plus the page dropped, when ``drop``) whose end, after the drop, is a multiple of
+        ``unit`` tokens (`verikv.spec.hit_rules.vllm_group_rule`)."""
+        return self._rightmost_run(keys, self._max_hit_pages(keys, max_length, group_ids), group_ids,
+                                   self.pages_for_hit + drop, unit // self.page_size, drop, shard, dp)
+
+    def _rightmost_run(self, keys: Sequence[PageKey], n: int, group_ids: Sequence[int], need: int, per: int,
+                       drop: bool, shard: int | None, dp: int | None) -> tuple[list[int], ...]:
+        """Scanning the first ``n`` pages from the right, the first run of ``need`` hits whose end
+        less the dropped page (one when ``drop``) is a multiple of ``per`` pages, that page
+        dropped; earlier pages become null placeholders. With no such run, the run from page 0
+        the scan counted, cut to a multiple of ``per``, one page fewer when ``drop`` and cut
+        again."""
         stride = self._stride
         result = tuple([NULL_PAGE] * n for _ in group_ids)
         run = 0
