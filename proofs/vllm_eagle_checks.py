@@ -31,12 +31,13 @@ lookup: for a full group whose page is the hit unit beside a sliding group, ever
 cached pages, ``max_length`` and peek limit, the hit and the sliding group's span are the same
 with those pages uncached (the geometries of `verikv.proofs.sliding_skip`).
 
-``lookup.eagle-vllm(full+sliding)/INV-HIT-SHAPE`` (Z3, unbounded): for every page size of a
-full and a sliding group dividing the hit unit, window, ``max_length``, peek limit and pattern
-of cached pages, the full group's answer with peek and drop is at most ``max_length`` and a
-multiple of the unit, and the sliding group's answer at that candidate (with peek and drop)
-is at most the candidate and a multiple of the unit: one pass of vLLM's rule on the common
-layout keeps the hit's shape (every later pass only lowers it).
+``lookup.eagle-vllm(full+sliding)/INV-HIT-SHAPE`` (Z3, unbounded): counted in each group's
+pages, for every length, window, peek limit and pattern of cached pages, a full group's answer
+with peek and drop is at most the length, and a sliding group's answer at a candidate (with
+peek and drop) is at most the candidate: although a group reads one page past the candidate,
+its answer never exceeds it, so one pass of vLLM's rule on the common layout stays within
+``max_length`` (every later pass only lowers it). That answers land on whole hit units is the
+exhaustive check's part.
 """
 
 from __future__ import annotations
@@ -235,43 +236,56 @@ def _skip_loses_no_hit() -> Outcome:
     return Outcome("passed", f"{cases} cases agree ({time.perf_counter() - start:.1f} s)")
 
 
-# --- Z3: a group's answer with peek and drop keeps the hit's shape ------------------------------
+# --- Z3: a group's answer with peek and drop stays within the candidate ---------------------------
+
+def _round_down(tag: str) -> tuple[z3.FuncDeclRef, z3.BoolRef]:
+    """Rounding a page count down to whole hit units, as an uninterpreted function with the one
+    property the bound uses (for ``x >= 0``: ``0 <= R(x) <= x``); that it lands on whole units
+    is checked exhaustively (``hit-rules:eagle-vllm``)."""
+    rounded = z3.Function(f"{tag}.round_down", z3.IntSort(), z3.IntSort())
+    x = z3.Int(f"{tag}.x")
+    return rounded, z3.ForAll([x], z3.Implies(x >= 0, z3.And(0 <= rounded(x), rounded(x) <= x)),
+                               patterns=[rounded(x)])
+
 
 def _vllm_full(faults: Faults) -> tuple[dict[str, z3.BoolRef], z3.BoolRef, dict[str, z3.BoolRef], tuple[Any, ...]]:
-    """Full attention, counted in its pages (``per`` pages to the unit), asked with peek and drop
-    at a length of ``m`` whole pages plus less than a page: the run of hits within ``min(m + 1,
-    peek)`` pages, one page fewer, rounded down to whole units (fault ``eagle-vllm-peek-kept``:
-    the peeked page is kept). It is at most ``m`` pages (so at most the length) and whole units."""
-    m, per, peek = z3.Ints("full.m full.per full.peek")
+    """Full attention, counted in its pages, asked with peek and drop at a length of ``m`` whole
+    pages plus less than a page: the run of hits within ``min(m + 1, peek)`` pages, one page
+    fewer, rounded down to whole units (fault ``eagle-vllm-peek-kept``: the peeked page is
+    kept). It is at most ``m`` pages, so at most the length."""
+    m, peek = z3.Ints("full.m full.peek")
+    rounded, rounding = _round_down("full")
     end, defs = _prefix_run(z3.IntVal(0), z3.If(m + 1 <= peek, m + 1, peek), "full")
     kept = end if "eagle-vllm-peek-kept" in faults else z3.If(end > 0, end - 1, 0)
-    pages = kept / per * per
-    hyp = z3.And(m >= 0, per >= 1, peek >= 0, defs)
-    goals = {"full-within-length": z3.And(0 <= pages, pages <= m), "full-whole-units": pages % per == 0}
+    pages = rounded(kept)
+    hyp = z3.And(m >= 0, peek >= 0, defs, rounding)
+    goals = {"full-within-length": z3.And(0 <= pages, pages <= m)}
     branches = {"full-peeks-past-length": z3.And(end == m + 1, pages == m, m > 0)}
-    return goals, hyp, branches, (m, per, peek, end, pages)
+    return goals, hyp, branches, (m, peek, end, pages)
 
 
 def _vllm_sliding(faults: Faults) -> tuple[dict[str, z3.BoolRef], z3.BoolRef, dict[str, z3.BoolRef], tuple[Any, ...]]:
     """A sliding window, counted in its pages, asked with peek and drop at a candidate of ``c``
-    pages, whole units (`vllm_group_rule`): a run of ``need`` hits (the window's pages and the
-    dropped one) ending at ``e <= min(c + 1, peek)`` with ``e - 1`` whole units gives ``e - 1``
-    pages; otherwise a count ``f`` of whole units within the limit (the run from page 0, cut),
-    one page fewer, cut again. It is at most ``c`` pages and whole units."""
-    c, per, peek, need, e, f = z3.Ints("sliding.c sliding.per sliding.peek sliding.need sliding.e sliding.f")
+    pages (`vllm_group_rule`): a run of ``need`` hits (the window's pages and the dropped one)
+    ending at ``e <= min(c + 1, peek)`` whose end less one page is whole units gives ``e - 1``
+    pages; otherwise a count ``f`` within the limit (the run from page 0 the scan counted, cut
+    to whole units), one page fewer, rounded down again. It is at most ``c`` pages."""
+    c, peek, need, e, f = z3.Ints("sliding.c sliding.peek sliding.need sliding.e sliding.f")
     found = z3.Bool("sliding.found")
+    whole_units = z3.Function("sliding.whole_units", z3.IntSort(), z3.BoolSort())
+    rounded, rounding = _round_down("sliding")
     limit = z3.If(c + 1 <= peek, c + 1, peek)
     i = z3.Int("sliding.i")
     hits = z3.ForAll([i], z3.Implies(z3.And(e - need <= i, i < e), HIT2[i]), patterns=[HIT2[i]])
     kept = e if "eagle-vllm-peek-kept" in faults else e - 1
-    pages = z3.If(found, kept, z3.If(f > 0, (f - 1) / per * per, 0))
-    hyp = z3.And(c >= 0, per >= 1, c % per == 0, peek >= 0, need >= 2,
-                 z3.Implies(found, z3.And(need <= e, e <= limit, (e - 1) % per == 0, hits)),
-                 0 <= f, f <= limit, f % per == 0)
-    goals = {"sliding-within-candidate": z3.And(0 <= pages, pages <= c), "sliding-whole-units": pages % per == 0}
+    pages = z3.If(found, kept, z3.If(f > 0, rounded(f - 1), 0))
+    hyp = z3.And(c >= 0, peek >= 0, need >= 2, rounding,
+                 z3.Implies(found, z3.And(need <= e, e <= limit, whole_units(e - 1), hits)),
+                 0 <= f, f <= limit)
+    goals = {"sliding-within-candidate": z3.And(0 <= pages, pages <= c)}
     branches = {"sliding-window-found": z3.And(found, pages == c, c > 0),
                 "sliding-fallback": z3.And(z3.Not(found), pages > 0)}
-    return goals, hyp, branches, (c, per, peek, need, found, e, f, pages)
+    return goals, hyp, branches, (c, peek, need, found, e, f, pages)
 
 
 HIT2 = z3.Array("hit_sliding", z3.IntSort(), z3.BoolSort())
@@ -279,9 +293,9 @@ HIT2 = z3.Array("hit_sliding", z3.IntSort(), z3.BoolSort())
 
 
 def _vllm_shape(faults: Faults) -> Encoded:
-    """Both groups' answers (independent: each holds for any candidate of its kind). A full
-    answer is whole units, so the sliding group is asked at whole units; every later pass asks
-    at a lower candidate, so by induction the hit is at most ``max_length`` and whole units."""
+    """Both groups' answers (independent: each holds for any candidate). The sliding group is
+    asked at the full group's answer; every later pass asks at a lower candidate, so by
+    induction the hit is at most ``max_length``."""
     full_goals, full_hyp, full_branches, full_shown = _vllm_full(faults)
     sliding_goals, sliding_hyp, sliding_branches, sliding_shown = _vllm_sliding(faults)
     goals = list({**full_goals, **sliding_goals}.items())
@@ -290,7 +304,7 @@ def _vllm_shape(faults: Faults) -> Encoded:
 
 
 THEOREM = LayoutTheorem("lookup.eagle-vllm(full+sliding)", "INV-HIT-SHAPE",
-                        "every hit unit (in pages), length, window run, peek limit and pattern of cached pages",
+                        "every length, window run, peek limit, rounding to units and pattern of cached pages",
                         _vllm_shape, {"eagle-vllm-peek-kept": "the page peeked past the candidate is kept"})
 
 
