@@ -22,8 +22,10 @@ Three modes (`ConformanceConfig.mode`):
 
 Known departures are declared by name (`ConformanceConfig.waivers`, see
 `manager_machine.WAIVERS`), request features an engine lacks are switched off
-(``features``), and the pool alone can be checked through an engine's manager with
-`check_pool_conformance` (a double free is a pool-level bug).
+(``features``), the policies a manager follows are claimed (``free_order``, ``eagle_rule``:
+vLLM 0.33's EAGLE lookup is one of the rules the spec states), and the pool alone can be
+checked through an engine's manager with `check_pool_conformance` (a double free is a
+pool-level bug).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ except ModuleNotFoundError as missing:  # pragma: no cover - exercised in a subp
     raise missing_testing_extra(missing) from missing
 
 from verikv.errors import InvalidArgumentError
+from verikv.spec.hit_rules import EAGLE_RULES, EagleRule
 from verikv.spec.pool import FREE_ORDERS, FreeOrder
 from verikv.testing import live
 from verikv.testing.adapter import (
@@ -101,7 +104,12 @@ class ConformanceConfig:
     implementation follows. Layouts with the default policy ``"esurge"`` run with it, and
     layouts built for another policy run only if it is the one claimed. ``None`` means the
     implementation supports both, and each layout runs with its own policy (the factory
-    reads it from ``config.free_order``). ``mode``: ``"white-box"`` (needs `WhiteBoxAdapter`),
+    reads it from ``config.free_order``). ``eagle_rule``: the EAGLE lookup rule the
+    implementation follows (`verikv.spec.hit_rules.EAGLE_RULES`: ``"drop-once"``, verikv's
+    default, or ``"vllm"``, vLLM 0.33's), chosen the same way: EAGLE layouts with the default
+    rule run with the claimed one, a layout built for ``"vllm"`` only when it is claimed (or
+    None: both); a white-box view reports its rule as ``eagle_rule`` (absent: ``"drop-once"``).
+    ``mode``: ``"white-box"`` (needs `WhiteBoxAdapter`),
     ``"black-box"`` or ``"policy-free"``. ``checks``: the names to enforce (default: all of
     `CHECK_NAMES`). ``waivers``: known departures by name (`WAIVERS`), each lifting one check
     in one scope. ``features``: request features the engine has (`FEATURES`: salt, LoRA,
@@ -119,6 +127,7 @@ class ConformanceConfig:
     layouts: tuple[str | Layout, ...] | None = None
     skip_layouts: tuple[str, ...] = ()
     free_order: FreeOrder | None = "esurge"
+    eagle_rule: EagleRule | None = "drop-once"
     mode: Mode = "white-box"
     checks: frozenset[str] | None = None
     waivers: frozenset[str] = frozenset()
@@ -135,6 +144,8 @@ class ConformanceConfig:
         if self.free_order is not None and (not isinstance(self.free_order, str) or self.free_order not in FREE_ORDERS):
             raise InvalidArgumentError(f"free_order must be one of {sorted(FREE_ORDERS)} or None, "
                                        f"got {shown(self.free_order)}")
+        if self.eagle_rule is not None and (not isinstance(self.eagle_rule, str) or self.eagle_rule not in EAGLE_RULES):
+            raise InvalidArgumentError(f"eagle_rule must be one of {EAGLE_RULES} or None, got {shown(self.eagle_rule)}")
         if not isinstance(self.mode, str) or self.mode not in MODES:
             raise InvalidArgumentError(f"mode must be one of {MODES}, got {shown(self.mode)}")
         self._normalize_collections()
@@ -167,8 +178,8 @@ class ConformanceConfig:
             known_layout(name)
         for layout in self.layouts or ():
             if self.resolve(layout) is None:
-                raise InvalidArgumentError(f"layout {shown(layout)} tests a free-order policy other than "
-                                           f"the claimed {self.free_order!r}")
+                raise InvalidArgumentError(f"layout {shown(layout)} tests a free-order policy or EAGLE rule other "
+                                           f"than the claimed {self.free_order!r}, {self.eagle_rule!r}")
 
     def _check_budget(self) -> None:
         """The example budget and the seed are exact ints (None: Hypothesis' own); the shrink
@@ -201,15 +212,17 @@ class ConformanceConfig:
                                        f"(hypothesis.settings.register_profile registers one)") from None
 
     def resolve(self, layout: str | Layout) -> Layout | None:
-        """The layout as it runs under the claimed policy, or None when it does not apply;
+        """The layout as it runs under the claimed policies, or None when it does not apply;
         `InvalidArgumentError` for a name that is not a layout."""
         found = layout if isinstance(layout, Layout) else LAYOUTS[known_layout(layout)]
-        own = found.config.free_order
-        if self.free_order is None or own == self.free_order:
-            return found
-        if own != "esurge":
+        config = found.config
+        order = _claimed(config.free_order, self.free_order, "esurge")
+        rule = _claimed(config.eagle_rule, self.eagle_rule, "drop-once") if config.use_eagle else config.eagle_rule
+        if order is None or rule is None:
             return None
-        return replace(found, config=replace(found.config, free_order=self.free_order))
+        if (order, rule) == (config.free_order, config.eagle_rule):
+            return found
+        return replace(found, config=replace(config, free_order=order, eagle_rule=rule))
 
     def resolved_layouts(self) -> list[Layout]:
         """The layouts to run, each with its free-order policy."""
@@ -248,6 +261,14 @@ def known_layout(name: Any) -> str:
         raise InvalidArgumentError(f"unknown layout {shown(name)}: a name of verikv.testing.manager_machine.LAYOUTS "
                                    f"({', '.join(LAYOUTS)}) or a Layout")
     return name
+
+
+def _claimed(own: Any, claimed: Any, default: Any) -> Any:
+    """The value of a layout's policy under a claim: its own when the claim is None (both) or
+    the same; the claimed one when the layout has the default; else None (it does not apply)."""
+    if claimed is None or own == claimed:
+        return own
+    return claimed if own == default else None
 
 
 class ConformanceError(AssertionError):
@@ -463,8 +484,8 @@ def _check_layout(adapter_factory: AdapterFactory, layout: str | Layout, config:
     __tracebackhide__ = True
     chosen = config.resolve(layout)
     if chosen is None:
-        raise InvalidArgumentError(f"layout {shown(layout)} tests a free-order policy the implementation does not "
-                                   f"claim")
+        raise InvalidArgumentError(f"layout {shown(layout)} tests a free-order policy or EAGLE rule the "
+                                   f"implementation does not claim")
     _check_adapter(adapter_factory, chosen, config.mode)
     factory = machine_factory(chosen, adapter_factory, config.machine_options(), machine)
     _run(factory, chosen.name, config, ConformanceFailure, lambda failure: failure.names, budget)
