@@ -20,6 +20,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from verikv.errors import InvalidArgumentError
 from verikv.spec.manager import RequestView
 from verikv.testing import live
+from verikv.testing._transcript import RecordedAdapter
 from verikv.testing.conformance import (
     CacheManagerAdapter,
     ConformanceConfig,
@@ -28,7 +29,6 @@ from verikv.testing.conformance import (
     conformance_test,
 )
 from verikv.testing.manager_machine import LAYOUTS, MachineOptions, ManagerMachine, Mode, machine_factory
-from verikv.testing.transcript import RecordedAdapter
 
 HERE = Path(__file__).resolve().parent
 DOC = HERE.parent / "docs" / "model-testing.md"

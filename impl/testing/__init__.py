@@ -7,7 +7,7 @@ state machines and the conformance harness need Hypothesis, and say so when it i
 INSTALL_HINT = "pip install 'verikv[testing]'"
 
 
-def missing_testing_extra(error: ModuleNotFoundError) -> ModuleNotFoundError:
+def _missing_extra(error: ModuleNotFoundError) -> ModuleNotFoundError:
     """The error to raise when importing Hypothesis failed with ``error``: it names the extra."""
     package = (error.name or "hypothesis").split(".")[0]
     return ModuleNotFoundError(f"verikv.testing needs Hypothesis ({package} is missing): {INSTALL_HINT}",

@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from verikv.testing import missing_testing_extra
+from verikv.testing import _missing_extra
 
 try:
     import hypothesis.core
@@ -51,12 +51,13 @@ try:
     from hypothesis.reporting import with_reporter
     from hypothesis.stateful import run_state_machine_as_test
 except ModuleNotFoundError as missing:  # pragma: no cover - exercised in a subprocess
-    raise missing_testing_extra(missing) from missing
+    raise _missing_extra(missing) from missing
 
 from verikv.errors import InvalidArgumentError
 from verikv.spec.hit_rules import EAGLE_RULES, EagleRule
 from verikv.spec.pool import FREE_ORDERS, FreeOrder
 from verikv.testing import live
+from verikv.testing._answers import shown
 from verikv.testing.adapter import (
     AdapterFactory,
     CacheManagerAdapter,
@@ -65,7 +66,6 @@ from verikv.testing.adapter import (
     WhiteBoxAdapter,
     build_cache_manager,
 )
-from verikv.testing.answers import shown
 from verikv.testing.manager_machine import (
     CHECK_NAMES,
     FEATURES,
@@ -273,8 +273,8 @@ def _claimed(own: Any, claimed: Any, default: Any) -> Any:
 
 class ConformanceError(AssertionError):
     """A manager departed from the spec. ``names``: the failed checks; ``details``: one line
-    per failure; ``calls``: the calls made to the adapter in the reported run (readable lines,
-    `verikv.testing.transcript`; empty for the pool machine); ``steps``: the same run as
+    per failure; ``calls``: the calls made to the adapter in the reported run (readable lines;
+    empty for the pool machine); ``steps``: the same run as
     Hypothesis' rule sequence (Python lines, as Hypothesis prints them); ``seed``: replays the
     run with ``ConformanceConfig(seed=...)``; ``shrinking``: how the reported run was obtained
     (shrunk, or why not)."""

@@ -37,18 +37,20 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, NamedTuple
 
-from verikv.testing import missing_testing_extra
+from verikv.testing import _missing_extra
 
 try:
     from hypothesis import HealthCheck, Phase, settings, strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 except ModuleNotFoundError as missing:  # pragma: no cover - exercised in a subprocess
-    raise missing_testing_extra(missing) from missing
+    raise _missing_extra(missing) from missing
 
 from verikv.errors import VeriKVError
 from verikv.spec import invariants as inv, manager as spec
 from verikv.spec.abstraction import abstract_manager
 from verikv.spec.pool import NULL_PAGE, PreconditionError
+from verikv.testing._answers import count_problem, flag_problem, fraction_problem, page_ids_problem, shown
+from verikv.testing._transcript import RecordedAdapter
 from verikv.testing.adapter import (
     AdapterFactory,
     CacheManagerAdapter,
@@ -56,8 +58,6 @@ from verikv.testing.adapter import (
     build_cache_manager,  # noqa: F401  (re-exported: verikv.proofs.manager_mutants imports it from here)
     page_ids_of,
 )
-from verikv.testing.answers import count_problem, flag_problem, fraction_problem, page_ids_problem, shown
-from verikv.testing.transcript import RecordedAdapter
 
 BLOCKS: tuple[tuple[int, ...], ...] = ((0, 1, 2, 0), (1, 1, 0, 2), (2, 0, 1, 1))
 """Page-sized token blocks (page size 4) that prompts and decoded tokens are made of."""
@@ -224,8 +224,8 @@ class MachineOptions:
     one default the conformance harness shares: the adapter's own ``rejection_types`` when it
     declares them (verikv's `CacheManagerAdapter`: `InvalidArgumentError`, so verikv's own runs
     also require typed errors), else any exception (`ANY_EXCEPTION`); and ``record_calls``:
-    keep the calls made to the adapter as readable lines (`verikv.testing.transcript`) for
-    failure reports."""
+    keep the calls made to the adapter as readable lines for failure reports
+    (`ManagerMachine.calls`)."""
 
     mode: Mode = "white-box"
     checks: frozenset[str] | None = None

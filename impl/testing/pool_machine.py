@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from verikv.testing import missing_testing_extra
+from verikv.testing import _missing_extra
 
 try:
     from hypothesis import HealthCheck, Phase, settings, strategies as st
@@ -44,7 +44,7 @@ try:
         run_state_machine_as_test,
     )
 except ModuleNotFoundError as missing:  # pragma: no cover - exercised in a subprocess
-    raise missing_testing_extra(missing) from missing
+    raise _missing_extra(missing) from missing
 
 from verikv.errors import DoubleFreeError, ForeignPageError, NullPageError, OutOfPagesError, PageStateError
 from verikv.hashing import PageHash, PageHashWithGroupId
