@@ -51,6 +51,7 @@ CONFIG_FIELDS = {
     "layouts": P(("full",), "object", accept={"None", "empty_list"}),
     "skip_layouts": P(("dp2",), "object", accept={"empty_list"}),
     "free_order": P("esurge", "object", accept={"None"}),
+    "eagle_rule": P("vllm", "object", accept={"None"}),
     "mode": P("black-box", "object"),
     "checks": P(frozenset({"REFINEMENT"}), "object", accept={"None", "empty_list"}),
     "waivers": P(frozenset({"usage-formula"}), "object", accept={"empty_list"}),
