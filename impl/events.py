@@ -26,7 +26,7 @@ import numpy as np
 
 from verikv.cache_specs import ChunkedLocalAttentionSpec, FullAttentionSpec, MambaSpec, SlidingWindowSpec
 from verikv.dp_sharding import checked_int
-from verikv.errors import InvalidArgumentError, describe
+from verikv.errors import InvalidArgumentError, VeriKVError, describe
 from verikv.hashing import key_text, key_value
 
 
@@ -391,7 +391,7 @@ class EventLog:
         """Describe the runs of pages stored from now on with ``describe`` (``None``: each page
         from its key alone). It is called when the call ends, once per run."""
         if describe is not None and not callable(describe):
-            raise InvalidArgumentError(f"a store context is a callable or None, got {describe!r:.60}")
+            raise InvalidArgumentError(f"a store context is a callable or None, got {type(describe).__name__}")
         self._context = describe
 
     def recording(self, method: Callable[..., _R], describer_for: Callable[[Any], Describer]) -> Callable[..., _R]:
@@ -435,7 +435,15 @@ class EventLog:
             return PageRemoved(hashes, group_id, self.medium, ids)
         if context is None:
             return _stored_from_keys(contents, hashes, group_id, self.medium, ids)
-        return self._described(context(group_id, ids), hashes, group_id, ids)
+        try:
+            description = context(group_id, ids)
+        except VeriKVError:
+            raise
+        except Exception as exc:  # the describer is the caller's code: its failure is reported typed
+            raise InvalidArgumentError(f"describing pages {ids} failed: {type(exc).__name__}: {exc}") from None
+        if not isinstance(description, StoreContext):
+            raise InvalidArgumentError(f"a describer returns a StoreContext, got {describe(description)}")
+        return self._described(description, hashes, group_id, ids)
 
     def _described(self, context: StoreContext, hashes: tuple[bytes, ...], group_id: int | None,
                    ids: tuple[int, ...]) -> PageStored:

@@ -31,6 +31,7 @@ import numbers
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -351,8 +352,9 @@ class ZmqEventPublisher:
 
     Every argument is checked before a socket is opened; an endpoint that cannot be bound or
     connected (in use, a missing ``ipc`` directory, a transport this libzmq lacks) raises
-    `InvalidArgumentError` after the sockets and the context opened so far are closed, so a
-    refused publisher leaves nothing for garbage collection or interpreter exit to wait on.
+    `InvalidArgumentError` after the sockets and the context opened so far are closed. A
+    publisher that is garbage-collected or still open at interpreter exit is closed the same
+    way first, so neither can wait in libzmq's context termination.
 
     `publish` sends synchronously from the caller's thread, so batches leave in call order
     with consecutive sequence numbers; a daemon thread answers replay requests. Use as a
@@ -366,34 +368,27 @@ class ZmqEventPublisher:
         replay = None if replay_endpoint is None else _checked_endpoint(replay_endpoint, "replay_endpoint")
         if type(topic) is not str:
             raise InvalidArgumentError(f"topic must be a str, got {describe(topic)}")
+        topic_frame = key_text(topic, "topic").encode("utf-8")
         if (bind is not None and not isinstance(bind, bool)) or not isinstance(int_hashes, bool):
             raise InvalidArgumentError("bind must be a bool or None and int_hashes a bool")
         steps = checked_int(buffer_steps, "buffer_steps", minimum=1, maximum=sys.maxsize)
         water = checked_int(hwm, "hwm", minimum=0, maximum=MAX_HWM)
         self.data_parallel_rank: int | None = _checked_rank(data_parallel_rank)
         self.int_hashes: bool = int_hashes
-        self._topic = key_text(topic, "topic").encode("utf-8")
-        self._buffer: deque[tuple[int, bytes]] = deque(maxlen=steps)
-        self._lock = threading.Lock()
         self._next_seq = 0
-        self._stop = threading.Event()
-        self._ctx, self._pub, replay_socket = _open_sockets(endpoint, _binds(endpoint) if bind is None else bind,
-                                                            water, replay)
+        ctx, pub, replay_socket = _open_sockets(endpoint, _binds(endpoint) if bind is None else bind, water, replay)
+        self._channel = _Channel(ctx, pub, replay_socket, topic_frame, steps)
+        # (the finalizer holds the channel, never the publisher: it runs when the publisher is collected)
+        self._release = weakref.finalize(self, self._channel.release)
         #: the PUB address actually in use (a bound ``tcp://host:*`` shows its chosen port)
-        self.endpoint: str = self._pub.getsockopt_string(zmq.LAST_ENDPOINT) or endpoint
-        self.replay_endpoint: str | None = None
-        self._replay_thread: threading.Thread | None = None
-        if replay_socket is not None:
-            self.replay_endpoint = replay_socket.getsockopt_string(zmq.LAST_ENDPOINT)
-            self._replay_thread = threading.Thread(target=self._serve_replay, args=(replay_socket,),
-                                                   name="verikv-kv-events-replay", daemon=True)
-            try:
-                self._replay_thread.start()
-            except BaseException:  # no thread (resources exhausted): release the sockets before raising
-                replay_socket.close(linger=0)
-                self._pub.close(linger=0)
-                self._ctx.term()
-                raise
+        self.endpoint: str = pub.getsockopt_string(zmq.LAST_ENDPOINT) or endpoint
+        self.replay_endpoint: str | None = (None if replay_socket is None
+                                            else replay_socket.getsockopt_string(zmq.LAST_ENDPOINT))
+        try:
+            self._channel.start()
+        except BaseException:  # no thread (resources exhausted): release the sockets before raising
+            self._release()
+            raise
 
     def __enter__(self) -> ZmqEventPublisher:
         return self
@@ -418,42 +413,32 @@ class ZmqEventPublisher:
         that method) and publish the events as one batch; ``None`` (nothing sent) when there
         were none.
 
-        A source that exposes its `EventLog` as ``event_log`` (a `PagePool`) is drained only
-        once its events are known to be publishable, so a refused call leaves them in the log
-        (a bare pool's `PageStored` has no page size, which vLLM's wire requires). Any other
-        source is drained first: its events are lost if they cannot be published.
+        A `CacheManager` or `PagePool` is drained only once its events are encoded, so a refused
+        call leaves them in its log (a bare pool's `PageStored` has no page size, which vLLM's
+        wire requires). Any other source is drained first: its events are lost if they cannot
+        be published.
         """
         take = getattr(source, "take_events", None)
         if not callable(take):
             raise InvalidArgumentError(f"publish_from needs an object with take_events(), got {describe(source)}")
         self._check_open()
-        log = getattr(source, "event_log", None)
-        if isinstance(log, EventLog):
-            if not log.peek():
-                return None
-            payload = self._encode(log.peek(), ts)
+        stamp = time.time() if ts is None else _checked_ts(ts)
+        log = _event_log_of(source)
+        if log is not None:
+            events = log.peek()
+            payload = self._encode(events, stamp) if events else b""
             take()
         else:
             events = take()
-            if not events:
-                return None
-            payload = self._encode(events, ts)
-        return self._send(payload)
+            payload = self._encode(events, stamp) if events else b""
+        return self._send(payload) if events else None
 
     def close(self) -> None:
         """Stop the replay thread and close the sockets (idempotent)."""
-        with self._lock:
-            if self._stop.is_set():
-                return
-            self._stop.set()
-        if self._replay_thread is not None:
-            self._replay_thread.join()
-        with self._lock:
-            self._pub.close(linger=0)
-        self._ctx.term()
+        self._release()
 
     def _check_open(self) -> None:
-        if self._stop.is_set():
+        if not self._release.alive:
             raise InvalidArgumentError("the publisher is closed")
 
     def _encode(self, events: Iterable[KVEvent], ts: float | None) -> bytes:
@@ -461,17 +446,57 @@ class ZmqEventPublisher:
 
     def _send(self, payload: bytes) -> int:
         """Send one encoded batch under the next sequence number, which it returns."""
-        with self._lock:
-            self._check_open()  # (again under the lock: `close` may have run since)
-            seq = self._next_seq
-            self._pub.send_multipart((self._topic, seq.to_bytes(8, "big"), payload))
-            self._buffer.append((seq, payload))
-            self._next_seq = seq + 1
+        seq = self._next_seq
+        if not self._channel.send(seq, payload):
+            raise InvalidArgumentError("the publisher is closed")
+        self._next_seq = seq + 1
         return seq
+
+
+class _Channel:
+    """A publisher's context, sockets, replay buffer and replay thread: everything `release`
+    must close, held apart from the publisher so that its finalizer can hold them."""
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], pub: zmq.Socket[bytes],
+                 replay: zmq.Socket[bytes] | None, topic: bytes, buffer_steps: int) -> None:
+        self.ctx = ctx
+        self.pub = pub
+        self.topic = topic
+        self.buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.replay_thread = None if replay is None else threading.Thread(
+            target=self._serve_replay, args=(replay,), name="verikv-kv-events-replay", daemon=True)
+        self._replay = replay  # closed by its thread, or by `release` when the thread never started
+
+    def start(self) -> None:
+        if self.replay_thread is not None:
+            self.replay_thread.start()
+
+    def send(self, seq: int, payload: bytes) -> bool:
+        """Send and buffer one batch; False when the channel is already released."""
+        with self.lock:
+            if self.stop.is_set():
+                return False
+            self.pub.send_multipart((self.topic, seq.to_bytes(8, "big"), payload))
+            self.buffer.append((seq, payload))
+        return True
+
+    def release(self) -> None:
+        """Stop the replay thread, close every socket (linger 0) and terminate the context."""
+        with self.lock:
+            self.stop.set()
+        if self.replay_thread is not None and self.replay_thread.is_alive():
+            self.replay_thread.join()
+        elif self._replay is not None:
+            self._replay.close(linger=0)
+        with self.lock:
+            self.pub.close(linger=0)
+        self.ctx.term()
 
     def _serve_replay(self, replay: zmq.Socket[bytes]) -> None:
         try:
-            while not self._stop.is_set():
+            while not self.stop.is_set():
                 if replay.poll(50):
                     self._answer_replay(replay, replay.recv_multipart())
         finally:
@@ -483,11 +508,20 @@ class ZmqEventPublisher:
         if len(frames) != 3 or len(frames[2]) != 8:
             return
         client, start = frames[0], int.from_bytes(frames[2], "big")
-        with self._lock:
-            batches = [(seq, payload) for seq, payload in self._buffer if seq >= start]
+        with self.lock:
+            batches = [(seq, payload) for seq, payload in self.buffer if seq >= start]
         for seq, payload in batches:
-            replay.send_multipart((client, b"", self._topic, seq.to_bytes(8, "big"), payload))
+            replay.send_multipart((client, b"", self.topic, seq.to_bytes(8, "big"), payload))
         replay.send_multipart((client, b"", b"", END_SEQ, b""))
+
+
+def _event_log_of(source: object) -> EventLog | None:
+    """The `EventLog` a verikv `CacheManager` or `PagePool` drains in ``take_events``, if any."""
+    from verikv.cache_manager import CacheManager
+    from verikv.page_pool import PagePool
+
+    pool = source.page_pool if isinstance(source, CacheManager) else source
+    return pool.event_log if isinstance(pool, PagePool) else None
 
 
 def _open_sockets(endpoint: str, bind: bool, hwm: int,
@@ -498,6 +532,7 @@ def _open_sockets(endpoint: str, bind: bool, hwm: int,
     (linger 0) and the context terminated before the error leaves: a `zmq.ZMQError` (an address
     in use, a missing ``ipc`` directory) as `InvalidArgumentError`."""
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    ctx.setsockopt(zmq.LINGER, 0)  # a publisher dropped without `close` never holds up the context's end
     opened: list[zmq.Socket[bytes]] = []
     current = endpoint
     try:
