@@ -984,3 +984,98 @@ def test_harness_detects_each_outcome() -> None:
         assert kind in {k for k, _ in run_case(case).problems}, kind
     assert not run_case(Case("t6", pool_world, lambda w: w["pool"].get_new_page_ids(1), "accept")).problems
     assert HOSTILE["nested"]() is not None
+
+
+# --- regressions: the exact calls that once failed ------------------------------------------------
+
+class _EqRaises:
+    """A key whose ``__eq__`` raises (its hash is fine)."""
+
+    def __hash__(self) -> int:
+        return 1
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("__eq__ exploded")
+
+
+def test_a_refused_cache_page_id_leaves_no_stale_entry() -> None:
+    """The call raises a typed error and the cached map is as it was: after the page is freed
+    and handed out again, a lookup of the key finds nothing."""
+    from hostile import snapshot
+
+    from verikv.errors import InvalidArgumentError
+
+    pool = PagePool(8)
+    pool.get_new_page_ids(4)
+    key = _EqRaises()
+    before = snapshot(pool)
+    with pytest.raises(InvalidArgumentError):
+        pool.cache_page_id(4, key)
+    assert snapshot(pool) == before and pool.key_of(4) is None and pool.cached_items() == []
+    pool.free_page_ids([4])
+    assert pool.get_new_page_ids(4)[-1] == 4  # page 4 handed out again, keyless
+    with pytest.raises(InvalidArgumentError):  # the same key cannot be looked up either: it cannot compare
+        pool.cache_page_ids([4], [key])
+    assert pool.cached_items() == [] and pool.key_of(4) is None
+
+
+def test_a_key_that_cannot_compare_with_a_cached_one_is_refused_whole() -> None:
+    """In a batch the key meets the cached keys before anything is registered: all or nothing."""
+    from verikv.errors import InvalidArgumentError
+
+    class Collides(_EqRaises):
+        __hash__ = _EqRaises.__hash__  # (a class defining __eq__ alone would be unhashable)
+
+        def __eq__(self, other: object) -> bool:
+            if other is self:
+                return True
+            raise RuntimeError("__eq__ exploded")
+
+    pool = PagePool(8)
+    ids = pool.get_new_page_ids(3)
+    pool.cache_page_id(ids[0], Collides())
+    before = pool.cached_items()
+    with pytest.raises(InvalidArgumentError):
+        pool.cache_page_ids([ids[1], ids[2]], ["fine", Collides()])
+    assert pool.cached_items() == before and pool.key_of(ids[1]) is None and pool.key_of(ids[2]) is None
+
+
+def test_esurge_wrappers_refuse_a_key_that_cannot_compare_and_change_nothing() -> None:
+    from verikv.errors import InvalidArgumentError
+
+    pool = PagePool(8)
+    with pytest.raises(InvalidArgumentError):
+        pool.get_cached_page(_EqRaises(), [0])  # type: ignore[arg-type]
+    request, pages, hashes = Request("r", list(range(9))), pool.get_new_pages(2), list[Any]()
+    pool.cache_full_pages(request, pages, hashes, 0, 2, 4, 0, hasher=PageHasher("sha256", seed=0))
+    assert len(hashes) == 2 and all(pool.key_of(p.page_id) is not None for p in pages)
+
+
+def test_zero_dimensional_arrays_are_typed_errors() -> None:
+    """``np.array(3)`` claims to be iterable; every id, count and token parameter refuses it."""
+    from hostile import snapshot
+
+    from verikv.errors import InvalidArgumentError
+
+    zero_d = np.array(3)
+    queue = FreeCachePageQueue([CachePage(1)])
+    pool = PagePool(8)
+    pages = pool.get_new_pages(2)
+    table = MultiGroupPageTable(4, 16, 16, [4, 8])
+    hasher = PageHasher("sha256", seed=0)
+    calls = [
+        lambda: FreeCachePageQueue(zero_d),  # type: ignore[arg-type]
+        lambda: queue.append_n(zero_d),  # type: ignore[arg-type]
+        lambda: pool.cache_full_pages(Request("r", list(range(9))), pages, [], 0, zero_d, 4, 0,  # type: ignore[arg-type]
+                                      hasher=hasher),
+        lambda: pool.cache_full_pages(Request("r", list(range(9))), zero_d, [], 0, 2, 4, 0,  # type: ignore[arg-type]
+                                      hasher=hasher),
+        lambda: pool.get_cached_page("k", zero_d),  # type: ignore[arg-type]
+        lambda: table.append_rows_batch(zero_d, [1]),  # type: ignore[arg-type]
+        lambda: table.append_rows_batch([[[5], [6]]], zero_d),  # type: ignore[arg-type]
+    ]
+    for call in calls:
+        before = snapshot(dict(queue=queue, pool=pool, table=table))
+        with pytest.raises(InvalidArgumentError):
+            call()
+        assert snapshot(dict(queue=queue, pool=pool, table=table)) == before
