@@ -218,6 +218,12 @@ class CacheManager:
     the engine must keep the state contract of docs/semantics.md, "Mamba prefix caching").
     ``skip_unreachable_sliding_pages`` (default off) leaves uncached the sliding-window pages
     that can never serve a hit in a hybrid model (vLLM 0.33's policy; docs/semantics.md).
+    ``eagle_rule`` is how a lookup with ``use_eagle`` drops the last hit page (it changes
+    nothing without EAGLE): ``"drop-once"`` (default: the groups' common hit, recomputed once
+    from one largest page fewer; eSurge's rule without its second drop in hybrids, so eSurge
+    callers see the hits they expect) or ``"vllm"`` (vLLM 0.33's rule: in a hybrid each group
+    looks one page past the candidate and drops it, so a resent page-aligned prompt keeps its
+    hit; `verikv.vllm_eagle`). docs/differences.md compares them.
     """
 
     def __init__(
@@ -235,6 +241,7 @@ class CacheManager:
         data_parallel_size: int | None = None,
         mamba_cache_mode: str = "none",
         skip_unreachable_sliding_pages: bool = False,
+        eagle_rule: str = "drop-once",
     ) -> None:
         if not isinstance(enable_caching, bool) or not isinstance(use_eagle, bool):
             raise InvalidArgumentError("enable_caching and use_eagle must be bools")
@@ -243,7 +250,7 @@ class CacheManager:
         self.coordinator: CacheCoordinator = get_kv_cache_coordinator(
             num_pages, kv_cache_groups, max_model_len, use_eagle, enable_caching,
             free_order=free_order, enable_kv_events=enable_kv_events, mamba_cache_mode=mamba_cache_mode,
-            skip_unreachable_sliding_pages=skip_unreachable_sliding_pages,
+            skip_unreachable_sliding_pages=skip_unreachable_sliding_pages, eagle_rule=eagle_rule,
         )
         coordinator = self.coordinator
         self.page_pool: PagePool = coordinator.page_pool
@@ -254,6 +261,8 @@ class CacheManager:
         self.use_eagle: bool = use_eagle
         #: whether sliding-window pages that can never serve a hit are left uncached
         self.skip_unreachable_sliding_pages: bool = skip_unreachable_sliding_pages
+        #: "drop-once" or "vllm" (see the class docstring)
+        self.eagle_rule: str = coordinator.eagle_rule
         #: eSurge's attribute: the first group's page size when caching, else None
         self.page_size: int | None = self.kv_cache_groups[0].kv_cache_spec.page_size if self.enable_caching else None
         self._caching_key_size = coordinator.key_page_size is not None  # False: only Mamba groups, "none" mode

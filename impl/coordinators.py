@@ -8,7 +8,8 @@ two rules that span groups:
 - the common prefix-cache hit (`find_longest_cache_hit`): each group's own rule applied in
   group order, repeated until a whole pass leaves the hit length unchanged (a fixed point, for
   any number of attention types); with EAGLE the fixed point is recomputed once from one
-  largest page fewer;
+  largest page fewer, or vLLM 0.33's rule is followed (``eagle_rule="vllm"``,
+  `verikv.vllm_eagle`);
 - all-or-nothing allocation (`allocate_slots`, INV-ATOMIC): a pure plan (window frees, revived
   hits, new pages per group, shard-local availability) is computed first; if it does not fit
   nothing changes, otherwise it is applied in eSurge's order. The decode step (`decode_step`)
@@ -52,9 +53,9 @@ from verikv.single_type_managers import (
     MambaAlignManager,
     SingleTypeCacheManager,
     SlidingWindowManager,
-    cdiv,
     get_manager_for_kv_cache_spec,
 )
+from verikv.vllm_eagle import EAGLE_RULES, VllmEagleLookup
 
 if TYPE_CHECKING:
     from verikv.request import Request
@@ -128,9 +129,11 @@ class CacheCoordinator:
         enable_kv_events: bool = False,
         mamba_cache_mode: str = "none",
         skip_unreachable_sliding_pages: bool = False,
+        eagle_rule: str = "drop-once",
     ) -> None:
         checked_int(num_pages, "num_pages", minimum=1, maximum=MAX_PAGE_ID + 1)  # the pool's bound, checked first
         _check_mamba_cache_mode(mamba_cache_mode)
+        _check_eagle_rule(eagle_rule)
         #: "align": Mamba states are cached at page-aligned positions (only with caching on)
         self.mamba_cache_mode: str = mamba_cache_mode if enable_caching is True else "none"
         # CacheGroupsConfig validates any value and stores a tuple (eSurge callers pass lists)
@@ -140,6 +143,8 @@ class CacheCoordinator:
         _check_group_rules(groups, self.max_model_len, use_eagle, enable_caching, self.mamba_cache_mode)
         self.kv_cache_groups: tuple[CacheGroupSpec, ...] = groups
         self.use_eagle: bool = use_eagle
+        #: how a lookup with EAGLE drops the last page (`verikv.vllm_eagle.EAGLE_RULES`)
+        self.eagle_rule: str = eagle_rule
         self.enable_caching: bool = enable_caching
         self.page_pool: PagePool = _new_pool(num_pages, enable_caching, free_order, enable_kv_events)
         sizes = [g.kv_cache_spec.page_size for g in groups]
@@ -156,8 +161,11 @@ class CacheCoordinator:
         self._max_page_size = max(sizes, default=1)
         #: group id -> ``(pages per hit unit, pages a hit needs)`` of each sliding group whose
         #: pages that can never serve a hit are left uncached (`sliding_page_can_hit`)
+        vllm_eagle = use_eagle and eagle_rule == "vllm"
         self._sparse_sliding = _sparse_sliding_groups(self.single_type_managers, self._lcm_page_size,
-                                                      skip_unreachable_sliding_pages)
+                                                      skip_unreachable_sliding_pages, vllm_eagle)
+        #: vLLM 0.33's EAGLE lookup when it applies, else None (the fixed point decides)
+        self._vllm_eagle = VllmEagleLookup(self.single_type_managers) if vllm_eagle and groups else None
         managers = self.single_type_managers
         #: the one group's manager when `extend_held` can decide a step alone (a single group
         #: that never drops pages), else None; its page size (0: None)
@@ -205,13 +213,17 @@ class CacheCoordinator:
         """Hit pages per group and the hit length in tokens (a multiple of every page size).
 
         Every group accepts exactly the returned length (fixed point of the per-group rules,
-        started from ``max_cache_hit_length`` rounded down to the lcm of the page sizes).
+        started from ``max_cache_hit_length`` rounded down to the lcm of the page sizes). With
+        vLLM's EAGLE rule, `verikv.vllm_eagle.VllmEagleLookup` decides instead (groups may read
+        up to the last page ``keys`` cover).
         """
         managers = self.single_type_managers
         if type(max_cache_hit_length) is not int or max_cache_hit_length < 0:
             max_cache_hit_length = checked_int(max_cache_hit_length, "max_cache_hit_length", minimum=0)
         if type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)):
             raise InvalidArgumentError(f"keys must be a sequence of PageKey, got {type(keys).__name__}")
+        if self._vllm_eagle is not None:
+            return self._vllm_eagle.find(keys, max_cache_hit_length, len(keys) * (self.key_page_size or 1), shard, dp)
         start = max_cache_hit_length // self._lcm_page_size * self._lcm_page_size
         if len(managers) == 1 and managers[0].hit_is_stable and not self.use_eagle:
             hits = managers[0].find_longest_cache_hit(keys, start, (0,), shard, dp)[0]  # its own fixed point
@@ -592,8 +604,8 @@ class CacheCoordinator:
         sparse = self._sparse_sliding.get(gid)
         if sparse is None:
             return pages
-        per, need = sparse
-        return [p if sliding_page_can_hit(j, per, need) else NULL_PAGE for j, p in enumerate(pages)]
+        per, need, peek = sparse
+        return [p if sliding_page_can_hit(j, per, need, peek) else NULL_PAGE for j, p in enumerate(pages)]
 
     def cache_held_batch(self, records: list[RequestState], keys: list[list[PageKey]], num_tokens: list[int]) -> None:
         """`cache_held` for each of distinct records in order (each holds pages), with one group
@@ -742,29 +754,38 @@ def _check_mamba_cache_mode(mode: object) -> None:
         raise InvalidArgumentError(f"mamba_cache_mode must be one of {MAMBA_CACHE_MODES}, got {describe(mode)}")
 
 
+def _check_eagle_rule(rule: object) -> None:
+    if type(rule) is not str or rule not in EAGLE_RULES:
+        raise InvalidArgumentError(f"eagle_rule must be one of {EAGLE_RULES}, got {describe(rule)}")
+
+
 def _sparse_sliding_groups(managers: tuple[SingleTypeCacheManager, ...], hit_unit: int,
-                           skip_unreachable_sliding_pages: object) -> dict[int, tuple[int, int]]:
-    """``{group id: (pages per hit unit, pages a hit needs)}`` of the sliding groups whose
-    unreachable pages are skipped (none unless the option is on)."""
+                           skip_unreachable_sliding_pages: object, vllm_eagle: bool) -> dict[int, tuple[int, int, int]]:
+    """``{group id: (pages per hit unit, pages a hit reads, pages it peeks past the unit's
+    end)}`` of the sliding groups whose unreachable pages are skipped (none unless the option
+    is on). vLLM's EAGLE rule (``vllm_eagle``) reads one page more, one page past the end."""
     if not isinstance(skip_unreachable_sliding_pages, bool):
         raise InvalidArgumentError("skip_unreachable_sliding_pages must be a bool")
     if not skip_unreachable_sliding_pages:
         return {}
-    return {m.kv_cache_group_id: (hit_unit // m.page_size, sliding_pages_for_hit(m))
+    peek = int(vllm_eagle)
+    return {m.kv_cache_group_id: (hit_unit // m.page_size, sliding_pages_for_hit(m) + peek, peek)
             for m in managers if isinstance(m, SlidingWindowManager)}
 
 
 def sliding_pages_for_hit(m: SlidingWindowManager) -> int:
     """Consecutive pages a sliding-window hit needs (the lookup's rule, at least one)."""
-    return max(1, cdiv(m.sliding_window - 1, m.page_size))
+    return m.pages_for_hit
 
 
-def sliding_page_can_hit(j: int, per: int, need: int) -> bool:
+def sliding_page_can_hit(j: int, per: int, need: int, peek: int = 0) -> bool:
     """Whether page ``j`` of a sliding group can ever serve a hit (vLLM 0.33's reachable-page
     mask, dense retention): a hit ends on a multiple of the hit unit (the lcm of the page
-    sizes, ``per`` pages of this group) and uses the ``need`` pages before it, so only the last
-    ``need`` pages of each unit can be part of one (all of them when ``need >= per``)."""
-    return need >= per or j % per >= per - need
+    sizes, ``per`` pages of this group) and reads the ``need`` pages before it, so only the last
+    ``need`` pages of each unit can be part of one (all of them when ``need >= per``). With
+    vLLM's EAGLE rule a lookup reads ``need`` pages ending ``peek`` = 1 page past the unit's end
+    (and drops the last): the mask moves one page right."""
+    return need >= per or (j >= peek and (j - peek) % per >= per - need)
 
 
 def _check_flags(use_eagle: object, enable_caching: object) -> None:
@@ -844,6 +865,7 @@ class _CoordinatorOptions(TypedDict, total=False):
     enable_kv_events: bool
     mamba_cache_mode: str
     skip_unreachable_sliding_pages: bool
+    eagle_rule: str
 
 
 def get_kv_cache_coordinator(

@@ -65,6 +65,11 @@ def _count(value: object, name: str) -> int:
     return checked_int(value, name, minimum=0)
 
 
+def _round_down(pages: int, per: int) -> int:
+    """``pages`` cut down to a multiple of ``per`` (pages per hit unit)."""
+    return pages // per * per
+
+
 def _key_list(keys: object) -> Sequence[PageKey]:
     """``keys`` if it is a sequence of `PageKey` (checked at C speed), else InvalidArgumentError."""
     if ((type(keys) is not list and (isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence)))
@@ -211,6 +216,21 @@ class SingleTypeCacheManager:
             for g in group_ids:
                 checked_int(g, "group id", minimum=0)
         return min(_count(max_length, "max_length") // self.page_size, len(_key_list(keys)) // self._stride)
+
+    def find_vllm_eagle_hit(self, keys: Sequence[PageKey], max_length: int, group_ids: Sequence[int], unit: int,
+                            drop: bool, shard: int | None = None, dp: int | None = None) -> tuple[list[int], ...]:
+        """vLLM 0.33's lookup in this group (`verikv.vllm_eagle`): a hit within ``max_length``
+        tokens that ends on a multiple of ``unit`` tokens (a multiple of the page size) and,
+        when ``drop``, has its last matched page dropped. Full attention's rule here (and
+        Mamba's without caching, which never hits): the run of hits from page 0, one page fewer
+        when ``drop``, cut down to a multiple of ``unit``. Not for chunked-local attention
+        (never combined with EAGLE). Pure."""
+        hits = self.find_longest_cache_hit(keys, max_length, group_ids, shard, dp)
+        found = len(hits[0])
+        keep = _round_down(found - 1 if drop and found else found, unit // self.page_size)
+        for lst in hits:
+            del lst[keep:]
+        return hits
 
     def hit_mismatch(self, hits: Sequence[int], keys: Sequence[PageKey]) -> int | None:
         """The first position of ``hits`` (page ids: the pool checks their range) whose page does
@@ -422,9 +442,25 @@ class SlidingWindowManager(SingleTypeCacheManager):
 
     def _longest_hit(self, keys: Sequence[PageKey], n: int, max_length: int, group_ids: Sequence[int],
                      shard: int | None, dp: int | None) -> tuple[list[int], ...]:
-        """Rightmost run of ``cdiv(sw - 1, ps)`` consecutive hits (earlier pages become null
+        """Rightmost run of `pages_for_hit` consecutive hits (earlier pages become null
         placeholders); if no such run exists, the run of hits starting at page 0."""
-        need = cdiv(self.sliding_window - 1, self.page_size)
+        return self._rightmost_run(keys, n, group_ids, self.pages_for_hit, 1, False, shard, dp)
+
+    def find_vllm_eagle_hit(self, keys: Sequence[PageKey], max_length: int, group_ids: Sequence[int], unit: int,
+                            drop: bool, shard: int | None = None, dp: int | None = None) -> tuple[list[int], ...]:
+        """vLLM 0.33's sliding-window lookup: the rightmost run of the pages covering the window
+        (plus the page dropped, when ``drop``) whose end, after the drop, is a multiple of
+        ``unit`` tokens (`verikv.spec.hit_rules.vllm_group_rule`)."""
+        return self._rightmost_run(keys, self._max_hit_pages(keys, max_length, group_ids), group_ids,
+                                   self.pages_for_hit + drop, unit // self.page_size, drop, shard, dp)
+
+    def _rightmost_run(self, keys: Sequence[PageKey], n: int, group_ids: Sequence[int], need: int, per: int,
+                       drop: bool, shard: int | None, dp: int | None) -> tuple[list[int], ...]:
+        """Scanning the first ``n`` pages from the right, the first run of ``need`` hits whose end
+        less the dropped page (one when ``drop``) is a multiple of ``per`` pages, that page
+        dropped; earlier pages become null placeholders. With no such run, the run from page 0
+        the scan counted, cut to a multiple of ``per``, one page fewer when ``drop`` and cut
+        again."""
         stride = self._stride
         result = tuple([NULL_PAGE] * n for _ in group_ids)
         run = 0
@@ -433,16 +469,26 @@ class SlidingWindowManager(SingleTypeCacheManager):
             if found is None:
                 run = 0
                 continue
+            if run == 0 and (i + 1 - drop) % per:
+                continue  # a run starts only where the hit, after the drop, is whole units
             for lst, page in zip(result, found):
                 lst[i] = page
             run += 1
             if run >= need:
                 for lst in result:
-                    del lst[i + run :]
+                    del lst[i + run - drop:]
                 return result
+        keep = _round_down(run, per)
+        if drop and keep:
+            keep = _round_down(keep - 1, per)
         for lst in result:
-            del lst[run:]
+            del lst[keep:]
         return result
+
+    @property
+    def pages_for_hit(self) -> int:
+        """Consecutive pages a hit needs: those covering the window of the next token (at least one)."""
+        return max(1, cdiv(self.sliding_window - 1, self.page_size))
 
     def skipped_range(self, pages: Sequence[int], num_computed_tokens: int) -> tuple[int, int]:
         """Pages entirely before the window of the next token: index < (n - sw + 1) // ps."""
@@ -530,6 +576,19 @@ class MambaAlignManager(MambaManager):
         stride = self._stride
         for j in range(n - 1, -1, -1):
             found = self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)
+            if found is not None:
+                return tuple([NULL_PAGE] * j + [page] for page in found)
+        return tuple([] for _ in group_ids)
+
+    def find_vllm_eagle_hit(self, keys: Sequence[PageKey], max_length: int, group_ids: Sequence[int], unit: int,
+                            drop: bool, shard: int | None = None, dp: int | None = None) -> tuple[list[int], ...]:
+        """vLLM 0.33's lookup of a Mamba align group: the right-most cached state within
+        ``max_length`` tokens that ends on a multiple of ``unit`` tokens, null placeholders
+        before it. A recurrent state is never dropped (``drop`` is ignored)."""
+        per = unit // self.page_size
+        stride = self._stride
+        for j in range(self._max_hit_pages(keys, max_length, group_ids) - 1, -1, -1):
+            found = None if (j + 1) % per else self._joint_hit(keys[(j + 1) * stride - 1], group_ids, shard, dp)
             if found is not None:
                 return tuple([NULL_PAGE] * j + [page] for page in found)
         return tuple([] for _ in group_ids)

@@ -64,6 +64,7 @@ from typing import Any
 
 from verikv.proofs.registry import Check, Outcome
 from verikv.spec import manager as spec
+from verikv.spec.hit_rules import EagleRule
 from verikv.spec.pool import NULL_PAGE, FreeOrder
 
 PAGE = 2
@@ -103,13 +104,14 @@ class Case:
     rename_pages: bool = True
     """Merge states one page renaming (within DP shards) apart."""
     skip_unreachable_sliding_pages: bool = False
+    eagle_rule: EagleRule = "drop-once"
     _config: spec.ManagerConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_config", spec.ManagerConfig(
             self.groups, self.num_pages, MAX_MODEL_LEN, enable_caching=self.enable_caching,
             use_eagle=self.use_eagle, data_parallel_size=self.data_parallel_size, free_order=self.free_order,
-            skip_unreachable_sliding_pages=self.skip_unreachable_sliding_pages))
+            skip_unreachable_sliding_pages=self.skip_unreachable_sliding_pages, eagle_rule=self.eagle_rule))
 
     @property
     def config(self) -> spec.ManagerConfig:
@@ -151,6 +153,7 @@ CASES: tuple[Case, ...] = (
     Case("dp2", (FULL,), 8, 4, data_parallel_size=2),
     Case("eagle(full)", (FULL,), 6, 5, use_eagle=True),
     Case("eagle(full+sliding)", (FULL, SLIDING), 7, 6, use_eagle=True),
+    Case("eagle-vllm(full+sliding)", (FULL, SLIDING), 7, 6, use_eagle=True, eagle_rule="vllm"),
     Case("lookahead", (FULL,), 6, 6, lookahead=2),
     Case("delayed-caching", (FULL,), 6, 5, delay=True),
     Case("unhashed-first(full+sliding)", (FULL, SLIDING), 7, 5, free_order="unhashed-first"),

@@ -93,7 +93,7 @@ def _detect_impl_mask_shift() -> list[str]:
     import verikv.coordinators as coordinators
 
     original = coordinators.sliding_page_can_hit
-    coordinators.sliding_page_can_hit = lambda j, per, need: original(j + 1, per, need)
+    coordinators.sliding_page_can_hit = lambda j, per, need, peek=0: original(j + 1, per, need, peek)
     try:
         return [f"{REFINE_NAME}: {name}" for name in failed_checks(CASE, build_manager(CASE))]
     finally:

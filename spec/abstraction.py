@@ -125,6 +125,8 @@ def abstract_manager(manager: ManagerLike,
         free_order=pool.free_order,
         # (an option of verikv's manager; a manager without it caches every sliding page)
         skip_unreachable_sliding_pages=getattr(manager, "skip_unreachable_sliding_pages", False),
+        # (likewise: a manager without it follows the drop-once EAGLE rule)
+        eagle_rule=getattr(manager, "eagle_rule", "drop-once"),
     )
     entries = frozenset(
         (rid, Entry(tuple(tuple(ids) for ids in manager.get_page_ids(rid)),

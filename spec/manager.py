@@ -45,7 +45,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, cast
 
 from verikv.spec import pool
-from verikv.spec.hit_rules import KINDS, Kind, Span, common_hit_length, group_rule
+from verikv.spec.hit_rules import (
+    EAGLE_RULES,
+    KINDS,
+    EagleRule,
+    Kind,
+    LookupGroup,
+    Span,
+    common_hit_length,
+    group_rule,
+    sliding_run,
+    vllm_eagle_hit,
+)
 from verikv.spec.pool import NULL_PAGE, Bounds, FreeOrder, PoolState, PreconditionError
 
 RequestId = str
@@ -79,6 +90,14 @@ class ManagerConfig:
     free_order: FreeOrder = "esurge"
     skip_unreachable_sliding_pages: bool = False
     """Leave uncached the sliding-window pages that can never serve a hit (`sliding_page_can_hit`)."""
+    eagle_rule: EagleRule = "drop-once"
+    """How a lookup with EAGLE drops the last page (`verikv.spec.hit_rules.EAGLE_RULES`): the
+    drop-once fixed point, or vLLM 0.33's rule (`vllm_eagle_hit`). Without EAGLE: no effect."""
+
+    @property
+    def vllm_eagle(self) -> bool:
+        """Whether lookups follow vLLM 0.33's EAGLE rule (EAGLE on, ``eagle_rule="vllm"``)."""
+        return self.use_eagle and self.eagle_rule == "vllm"
 
     @property
     def caching_groups(self) -> tuple[int, ...]:
@@ -204,6 +223,8 @@ def init(config: ManagerConfig) -> ManagerState:
         raise _fail("init", f"max_model_len must be an int >= 1, got {config.max_model_len!r}")
     if not _is_int(config.data_parallel_size) or config.data_parallel_size < 1:
         raise _fail("init", f"data_parallel_size must be an int >= 1, got {config.data_parallel_size!r}")
+    if type(config.eagle_rule) is not str or config.eagle_rule not in EAGLE_RULES:
+        raise _fail("init", f"eagle_rule must be one of {EAGLE_RULES}, got {config.eagle_rule!r}")
     if not config.groups:
         config = replace(config, enable_caching=False)
     for g, layout in enumerate(config.groups):
@@ -290,7 +311,9 @@ def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
     pages are looked up by key in the request's shard (its entry's, else the call's) and the
     groups' rules are combined by `common_hit_length` with ``max_length = num_tokens - 1``,
     lowered to ``max_cache_hit_length`` when given (vLLM's cap, e.g. a KV connector's);
-    each group returns its own rule's pages at that length.
+    each group returns its own rule's pages at that length. With vLLM's EAGLE rule
+    (`ManagerConfig.vllm_eagle`) `vllm_eagle_hit` gives the length and each group's pages; a
+    group may then read pages up to the request's last full key page.
     pre: the request has at least one token and is not finished; valid DP arguments;
     ``max_cache_hit_length`` is None or an int >= 0.
     """
@@ -315,12 +338,18 @@ def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
         hit = tuple(p is not None for p in found(g, max_length))
         return group_rule(layout.kind, layout.span, hit, layout.page_size, max_length)
 
-    rules = [lambda n, g=g: span(g, n).end * cfg.groups[g].page_size for g in range(len(cfg.groups))]
     cap = req.num_tokens - 1 if max_cache_hit_length is None else min(req.num_tokens - 1, max_cache_hit_length)
-    length = common_hit_length(rules, [layout.page_size for layout in cfg.groups], cap, cfg.use_eagle)
+    if cfg.vllm_eagle:
+        peek = req.num_tokens // cfg.base_page_size * cfg.base_page_size
+        groups = [LookupGroup(layout.kind, layout.page_size, layout.span, tuple(p is not None for p in found(g, peek)))
+                  for g, layout in enumerate(cfg.groups)]
+        length, spans = vllm_eagle_hit(groups, cap, peek)
+    else:
+        rules = [lambda n, g=g: span(g, n).end * cfg.groups[g].page_size for g in range(len(cfg.groups))]
+        length = common_hit_length(rules, [layout.page_size for layout in cfg.groups], cap, cfg.use_eagle)
+        spans = tuple(span(g, length) for g in range(len(cfg.groups)))
     pages = []
-    for g in range(len(cfg.groups)):
-        first, end = span(g, length)
+    for g, (first, end) in enumerate(spans):
         ids = found(g, length)
         # `Span`: pages [first, end) are cache hits, so their lookups found a page (not None)
         pages.append(tuple(NULL_PAGE if j < first else cast(int, ids[j]) for j in range(end)))
@@ -378,13 +407,20 @@ def sliding_page_can_hit(cfg: ManagerConfig, g: int, j: int) -> bool:
     run from page 0 is never a whole unit when ``need < U / page_size``). So only the last
     ``need`` pages of each unit can ever be part of a hit; the others are left unkeyed, and no
     lookup changes.
+
+    With vLLM's EAGLE rule (`ManagerConfig.vllm_eagle`) a sliding lookup matches ``need + 1``
+    pages ending one page past a unit's end, then drops the last (`sliding_run`), and asked
+    again without the drop it matches the ``need`` pages before the end: page ``j`` is kept
+    when ``j - 1`` is among the last ``need + 1`` pages of its unit (vLLM 0.33's EAGLE mask,
+    which keeps every page the other lookup reads too).
     """
     layout = cfg.groups[g]
     if not cfg.skip_unreachable_sliding_pages or layout.kind != "sliding":
         return True
     per = math.lcm(*(other.page_size for other in cfg.groups)) // layout.page_size
-    need = max(1, -(-(layout.span - 1) // layout.page_size))
-    return need >= per or j % per >= per - need
+    peek = 1 if cfg.vllm_eagle else 0
+    need = sliding_run(layout.span, layout.page_size, drop=cfg.vllm_eagle)
+    return need >= per or (j >= peek and (j - peek) % per >= per - need)
 
 
 def mamba_hit_shape_ok(pages: tuple[int, ...]) -> bool:

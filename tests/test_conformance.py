@@ -69,11 +69,12 @@ def pool_swapped(cls: type) -> Any:
 # --- verikv conforms, in both modes, on every layout (collected by pytest as unittest cases) ---
 
 TestVeriKVWhiteBox = conformance_test(CacheManagerAdapter,
-                                      ConformanceConfig(free_order=None, max_examples=12, profile="ci"))
+                                      ConformanceConfig(free_order=None, eagle_rule=None, max_examples=12,
+                                                        profile="ci"))
 TestVeriKVBlackBox = conformance_test(CacheManagerAdapter, ConformanceConfig(
-    free_order=None, mode="black-box", max_examples=12, profile="ci"))
+    free_order=None, eagle_rule=None, mode="black-box", max_examples=12, profile="ci"))
 TestVeriKVPolicyFree = conformance_test(CacheManagerAdapter, ConformanceConfig(
-    free_order=None, mode="policy-free", max_examples=10, profile="ci"))
+    free_order=None, eagle_rule=None, mode="policy-free", max_examples=10, profile="ci"))
 
 
 def test_every_layout_is_a_test_method() -> None:
@@ -181,7 +182,7 @@ def test_claimed_free_order_selects_and_converts_layouts() -> None:
     esurge = ConformanceConfig(free_order="esurge").resolved_layouts()
     assert "full+sliding(unhashed-first)" not in {layout.name for layout in esurge}
     assert {layout.config.free_order for layout in esurge} == {"esurge"}
-    unhashed = ConformanceConfig(free_order="unhashed-first").resolved_layouts()
+    unhashed = ConformanceConfig(free_order="unhashed-first", eagle_rule=None).resolved_layouts()
     assert len(unhashed) == len(LAYOUTS) and {layout.config.free_order for layout in unhashed} == {"unhashed-first"}
     both = ConformanceConfig(free_order=None).resolved_layouts()
     assert {layout.config.free_order for layout in both} == {"esurge", "unhashed-first"}
@@ -191,6 +192,7 @@ def test_claimed_free_order_selects_and_converts_layouts() -> None:
 @pytest.mark.parametrize("bad", [
     dict(checks=frozenset({"INV-NOPE"})), dict(layouts=("no-such-layout",)), dict(skip_layouts=("nope",)),
     dict(layouts=("full+sliding(unhashed-first)",), free_order="esurge"), dict(free_order="lifo"),
+    dict(eagle_rule="esurge"), dict(layouts=("full(page 8)+sliding(page 4)(eagle, vllm rule)",)),
     dict(mode="grey-box"), dict(max_examples=0), dict(stateful_step_count=True), dict(seed="7"),
     dict(waivers=frozenset({"everything"})), dict(features=frozenset({"audio"})),
 ])

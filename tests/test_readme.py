@@ -28,8 +28,9 @@ def test_readme_loop_is_the_documented_one() -> None:
 
 
 def test_quick_start_runs_the_ci_commands() -> None:
-    """The README's two quick-start commands are the ones .ci/run executes."""
+    """The README's two quick-start commands are the ones .ci/run executes (the same strict editable install)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert 'pip install -e ".[dev]" && verikv prove' in readme and "verikv prove" in ci
+    install = '-e ".[dev]" --config-settings editable_mode=strict'
+    assert f"pip install {install} && verikv prove" in readme and install in ci and "verikv prove" in ci
     assert "python -m pytest -q -n 2" in readme and "python -m pytest -q -n 2" in ci

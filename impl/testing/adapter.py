@@ -146,6 +146,7 @@ def build_cache_manager(config: ManagerConfig, **options: Any) -> Any:
                         config.max_model_len, enable_caching=config.enable_caching,
                         use_eagle=config.use_eagle, free_order=config.free_order,
                         skip_unreachable_sliding_pages=config.skip_unreachable_sliding_pages,
+                        eagle_rule=config.eagle_rule,
                         data_parallel_size=config.data_parallel_size, **options)
 
 

@@ -21,8 +21,10 @@ Three modes (`ConformanceConfig.mode`):
 
 Known departures are declared by name (`ConformanceConfig.waivers`, see
 `manager_machine.WAIVERS`), request features an engine lacks are switched off
-(``features``), and the pool alone can be checked through an engine's manager with
-`check_pool_conformance` (a double free is a pool-level bug).
+(``features``), the policies a manager follows are claimed (``free_order``, ``eagle_rule``:
+vLLM 0.33's EAGLE lookup is one of the rules the spec states), and the pool alone can be
+checked through an engine's manager with `check_pool_conformance` (a double free is a
+pool-level bug).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from hypothesis import HealthCheck, Phase, seed as hypothesis_seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from verikv.errors import InvalidArgumentError
+from verikv.spec.hit_rules import EAGLE_RULES, EagleRule
 from verikv.spec.pool import FREE_ORDERS, FreeOrder
 from verikv.testing.adapter import (
     AdapterFactory,
@@ -81,7 +84,12 @@ class ConformanceConfig:
     implementation follows. Layouts with the default policy ``"esurge"`` run with it, and
     layouts built for another policy run only if it is the one claimed. ``None`` means the
     implementation supports both, and each layout runs with its own policy (the factory
-    reads it from ``config.free_order``). ``mode``: ``"white-box"`` (needs `WhiteBoxAdapter`),
+    reads it from ``config.free_order``). ``eagle_rule``: the EAGLE lookup rule the
+    implementation follows (`verikv.spec.hit_rules.EAGLE_RULES`: ``"drop-once"``, verikv's
+    default, or ``"vllm"``, vLLM 0.33's), chosen the same way: EAGLE layouts with the default
+    rule run with the claimed one, a layout built for ``"vllm"`` only when it is claimed (or
+    None: both); a white-box view reports its rule as ``eagle_rule`` (absent: ``"drop-once"``).
+    ``mode``: ``"white-box"`` (needs `WhiteBoxAdapter`),
     ``"black-box"`` or ``"policy-free"``. ``checks``: the names to enforce (default: all of
     `CHECK_NAMES`). ``waivers``: known departures by name (`WAIVERS`), each lifting one check
     in one scope. ``features``: request features the engine has (`FEATURES`: salt, LoRA,
@@ -97,6 +105,7 @@ class ConformanceConfig:
     layouts: tuple[str | Layout, ...] | None = None
     skip_layouts: tuple[str, ...] = ()
     free_order: FreeOrder | None = "esurge"
+    eagle_rule: EagleRule | None = "drop-once"
     mode: Mode = "white-box"
     checks: frozenset[str] | None = None
     waivers: frozenset[str] = frozenset()
@@ -112,6 +121,8 @@ class ConformanceConfig:
         if self.free_order is not None and self.free_order not in FREE_ORDERS:
             raise InvalidArgumentError(f"free_order must be one of {sorted(FREE_ORDERS)} or None, "
                                        f"got {self.free_order!r}")
+        if self.eagle_rule is not None and self.eagle_rule not in EAGLE_RULES:
+            raise InvalidArgumentError(f"eagle_rule must be one of {EAGLE_RULES} or None, got {self.eagle_rule!r}")
         if self.mode not in MODES:
             raise InvalidArgumentError(f"mode must be one of {MODES}, got {self.mode!r}")
         for what, given, known in (("check names", self.checks or (), CHECK_NAMES),
@@ -131,8 +142,8 @@ class ConformanceConfig:
             if not isinstance(layout, Layout) and layout not in LAYOUTS:
                 raise InvalidArgumentError(f"unknown layout {layout!r}; known: {sorted(LAYOUTS)}")
             if self.resolve(layout) is None:
-                raise InvalidArgumentError(f"layout {layout!r} tests a free-order policy other than "
-                                           f"the claimed {self.free_order!r}")
+                raise InvalidArgumentError(f"layout {layout!r} tests a free-order policy or EAGLE rule other than "
+                                           f"the claimed {self.free_order!r}, {self.eagle_rule!r}")
 
     def _check_budget(self) -> None:
         """The example budget and the seed are exact ints (None: Hypothesis' own)."""
@@ -144,14 +155,16 @@ class ConformanceConfig:
             raise InvalidArgumentError(f"seed must be an int or None, got {self.seed!r}")
 
     def resolve(self, layout: str | Layout) -> Layout | None:
-        """The layout as it runs under the claimed policy, or None when it does not apply."""
+        """The layout as it runs under the claimed policies, or None when it does not apply."""
         found = layout if isinstance(layout, Layout) else LAYOUTS[layout]
-        own = found.config.free_order
-        if self.free_order is None or own == self.free_order:
-            return found
-        if own != "esurge":
+        config = found.config
+        order = _claimed(config.free_order, self.free_order, "esurge")
+        rule = _claimed(config.eagle_rule, self.eagle_rule, "drop-once") if config.use_eagle else config.eagle_rule
+        if order is None or rule is None:
             return None
-        return replace(found, config=replace(found.config, free_order=self.free_order))
+        if (order, rule) == (config.free_order, config.eagle_rule):
+            return found
+        return replace(found, config=replace(config, free_order=order, eagle_rule=rule))
 
     def resolved_layouts(self) -> list[Layout]:
         """The layouts to run, each with its free-order policy."""
@@ -177,6 +190,14 @@ class ConformanceConfig:
     def machine_options(self) -> MachineOptions:
         return MachineOptions(mode=self.mode, checks=self.checks, waivers=self.waivers, features=self.features,
                               bad_inputs=self.bad_inputs, rejection=(Exception,))
+
+
+def _claimed(own: Any, claimed: Any, default: Any) -> Any:
+    """The value of a layout's policy under a claim: its own when the claim is None (both) or
+    the same; the claimed one when the layout has the default; else None (it does not apply)."""
+    if claimed is None or own == claimed:
+        return own
+    return claimed if own == default else None
 
 
 class ConformanceError(AssertionError):
@@ -244,7 +265,8 @@ def check_conformance(adapter_factory: AdapterFactory, layout: str | Layout,
     __tracebackhide__ = True
     chosen = config.resolve(layout)
     if chosen is None:
-        raise InvalidArgumentError(f"layout {layout!r} tests a free-order policy the implementation does not claim")
+        raise InvalidArgumentError(f"layout {layout!r} tests a free-order policy or EAGLE rule the implementation "
+                                   f"does not claim")
     factory = machine_factory(chosen, adapter_factory, config.machine_options(), machine)
     _run(factory, chosen.name, config, ConformanceFailure, lambda failure: failure.names)
 

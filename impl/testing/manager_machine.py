@@ -168,6 +168,8 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
             data_parallel_size=2, free_order="unhashed-first"),
     _layout("full+sliding(skip-unreachable)", FULL, spec.GroupLayout("sliding", 4, 5),
             skip_unreachable_sliding_pages=True),
+    _layout("full(page 8)+sliding(page 4)(eagle, vllm rule)", spec.GroupLayout("full", 8),
+            spec.GroupLayout("sliding", 4, 5), max_model_len=24, use_eagle=True, eagle_rule="vllm"),
 )}
 
 
