@@ -408,22 +408,22 @@ class ZmqEventPublisher:
         self._check_open()
         return self._send(self._encode(events, ts))
 
-    def publish_from(self, source: Any, *, ts: float | None = None) -> int | None:
-        """Drain ``source.take_events()`` (a `CacheManager`, a `PagePool`, or any object with
+    def publish_from(self, manager: Any, *, ts: float | None = None) -> int | None:
+        """Drain ``manager.take_events()`` (a `CacheManager`, a `PagePool`, or any object with
         that method) and publish the events as one batch; ``None`` (nothing sent) when there
         were none.
 
         A `CacheManager` or `PagePool` is drained only once its events are encoded, so a refused
         call leaves them in its log (a bare pool's `PageStored` has no page size, which vLLM's
-        wire requires). Any other source is drained first: its events are lost if they cannot
+        wire requires). Any other object is drained first: its events are lost if they cannot
         be published.
         """
-        take = getattr(source, "take_events", None)
+        take = getattr(manager, "take_events", None)
         if not callable(take):
-            raise InvalidArgumentError(f"publish_from needs an object with take_events(), got {describe(source)}")
+            raise InvalidArgumentError(f"publish_from needs an object with take_events(), got {describe(manager)}")
         self._check_open()
         stamp = time.time() if ts is None else _checked_ts(ts)
-        log = _event_log_of(source)
+        log = _event_log_of(manager)
         if log is not None:
             events = log.peek()
             payload = self._encode(events, stamp) if events else b""

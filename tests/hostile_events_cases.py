@@ -293,7 +293,7 @@ def publisher_cases() -> list[Case]:
                                     ts=P(None, "object", accept=TIMESTAMPS)))
     cases += substitution_cases(f"{name}.publish_from", _publisher_world,
                                 _closing(lambda w, **k: w["pub"].publish_from(**resolve(w, k))), dict(
-                                    source=P(W("m"), "object"), ts=P(None, "object", accept=TIMESTAMPS)))
+                                    manager=P(W("m"), "object"), ts=P(None, "object", accept=TIMESTAMPS)))
     cases += [
         Case(f"{name}.publish_from[a pool whose events have no vLLM form]", _publisher_world,
              _closing(lambda w: w["pub"].publish_from(w["pool"])), "reject"),
