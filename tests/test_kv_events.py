@@ -169,29 +169,24 @@ def test_bytes_equal_vllms_own_encoding() -> None:
 # --- hostile inputs: typed errors, nothing changed, nothing left to hang on ---------------------
 
 _REFUSED_THEN_COLLECTED = """
-import gc, socket, sys
+import gc, sys
 from verikv.errors import InvalidArgumentError
 from verikv.kv_events import ZmqEventPublisher
 
+def refused(**kwargs):
+    try:
+        ZmqEventPublisher(**kwargs)
+    except InvalidArgumentError:
+        gc.collect()
+    else:
+        sys.exit(f"accepted {kwargs}")
+
 for kwargs in (dict(endpoint="inproc://a", hwm=2**31), dict(endpoint="inproc://a", buffer_steps=2**63),
                dict(endpoint="bogus://x"), dict(endpoint=""), dict(endpoint="ipc:///nonexistent-verikv/s")):
-    try:
-        ZmqEventPublisher(**kwargs)
-    except InvalidArgumentError:
-        pass
-    else:
-        sys.exit(f"accepted {kwargs}")
-    gc.collect()
+    refused(**kwargs)
 held = ZmqEventPublisher("tcp://127.0.0.1:*", replay_endpoint="tcp://127.0.0.1:*")
-for kwargs in (dict(endpoint=held.endpoint, bind=True),  # fails on the first socket
-               dict(endpoint="tcp://127.0.0.1:*", replay_endpoint=held.replay_endpoint)):  # on the second
-    try:
-        ZmqEventPublisher(**kwargs)
-    except InvalidArgumentError:
-        pass
-    else:
-        sys.exit(f"accepted {kwargs}")
-    gc.collect()
+refused(endpoint=held.endpoint, bind=True)  # fails on the first socket
+refused(endpoint="tcp://127.0.0.1:*", replay_endpoint=held.replay_endpoint)  # on the second
 held.close()
 dropped = ZmqEventPublisher("inproc://dropped")
 dropped.cycle = dropped  # collected only by the cycle collector, never closed
