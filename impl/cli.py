@@ -82,16 +82,26 @@ def argv_problem(argv: Sequence[object]) -> str | None:
     return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``verikv`` command; returns the exit status (2 for an argument no
-    command line can hold, see `argv_problem`; argparse's usage errors exit with 2)."""
+def command_line(argv: object, prog: str) -> list[str] | None:
+    """The arguments of a command (``sys.argv[1:]`` when ``argv`` is None), or None after
+    printing one line naming what no command line can hold (`argv_problem`); the caller then
+    exits with status 2 before any work."""
     if argv is not None and (isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence)):
-        print(f"verikv: argv must be a list of str, got {describe(argv)}", file=sys.stderr)
-        return 2
+        print(f"{prog}: argv must be a list of str, got {describe(argv)}", file=sys.stderr)
+        return None
     arguments = list(sys.argv[1:] if argv is None else argv)
     problem = argv_problem(arguments)
     if problem is not None:
-        print(f"verikv: {problem}", file=sys.stderr)
+        print(f"{prog}: {problem}", file=sys.stderr)
+        return None
+    return arguments
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``verikv`` command; returns the exit status (2 for an argument no
+    command line can hold, see `argv_problem`; argparse's usage errors exit with 2)."""
+    arguments = command_line(argv, "verikv")
+    if arguments is None:
         return 2
     parser = build_parser()
     args = parser.parse_args(arguments)
