@@ -494,8 +494,9 @@ class PagePool(ESurgePoolMethods):
             page_list(keys, "keys")  # raises the precise error
         try:  # C speed, up to the first miss; _RUN_END marks a run that ended with the keys
             found: list[Any] = list(takewhile(_is_entry, chain(map(self._cached.get, keys), _RUN_END)))
-        except TypeError:
-            raise InvalidArgumentError(f"unhashable cache key among {describe(keys)}") from None
+        except Exception as exc:  # a key's own __hash__ / __eq__ (or the iterable) raised
+            raise InvalidArgumentError(f"a cache key among {describe(keys)} cannot be looked up: "
+                                       f"{type(exc).__name__}") from exc
         if found and found[-1] is _RUN_END[0]:
             found.pop()
             queries = len(found)
@@ -710,8 +711,8 @@ class PagePool(ESurgePoolMethods):
     def _lookup(self, key: Hashable, bounds: tuple[int, int] | None) -> int | None:
         try:
             entry = self._cached.get(key)
-        except TypeError:
-            raise InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
+        except Exception as exc:  # unhashable, or the key's own __hash__ / __eq__ raised
+            raise InvalidArgumentError(f"cache key {describe(key)} cannot be looked up: {type(exc).__name__}") from exc
         return None if entry is None else self._resolve(entry, bounds)
 
     def _resolve(self, entry: int | dict[int, None], bounds: tuple[int, int] | None) -> int | None:
