@@ -29,6 +29,4 @@ KNOWN_OPEN: dict[str, str] = {
     "testing.pool_machine.make_pool_machine": "the factory is not checked (any value is accepted)",
     "testing.pool_machine.pool_invariant_failures": "a pool or state of another type raises AttributeError",
     "testing.manager_machine.window_pages_real": "a config or hit of another type raises AttributeError",
-    "ModelGeometry": "a lone-surrogate name is accepted; a deeply nested name or layers raises RecursionError",
-    "uniform_model": "a lone-surrogate name is accepted; a deeply nested name raises RecursionError",
 }
