@@ -43,6 +43,7 @@ class ESurgePoolMethods:
         Counted in `prefix_cache_stats` as one query.
         """
         pool = cast("PagePool", self)
+        check_key(page_hash)  # a key whose hash or equality fails is refused before any lookup
         group_ids = [checked_int(g, "kv_cache_group_id", minimum=0)
                      for g in page_list(kv_cache_group_ids, "kv_cache_group_ids")]
         keys: list[Hashable] = [group_pool_key(page_hash, gid) for gid in group_ids]
@@ -78,12 +79,10 @@ class ESurgePoolMethods:
             new_hashes = (hasher or default_hasher()).hash_request(
                 request, size, len(page_hashes), page_hashes[-1] if page_hashes else None, last)
         hashes = (page_hashes + new_hashes)[first:last]
-        keys = [(pid, group_pool_key(h, group_id)) for pid, h in zip(ids, hashes) if pid != NULL_PAGE_ID]
-        for _, key in keys:  # every key is known hashable before the first change
-            check_key(key)
+        pairs = [(pid, group_pool_key(h, group_id)) for pid, h in zip(ids, hashes) if pid != NULL_PAGE_ID]
+        if pairs:  # all or nothing: the caller's key list grows only once every page is registered
+            pool.cache_page_ids([pid for pid, _ in pairs], [key for _, key in pairs])
         page_hashes.extend(new_hashes)
-        for pid, key in keys:
-            pool.cache_page_id(pid, key)
 
 
 def _caching_range(num_cached_pages: object, num_full_pages: object, page_size: object,

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar
 
 import numpy as np
 
 from verikv.cache_specs import ChunkedLocalAttentionSpec, FullAttentionSpec, MambaSpec, SlidingWindowSpec
 from verikv.dp_sharding import checked_int
-from verikv.errors import InvalidArgumentError, describe
+from verikv.errors import InvalidArgumentError, VeriKVError, describe
 from verikv.hashing import key_text, key_value
 
 
@@ -103,15 +103,28 @@ def wire_hash(key: object) -> bytes:
     int (the shortest signed form for a value outside ``[0, 2**256)``, which only a user's
     hash callable makes). Any other hashable key is reported by its builtin ``hash``: such keys
     only come from direct `PagePool` use, and the value is then stable within the process only.
-    Never fails: events are described after the pool has changed."""
+    Fails (`InvalidArgumentError`) only for a key whose hash fails, which no pool holds."""
     if type(key) is bytes:
         return key
     value = getattr(key, "hash_value", key)
     if type(value) is not int:
-        value = hash(key)
+        value = _builtin_hash(key)
     if 0 <= value < 1 << (8 * _HASH_WIDTH):
         return value.to_bytes(_HASH_WIDTH, "little")
     return value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
+
+
+def _builtin_hash(key: object) -> int:
+    try:
+        return hash(key)
+    except Exception as exc:  # unhashable, or a user __hash__ that raises
+        raise InvalidArgumentError(f"a page key must be hashable, got {describe(key)}: {exc}") from None
+
+
+def _is_sequence(value: object) -> TypeGuard[Sequence[Any] | np.ndarray]:
+    """A sequence of items (a NumPy vector included), not a str or bytes."""
+    return (isinstance(value, Sequence) and not isinstance(value, (str, bytes))) or \
+        (isinstance(value, np.ndarray) and value.ndim == 1)
 
 
 def _hash_tuple(values: object, what: str) -> tuple[bytes, ...]:
@@ -241,12 +254,27 @@ class StoreContext:
 
     page_size: int
     parent_key: Hashable | None
-    token_ids: Sequence[int]
+    token_ids: Sequence[int] | np.ndarray
     extra_keys: Sequence[Any] | None = None
     lora_id: int | None = None
     lora_name: str | None = None
     spec_kind: str | None = None
     sliding_window: int | None = None
+
+    def __post_init__(self) -> None:
+        """Check the shapes here, so a bad context is refused when it is made, not when the
+        `PageStored` it describes is built (each token and key is checked there)."""
+        object.__setattr__(self, "page_size", checked_int(self.page_size, "page_size", minimum=1))
+        if self.parent_key is not None:
+            _builtin_hash(self.parent_key)
+        if not _is_sequence(self.token_ids):
+            raise InvalidArgumentError(f"token_ids must be a sequence, got {describe(self.token_ids)}")
+        if self.extra_keys is not None and not _is_sequence(self.extra_keys):
+            raise InvalidArgumentError(f"extra_keys must be a sequence or None, got {describe(self.extra_keys)}")
+        object.__setattr__(self, "lora_id", _optional_count(self.lora_id, "lora_id", 0))
+        object.__setattr__(self, "sliding_window", _optional_count(self.sliding_window, "sliding_window", 1))
+        _optional_text(self.lora_name, "lora_name")
+        _optional_text(self.spec_kind, "spec_kind")
 
 
 #: ``describe(group_id, page_ids) -> StoreContext``: how a manager describes a run of pages it
@@ -272,8 +300,16 @@ def describe_run(request: Any, spec: object, page_size: int, first: int, count: 
     """The `StoreContext` of pages ``first .. first+count-1`` of ``request`` in a group of
     ``spec``: their tokens, their extra keys from ``extra_keys_of(request, index, page_size)``,
     and the request's LoRA identity (its ``lora_id`` / ``lora_name``, when it has them)."""
+    page_size = checked_int(page_size, "page_size", minimum=1)
+    first = checked_int(first, "first", minimum=0)
+    count = checked_int(count, "count", minimum=0)
+    if extra_keys_of is not None and not callable(extra_keys_of):
+        raise InvalidArgumentError(f"extra_keys_of must be callable or None, got {describe(extra_keys_of)}")
+    all_tokens = getattr(request, "all_token_ids", None)
+    if not _is_sequence(all_tokens):
+        raise InvalidArgumentError(f"request {describe(request)} has no all_token_ids sequence")
     kind, window = spec_metadata(spec)
-    tokens = request.all_token_ids[first * page_size:(first + count) * page_size]
+    tokens = all_tokens[first * page_size:(first + count) * page_size]
     pages = range(first, first + count)
     extra = None if extra_keys_of is None else [extra_keys_of(request, i, page_size) for i in pages]
     return StoreContext(page_size, parent_key, tokens, extra if extra is not None and any(extra) else None,
@@ -311,18 +347,25 @@ class EventLog:
     # --- what the pool reports ------------------------------------------------------------
 
     def stored(self, page_id: int, key: Any) -> None:
+        """Page ``page_id`` (>= 1) got the pool key ``key`` (hashable, not None)."""
         self._report(_STORED, page_id, key, self._context)
 
     def removed(self, page_id: int, key: Any) -> None:
+        """Page ``page_id`` (>= 1) lost the pool key ``key``."""
         self._report(_REMOVED, page_id, key, None)
 
     def cleared(self) -> None:
+        """Every key was dropped."""
         self._report(_CLEARED, 0, None, None)
 
     def _report(self, kind: int, page_id: int, key: Any, context: Describer | None) -> None:
-        self._pending.append((kind, page_id, key, context))
-        if not self._depth:
-            self._flush()
+        if kind != _CLEARED:
+            page_id = _checked_report(page_id, key)
+        report = (kind, page_id, key, context)
+        if self._depth:
+            self._pending.append(report)
+        else:  # outside a call nothing is pending: the report is an event of its own
+            self._events.extend(self._merged([report]))
 
     # --- what a manager brackets ----------------------------------------------------------
 
@@ -331,23 +374,32 @@ class EventLog:
         self._depth += 1
 
     def end_call(self) -> None:
-        """End a call: at the outermost level, merge the held reports into events."""
+        """End a call: at the outermost level, merge the held reports into events.
+
+        If a run's description fails (its describer raises), the error leaves with the log
+        as it was: the reports still held, the call still open.
+        """
         if self._depth <= 0:
             raise InvalidArgumentError("end_call without a matching begin_call")
-        self._depth -= 1
-        if not self._depth:
+        if self._depth == 1:
+            self._events.extend(self._merged(self._pending))
+            self._pending = []
             self._context = None
-            self._flush()
+        self._depth -= 1
 
     def set_store_context(self, describe: Describer | None) -> None:
         """Describe the runs of pages stored from now on with ``describe`` (``None``: each page
         from its key alone). It is called when the call ends, once per run."""
+        if describe is not None and not callable(describe):
+            raise InvalidArgumentError(f"a store context is a callable or None, got {type(describe).__name__}")
         self._context = describe
 
     def recording(self, method: Callable[..., _R], describer_for: Callable[[Any], Describer]) -> Callable[..., _R]:
         """``method`` (a manager call whose first parameter is ``request``) as one call of this
         log: its reports become its events when it returns or raises, and the runs it stores
         are described by ``describer_for(request)``."""
+        if not callable(method) or not callable(describer_for):
+            raise InvalidArgumentError("recording needs a callable method and a callable describer_for")
         return _RecordedCall(self, method, describer_for)
 
     def take(self) -> list[KVEvent]:
@@ -355,15 +407,21 @@ class EventLog:
         events, self._events = self._events, []
         return events
 
+    def peek(self) -> list[KVEvent]:
+        """Every event since the last take, oldest first, leaving them in the buffer."""
+        return list(self._events)
+
     # --- merging --------------------------------------------------------------------------
 
-    def _flush(self) -> None:
-        pending, self._pending = self._pending, []
+    def _merged(self, pending: list[_Report]) -> list[KVEvent]:
+        """The events of ``pending`` reports: one per run (and group). Reads the log only."""
+        events: list[KVEvent] = []
         start = 0
         for i in range(1, len(pending) + 1):
             if i == len(pending) or not _same_run(pending[start], pending[i]):
-                self._events.extend(map(self._event, _by_group(pending[start:i])))
+                events.extend(map(self._event, _by_group(pending[start:i])))
                 start = i
+        return events
 
     def _event(self, run: list[_Report]) -> KVEvent:
         kind, _, first_key, context = run[0]
@@ -377,7 +435,15 @@ class EventLog:
             return PageRemoved(hashes, group_id, self.medium, ids)
         if context is None:
             return _stored_from_keys(contents, hashes, group_id, self.medium, ids)
-        return self._described(context(group_id, ids), hashes, group_id, ids)
+        try:
+            description = context(group_id, ids)
+        except VeriKVError:
+            raise
+        except Exception as exc:  # the describer is the caller's code: its failure is reported typed
+            raise InvalidArgumentError(f"describing pages {ids} failed: {type(exc).__name__}: {exc}") from None
+        if not isinstance(description, StoreContext):
+            raise InvalidArgumentError(f"a describer returns a StoreContext, got {describe(description)}")
+        return self._described(description, hashes, group_id, ids)
 
     def _described(self, context: StoreContext, hashes: tuple[bytes, ...], group_id: int | None,
                    ids: tuple[int, ...]) -> PageStored:
@@ -408,6 +474,15 @@ class _RecordedCall(Generic[_R]):
             return self.__wrapped__(*args, **kwargs)
         finally:
             log.end_call()
+
+
+def _checked_report(page_id: object, key: object) -> int:
+    """The page of a report (an int >= 1: page 0 is never hashed), whose key must be hashable."""
+    if key is None:
+        raise InvalidArgumentError("a page key cannot be None")
+    if type(key) is not bytes:
+        _builtin_hash(key)
+    return page_id if type(page_id) is int and page_id >= 1 else checked_int(page_id, "page_id", minimum=1)
 
 
 def _same_run(a: _Report, b: _Report) -> bool:

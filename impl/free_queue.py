@@ -71,19 +71,34 @@ class PageRecords:
 
 
 def check_key(key: Any) -> None:
-    """`InvalidArgumentError` unless ``key`` is ``None`` or hashable (a content key must be)."""
+    """`InvalidArgumentError` unless ``key`` is ``None`` or a usable content key: hashable and
+    equal to itself (a NaN could never be found again), its ``__hash__`` and ``__eq__`` not
+    raising. Read-only: a key is checked before any table changes."""
+    if key is None:
+        return
     try:
         hash(key)
+        equal = not key != key  # (`not` reads the answer, so a failing __bool__ is caught here too)
     except TypeError:
         raise errors.InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
+    except Exception as exc:  # a user key's own __hash__ / __eq__ failing is a bad argument
+        raise errors.InvalidArgumentError(
+            f"cache key {describe(key)} cannot be hashed or compared: {type(exc).__name__}: {exc}") from None
+    if not equal:
+        raise errors.InvalidArgumentError(f"cache key {describe(key)} is not equal to itself")
 
 
 def page_list(pages: object, what: str) -> list[Any]:
-    """``pages`` (any iterable but a str/bytes/mapping) as a new list; `InvalidArgumentError`
-    otherwise, so a wrong container is reported instead of failing halfway."""
-    if isinstance(pages, (str, bytes, Mapping)) or not isinstance(pages, Iterable):
-        raise errors.InvalidArgumentError(f"{what} must be a list, got {type(pages).__name__}")
-    return list(pages)
+    """``pages`` (any iterable but a str/bytes/mapping or a 0-d NumPy array, which claims to be
+    iterable and is not) as a new list; `InvalidArgumentError` otherwise, also when iterating
+    fails, so a wrong container is reported instead of failing halfway."""
+    if isinstance(pages, (str, bytes, Mapping)) or not isinstance(pages, Iterable) \
+            or (isinstance(pages, np.ndarray) and pages.ndim == 0):
+        raise errors.InvalidArgumentError(f"{what} must be a list, got {type(pages).__name__} {describe(pages)}")
+    try:
+        return list(pages)
+    except Exception as exc:  # a user iterable that fails is a bad argument, reported as one
+        raise errors.InvalidArgumentError(f"{what} could not be iterated: {type(exc).__name__}: {exc}") from None
 
 
 def int_array(values: np.ndarray) -> array[int]:

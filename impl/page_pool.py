@@ -377,27 +377,41 @@ class PagePool(ESurgePoolMethods):
                 and self._key[page_id] is None):
             check_key(key)  # a bad key is reported before a bad page, as the spec orders them
             self.check_cacheable([page_id])  # raises the precise error
-        try:
-            entry = self._cached.setdefault(key, page_id)  # hashes the key once
-        except TypeError:
-            raise InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
-        if entry is page_id and key != key:  # NaN: no lookup could ever find it again
-            del self._cached[key]  # found by identity
-            raise InvalidArgumentError(f"cache key {describe(key)} is not equal to itself")
-        if entry is not page_id:  # equal pages already cached: this one joins them, last
-            if isinstance(entry, int):  # stored entries are exact ints or dicts
-                self._cached[key] = {entry: None, page_id: None}
-                self._num_shared += 1
-            else:
-                entry[page_id] = None
+        self._insert_key(page_id, key)
         self._key[page_id] = key
         self.key_version += 1
         if self._events is not None:
             self._events.stored(page_id, key)
 
+    def _insert_key(self, page_id: int, key: Hashable) -> None:
+        """Put ``page_id`` under ``key`` in the cached map (after equal pages), or raise
+        `InvalidArgumentError` with the map unchanged. A user key's hash and equality run before
+        the map changes (a key not equal to itself, a NaN, could never be found again), and a
+        dict call whose comparison fails leaves the dict as it was."""
+        try:
+            if key != key:
+                raise InvalidArgumentError(f"cache key {describe(key)} is not equal to itself")
+            entry = self._cached.setdefault(key, page_id)  # hashes the key once
+            if entry is not page_id:  # equal pages already cached: this one joins them, last
+                if isinstance(entry, int):  # stored entries are exact ints or dicts
+                    self._cached[key] = {entry: None, page_id: None}
+                    self._num_shared += 1
+                else:
+                    entry[page_id] = None
+        except InvalidArgumentError:
+            raise
+        except TypeError:
+            raise InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
+        except Exception as exc:  # the key's own __hash__ / __eq__ (or an equal key's) failed
+            raise InvalidArgumentError(
+                f"cache key {describe(key)} cannot be hashed or compared: {type(exc).__name__}: {exc}") from None
+
     def cache_page_ids(self, page_ids: Sequence[int], keys: Sequence[Hashable]) -> None:
         """`cache_page_id` for each ``(page_ids[i], keys[i])`` in order, as one step: on an error
-        (the one the first failing call would raise) nothing is registered.
+        (the one the first failing call would raise) nothing is registered. Every key is hashed
+        and compared with the cached keys and the batch's before the first one is registered,
+        so a key whose ``__hash__`` or ``__eq__`` raises (each time it is asked) is refused
+        with nothing changed.
 
         The common case (caching on, no events, every id a distinct keyless page, every key new
         and distinct) is checked and applied at C speed: one `dict.update`, ``key_version``
@@ -432,15 +446,16 @@ class PagePool(ESurgePoolMethods):
             if countOf(map(self._key.__getitem__, ids), None) != n or len(set(ids)) != n:
                 return None
             new = dict(zip(keys, ids))
-        except (IndexError, TypeError):  # an id past the pool, an unhashable key: the pair-by-pair check reports it
-            return None
-        if len(new) != n or None in new or not self._cached.keys().isdisjoint(new) or any(map(ne, keys, keys)):
-            return None  # equal keys (in the batch or cached already), a None key, or one not equal to itself
+            if len(new) != n or None in new or not self._cached.keys().isdisjoint(new) or any(map(ne, keys, keys)):
+                return None  # equal keys (in the batch or cached already), a None key, or one not equal to itself
+        except Exception:  # an id past the pool, a key that cannot be hashed or compared: the
+            return None  # pair-by-pair check reports it with its typed error
         return new
 
     def _check_cache_pairs(self, ids: list[int], keys: list[Hashable]) -> None:
         """Raise the error the first failing `cache_page_id` of the batch would raise. Read-only."""
         seen: dict[int, Hashable] = {}  # pages the earlier calls would have registered
+        batch: dict[Hashable, None] = {}  # their keys: each key meets the ones registered before it
         for pid, key in zip(ids, keys):
             if key is None:
                 raise InvalidArgumentError("a cache key cannot be None")
@@ -448,8 +463,12 @@ class PagePool(ESurgePoolMethods):
             self.check_cacheable([pid])
             if pid in seen:
                 raise PageStateError(f"page {pid} already has a key ({describe(seen[pid])})")
-            if key != key:
-                raise InvalidArgumentError(f"cache key {describe(key)} is not equal to itself")
+            try:  # the comparisons registering it will make
+                self._cached.get(key)
+                batch.setdefault(key)
+            except Exception as exc:
+                raise InvalidArgumentError(
+                    f"cache key {describe(key)} cannot be compared: {type(exc).__name__}: {exc}") from None
             seen[pid] = key
 
     def lookup_id(self, key: Hashable, *, dp_shard_hint: int | None = None,
@@ -475,8 +494,9 @@ class PagePool(ESurgePoolMethods):
             page_list(keys, "keys")  # raises the precise error
         try:  # C speed, up to the first miss; _RUN_END marks a run that ended with the keys
             found: list[Any] = list(takewhile(_is_entry, chain(map(self._cached.get, keys), _RUN_END)))
-        except TypeError:
-            raise InvalidArgumentError(f"unhashable cache key among {describe(keys)}") from None
+        except Exception as exc:  # a key's own __hash__ / __eq__ (or the iterable) raised
+            raise InvalidArgumentError(f"a cache key among {describe(keys)} cannot be looked up: "
+                                       f"{type(exc).__name__}") from exc
         if found and found[-1] is _RUN_END[0]:
             found.pop()
             queries = len(found)
@@ -691,8 +711,8 @@ class PagePool(ESurgePoolMethods):
     def _lookup(self, key: Hashable, bounds: tuple[int, int] | None) -> int | None:
         try:
             entry = self._cached.get(key)
-        except TypeError:
-            raise InvalidArgumentError(f"unhashable cache key {describe(key)}") from None
+        except Exception as exc:  # unhashable, or the key's own __hash__ / __eq__ raised
+            raise InvalidArgumentError(f"cache key {describe(key)} cannot be looked up: {type(exc).__name__}") from exc
         return None if entry is None else self._resolve(entry, bounds)
 
     def _resolve(self, entry: int | dict[int, None], bounds: tuple[int, int] | None) -> int | None:

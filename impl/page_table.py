@@ -298,7 +298,8 @@ class MultiGroupPageTable:
     ) -> None:
         """``append_row(page_ids_per_req[k], req_indices[k])`` for every k, validated as a whole."""
         for name, value in (("page_ids_per_req", page_ids_per_req), ("req_indices", req_indices)):
-            if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
+            if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)) \
+                    or (isinstance(value, np.ndarray) and value.ndim == 0):  # a 0-d array has no length
                 raise InvalidArgumentError(f"{name} must be a sequence, got {describe(value)}")
         if len(page_ids_per_req) != len(req_indices):
             raise InvalidArgumentError(

@@ -79,3 +79,25 @@ def test_prove_without_the_proofs_extra_says_what_to_install(monkeypatch: pytest
     assert cli.main(["prove"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "pip install 'verikv[proofs]'" in err and "z3" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["size", "--model", "llama-3-8b", "--device", "h100", "--json", "a\x00b"],
+    ["size", "--model", "llama-3-8b", "--device", "h100", "--json", "\ud800"],
+    ["size", "--model", "\ud800/config.json", "--device", "h100"],
+    ["prove", "--json", "a\x00b"],  # refused before any check is selected or run
+    ["prove", "--junit", "\ud800"],
+    ["size", "--max-model-len", 5],
+])
+def test_arguments_no_command_line_can_hold_exit_2_with_one_line(argv: list,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("verikv: argument ") and "Traceback" not in err
+
+
+def test_argv_problem_names_the_argument_and_accepts_what_a_shell_passes() -> None:
+    assert cli.argv_problem(["size", "--json", "plan-\udcff.json"]) is None  # an undecodable byte, as Python shows it
+    assert cli.argv_problem(["size", "a\x00b"]) == "argument 2 contains a NUL character: 'a\\x00b'"
+    assert "argument 1 is not encodable" in (cli.argv_problem(["\ud800"]) or "")
+    assert cli.main("size") == 2  # type: ignore[arg-type]  # a str is not an argument list

@@ -1,8 +1,9 @@
-"""Prefix-cache statistics and KV events validate what they are given (issue 12); the event
-log merges the pool's per-page reports into one event per run of a call (issue 17)."""
+"""Prefix-cache statistics and KV events validate what they are given; the event log merges
+the pool's per-page reports into one event per run of a call."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -197,3 +198,35 @@ def test_a_manager_records_calls_only_when_events_are_on() -> None:
     (stored,) = on.take_events()
     assert isinstance(stored, PageStored) and stored.page_ids == (1, 2) and stored.token_ids == tuple(range(8))
     assert stored.spec_kind == "full_attention" and stored.parent_page_hash is None
+
+
+def test_a_failing_description_leaves_the_log_as_it_was() -> None:
+    def fail(group: int | None, ids: tuple[int, ...]) -> StoreContext:
+        raise RuntimeError("describer exploded")
+
+    log = EventLog()
+    log.begin_call()
+    log.set_store_context(fail)
+    log.stored(3, b"k" * 32)
+    with pytest.raises(InvalidArgumentError, match="describer exploded"):
+        log.end_call()
+    assert log.peek() == [] and len(log._pending) == 1 and log._depth == 1  # the call is still open
+    log.set_store_context(None)
+    with pytest.raises(InvalidArgumentError):  # the held report is still described by the failing describer
+        log.end_call()
+
+
+def test_reports_and_helpers_refuse_bad_values() -> None:
+    log = EventLog()
+    calls: list[Callable[[], object]] = [
+        lambda: log.stored(0, b"k"), lambda: log.stored(1, None), lambda: log.removed(1, [1]),
+        lambda: log.set_store_context(5), lambda: log.recording(5, 6),  # type: ignore[arg-type]
+        lambda: wire_hash([1]), lambda: StoreContext(0, None, ()),
+        lambda: StoreContext(4, [1], ()), lambda: StoreContext(4, None, "abcd"),  # type: ignore[arg-type]
+        lambda: describe_run(object(), None, 4, 0, 1, None)]
+    for call in calls:
+        with pytest.raises(InvalidArgumentError):
+            call()
+    assert log.take() == [] and log.peek() == []
+    log.stored(2, b"k" * 32)
+    assert log.peek() == log.take() and log.peek() == []

@@ -1,6 +1,6 @@
 """KV events in the spec (`verikv.spec.events`): what a call emits, INV-EVENTS-REPLAY, and the
 exhaustive check of the real manager's events (`verikv.proofs.events_refinement`) with its
-mutants (issue 17)."""
+mutants."""
 
 from __future__ import annotations
 

@@ -238,7 +238,7 @@ def test_queue_matches_a_list_model(ops: list[tuple[str, int]]) -> None:
         assert queue.ids() == model and queue.num_free_pages == len(model)
 
 
-# --- issue 12: hostile input on the queue (typed errors, nothing changed) ----------------------
+# --- hostile input on the queue (typed errors, nothing changed) -------------------------------
 
 def _deep(depth: int = 5000) -> list:
     value: list = [1]

@@ -1,4 +1,4 @@
-"""Issue 12's hostile-input suite: every public entry point of verikv, many hostile values each.
+"""The hostile-input suite: every public entry point of verikv, many hostile values each.
 
 Each case (see `tests.hostile`) builds a fresh world, makes one call and asserts: a rejected
 call raises a `VeriKVError` subclass, a bad value is never silently accepted (the cases a
@@ -6,9 +6,9 @@ correct library must or may accept are listed by each parameter's profile), the 
 snapshot is unchanged after a rejection, the invariants hold afterwards, and the call answers
 within `tests.hostile.HANG_SECONDS` (hang detection only).
 
-Cases whose failure lies in a module owned by another lane are listed in
-`hostile_known_open.KNOWN_OPEN` (one table, id -> reason) and marked ``xfail(strict=True)``:
-delete an entry when its fix merges.
+This module's ``CASES`` cover the manager, the pool, the free queue, hashing, requests, cache
+specs, page tables, statistics, DP helpers and sizing's values; the ``hostile_*_cases.py``
+modules add their own surfaces, and `test_hostile_case` runs them all (`hostile.all_cases`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,21 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hostile import HOSTILE, Case, HashFlipStr, P, World, run_case, substitution_cases
+from hostile import (
+    HOSTILE,
+    Case,
+    HashFlipStr,
+    P,
+    W,
+    WList,
+    World,
+    all_cases,
+    known_open_still_fail,
+    resolve,
+    run_case,
+    subject,
+    substitution_cases,
+)
 from hostile_known_open import KNOWN_OPEN
 
 import verikv
@@ -46,35 +60,11 @@ from verikv import (
     SlidingWindowSpec,
 )
 from verikv.events import EventLog
+from verikv.kv_events import ZmqEventPublisher
 
 KW: dict[str, Any] = dict(num_kv_heads=1, head_size=8, dtype=np.float16, use_mla=False)
 FULL = CacheGroupSpec(FullAttentionSpec(page_size=4, **KW))
 SW = CacheGroupSpec(SlidingWindowSpec(page_size=4, sliding_window=8, **KW))
-
-
-class W:
-    """A parameter value taken from the world (``W("a")`` is ``world["a"]``)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self) -> W:
-        return self
-
-
-class WList:
-    """A list of world values (``WList("a", "c")`` is ``[world["a"], world["c"]]``)."""
-
-    def __init__(self, *names: str) -> None:
-        self.names = names
-
-    def __call__(self) -> WList:
-        return self
-
-
-def resolve(world: World, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: (world[v.name] if isinstance(v, W) else [world[n] for n in v.names] if isinstance(v, WList) else v)
-            for k, v in kwargs.items()}
 
 
 # --- worlds -----------------------------------------------------------------------------------
@@ -704,7 +694,7 @@ def _cli_cases(tmp: Path) -> list[Case]:
 
 def _stale_progress_world() -> World:
     """`manager_world` whose preempted ``b`` (no pages) still claims 4 computed tokens: a
-    scheduler that forgot to reset it (issue 12, defect 3)."""
+    scheduler that forgot to reset it."""
     world = manager_world()
     world["b"].num_computed_tokens = 4
     return world
@@ -813,55 +803,134 @@ def _hash_flip_then_evict(w: World) -> None:
 CLI_TMP = Path(tempfile.gettempdir()) / "verikv-hostile"
 
 
-def all_cases() -> list[Case]:
+def _cases() -> list[Case]:
     CLI_TMP.mkdir(exist_ok=True)
-    cases = (_manager_targets() + _pool_targets() + _queue_targets() + _page_targets() + _hashing_targets()
-             + _request_targets() + _spec_targets() + _table_targets() + _events_targets() + _dp_targets()
-             + _coordinator_targets() + _sizing_targets() + _cli_cases(CLI_TMP) + _wrong_order_cases()
-             + _no_argument_cases())
-    return cases
+    return (_manager_targets() + _pool_targets() + _queue_targets() + _page_targets() + _hashing_targets()
+            + _request_targets() + _spec_targets() + _table_targets() + _events_targets() + _dp_targets()
+            + _coordinator_targets() + _sizing_targets() + _cli_cases(CLI_TMP) + _wrong_order_cases()
+            + _no_argument_cases())
 
 
-CASES = all_cases()
-CASES_BY_ID = {case.id: case for case in CASES}
-assert len(CASES_BY_ID) == len(CASES), "case ids must be unique"
+CASES = _cases()
+SUITE = all_cases()
+"""This module's cases and those of every ``hostile_*_cases.py`` module (ids unique across all)."""
 
 
-
-def _param(case: Case) -> Any:
-    reason = KNOWN_OPEN.get(case.id)
-    marks = [] if reason is None else [pytest.mark.xfail(strict=True, reason=reason)]
-    return pytest.param(case, id=case.id, marks=marks)
-
-
-@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in SUITE])
 def test_hostile_case(case: Case) -> None:
     result = run_case(case)
+    reason = KNOWN_OPEN.get(subject(case))
+    if result.problems and reason is not None:
+        pytest.xfail(f"known open: {reason}")
     assert not result.problems, f"{case.id} (expect {case.expect}, raised {result.raised}): {result.problems}"
 
 
+def test_every_known_open_entry_point_still_fails() -> None:
+    """A `KNOWN_OPEN` entry goes once no case of its entry point fails (and names a subject)."""
+    listed = [case for case in SUITE if subject(case) in KNOWN_OPEN]
+    assert {subject(case) for case in listed} == set(KNOWN_OPEN)
+    assert not known_open_still_fail([case for case in listed if run_case(case).problems])
+
+
+NAMESPACES = frozenset({"kv_events", "events", "testing", "harness", "sizing", "cli"})
+"""Leading words of case ids that name where an entry point lives, not the entry point."""
+
+
+def covered_names(cases: list[Case]) -> set[str]:
+    """What the cases exercise: each id's subject (before ``[``) and its dotted prefixes, also
+    without leading `NAMESPACES` words (``events.EventLog.take[]`` covers ``events.EventLog``,
+    ``EventLog`` and ``EventLog.take``); ``.hybrid`` / ``.dp`` world variants are dropped."""
+    covered: set[str] = set()
+    for case in cases:
+        parts = case.id.split("[")[0].replace(".hybrid", "").replace(".dp", "").split(".")
+        while parts:
+            covered.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
+            parts = parts[1:] if parts[0] in NAMESPACES else []
+    return covered
+
+
+def public_entry_points() -> dict[str, object]:
+    """Every public callable of verikv by qualified name: the top-level exports by their own
+    names; then, as ``module.name``, the public callables of `verikv.events`,
+    `verikv.kv_events`, `verikv.sizing` (its ``__all__``) and every `verikv.testing` module
+    (``__all__``, else the public names defined there), and `verikv.cli.main`. A callable
+    reached under two names is listed once, under its first. Exception classes are not entry
+    points (the library raises them)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import verikv.testing
+
+    found: dict[str, object] = {name: getattr(verikv, name) for name in verikv._EXPORTS}
+    harness = [info.name for info in pkgutil.iter_modules(verikv.testing.__path__) if not info.name.startswith("_")]
+    modules = ["events", "kv_events", "sizing"] + [f"testing.{name}" for name in harness]
+    for path in modules:
+        module = importlib.import_module(f"verikv.{path}")
+        names = getattr(module, "__all__", None) or [
+            n for n in vars(module) if not n.startswith("_") and getattr(getattr(module, n), "__module__", None)
+            == module.__name__]
+        for name in names:
+            found.setdefault(f"{path}.{name}", getattr(module, name))
+    found["cli.main"] = verikv.cli.main
+    seen: set[int] = set()
+    entry_points: dict[str, object] = {}
+    for name, value in found.items():
+        if not (inspect.isclass(value) or inspect.isroutine(value)) or id(value) in seen \
+                or (isinstance(value, type) and issubclass(value, BaseException)):
+            continue  # (type aliases and constants are not called; exceptions are raised, not fed)
+        seen.add(id(value))
+        entry_points[name] = value
+    return entry_points
+
+
+EXEMPT = {
+    # abstract bases, results, records and enums: not constructed by users with data
+    "CacheSpec", "AttentionSpec", "RequestStatus", "KVCachePlan", "RuntimePageBudgetEstimate",
+    "AttentionTypeGroups", "MMFeature", "PageHash", "PageHashWithGroupId", "AllPagesCleared",
+    "kv_events.KVEventBatch", "kv_events.BlockStored", "kv_events.BlockRemoved", "kv_events.AllBlocksCleared",
+    "sizing.LayerBuffer", "sizing.PageArray", "sizing.PlanGroup",  # parts of a KVCachePlan
+    "sizing.Accelerator",  # a catalog entry: get_accelerator and describe_accelerator make one (covered)
+    # managers and coordinators are built by get_kv_cache_coordinator / CacheManager (covered)
+    "SingleTypeCacheManager", "FullAttentionManager", "SlidingWindowManager", "ChunkedLocalAttentionManager",
+    "MambaManager", "CacheCoordinator", "CacheCoordinatorNoPrefixCache", "UnitaryCacheCoordinator",
+    "HybridCacheCoordinator",
+    # the harness: typing protocols an adapter implements, and the records and state machine it
+    # builds itself (its entry points are check_conformance, machine_factory and their options)
+    "testing.adapter.PageManagerAdapter", "testing.adapter.WhiteBoxAdapter",
+    "testing.manager_machine.Observation", "testing.manager_machine.Tracked",
+    "testing.manager_machine.ManagerMachine",
+}
+
+
 def test_every_public_callable_is_exercised() -> None:
-    """Every callable public name is the subject of at least one case (or listed as exempt)."""
-    exempt = {
-        # exception classes: any message is fine; they are raised by the library, not fed by users
-        "VeriKVError", "InvalidArgumentError", "UnknownRequestError", "ForeignPageError", "CacheSpecError",
-        "OutOfPagesError", "PageStateError", "DoubleFreeError", "NullPageError", "CorruptedStateError",
-        "SizingError", "DoesNotFitError", "KVCacheDoesNotFitError", "HashingError",
-        # abstract bases, results and enums: not constructed by users with data
-        "CacheSpec", "AttentionSpec", "KVEvent", "RequestStatus", "KVCachePlan", "RuntimePageBudgetEstimate",
-        "AttentionTypeGroups", "MMFeature", "PageHash", "PageHashWithGroupId", "AllPagesCleared",
-        # managers and coordinators are built by get_kv_cache_coordinator / CacheManager (covered)
-        "SingleTypeCacheManager", "FullAttentionManager", "SlidingWindowManager", "ChunkedLocalAttentionManager",
-        "MambaManager", "CacheCoordinator", "CacheCoordinatorNoPrefixCache", "UnitaryCacheCoordinator",
-        "HybridCacheCoordinator",
-    }
-    covered = {case.id.split("[")[0].split(".")[0] for case in CASES}
-    names = {n for n in verikv._EXPORTS if callable(getattr(verikv, n))}
-    missing = names - covered - exempt
+    """Every public entry point (`public_entry_points`) is the subject of a case of the suite
+    (or listed in `EXEMPT`); the exemptions name real entry points."""
+    entry_points = public_entry_points()
+    covered = covered_names(SUITE)
+    missing = [name for name in entry_points
+               if name not in EXEMPT and name not in covered and name.rsplit(".", 1)[-1] not in covered]
     assert not missing, f"public callables without hostile cases: {sorted(missing)}"
-    assert len(CASES) > 3000, len(CASES)
-    assert set(KNOWN_OPEN) <= set(CASES_BY_ID), sorted(set(KNOWN_OPEN) - set(CASES_BY_ID))
-    assert {c.expect for c in CASES} == {"accept", "reject", "either"}
+    assert EXEMPT <= set(entry_points), sorted(EXEMPT - set(entry_points))
+    assert len(SUITE) > 3000, len(SUITE)
+    assert {c.expect for c in SUITE} == {"accept", "reject", "either"}
+
+
+def test_the_coverage_check_sees_a_missing_entry_point() -> None:
+    """Not vacuous: an entry point with no case is reported, a namespaced case covers its name."""
+    cases = [Case("events.EventLog.take[]", empty_world, lambda w: None, "accept")]
+    assert {"EventLog", "EventLog.take", "events.EventLog"} <= covered_names(cases)
+    assert "wire_hash" not in covered_names(cases) and "take" not in covered_names(cases)
+    assert "cli.main" in public_entry_points() and "kv_events.decode_batch" in public_entry_points()
+
+
+def test_the_suite_collects_every_cases_module() -> None:
+    from hostile import case_modules
+
+    modules = case_modules()
+    assert modules[0] == "test_hostile_inputs" and {"hostile_events_cases", "hostile_cli_cases"} <= set(modules)
+    prefixes = {c.id.split("[")[0] for c in SUITE}
+    assert {"kv_events.decode_batch", "cli.main", "CacheManager.allocate_slots"} <= prefixes
 
 
 METHOD_EXEMPT = {
@@ -871,13 +940,13 @@ METHOD_EXEMPT = {
 
 
 @pytest.mark.parametrize("cls", [CacheManager, CachePages, PagePool, FreeCachePageQueue, CachePage, PageHasher, Request,
-                                 PageTable, MultiGroupPageTable, PrefixCacheStats, FullAttentionSpec, MambaSpec])
+                                 PageTable, MultiGroupPageTable, PrefixCacheStats, FullAttentionSpec, MambaSpec,
+                                 EventLog, ZmqEventPublisher])
 def test_every_public_method_and_setter_is_exercised(cls: type) -> None:
     """Each public method (``Class.method``) and property setter (``Class.attr=``) has a case."""
     import inspect
 
-    covered = {c.id.split("[")[0].replace(".hybrid", "").replace(".dp", "") for c in CASES}
-    covered |= {name.rsplit(".", 1)[0] for name in covered}  # "Class.method.variant" covers the method
+    covered = covered_names(SUITE)  # ("Class.method.variant" covers the method)
     missing = []
     for name, member in inspect.getmembers(cls):
         if name.startswith("_") or f"{cls.__name__}.{name}" in METHOD_EXEMPT:
@@ -915,3 +984,98 @@ def test_harness_detects_each_outcome() -> None:
         assert kind in {k for k, _ in run_case(case).problems}, kind
     assert not run_case(Case("t6", pool_world, lambda w: w["pool"].get_new_page_ids(1), "accept")).problems
     assert HOSTILE["nested"]() is not None
+
+
+# --- regressions: the exact calls that once failed ------------------------------------------------
+
+class _EqRaises:
+    """A key whose ``__eq__`` raises (its hash is fine)."""
+
+    def __hash__(self) -> int:
+        return 1
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("__eq__ exploded")
+
+
+def test_a_refused_cache_page_id_leaves_no_stale_entry() -> None:
+    """The call raises a typed error and the cached map is as it was: after the page is freed
+    and handed out again, a lookup of the key finds nothing."""
+    from hostile import snapshot
+
+    from verikv.errors import InvalidArgumentError
+
+    pool = PagePool(8)
+    pool.get_new_page_ids(4)
+    key = _EqRaises()
+    before = snapshot(pool)
+    with pytest.raises(InvalidArgumentError):
+        pool.cache_page_id(4, key)
+    assert snapshot(pool) == before and pool.key_of(4) is None and pool.cached_items() == []
+    pool.free_page_ids([4])
+    assert pool.get_new_page_ids(4)[-1] == 4  # page 4 handed out again, keyless
+    with pytest.raises(InvalidArgumentError):  # the same key cannot be looked up either: it cannot compare
+        pool.cache_page_ids([4], [key])
+    assert pool.cached_items() == [] and pool.key_of(4) is None
+
+
+def test_a_key_that_cannot_compare_with_a_cached_one_is_refused_whole() -> None:
+    """In a batch the key meets the cached keys before anything is registered: all or nothing."""
+    from verikv.errors import InvalidArgumentError
+
+    class Collides(_EqRaises):
+        __hash__ = _EqRaises.__hash__  # (a class defining __eq__ alone would be unhashable)
+
+        def __eq__(self, other: object) -> bool:
+            if other is self:
+                return True
+            raise RuntimeError("__eq__ exploded")
+
+    pool = PagePool(8)
+    ids = pool.get_new_page_ids(3)
+    pool.cache_page_id(ids[0], Collides())
+    before = pool.cached_items()
+    with pytest.raises(InvalidArgumentError):
+        pool.cache_page_ids([ids[1], ids[2]], ["fine", Collides()])
+    assert pool.cached_items() == before and pool.key_of(ids[1]) is None and pool.key_of(ids[2]) is None
+
+
+def test_esurge_wrappers_refuse_a_key_that_cannot_compare_and_change_nothing() -> None:
+    from verikv.errors import InvalidArgumentError
+
+    pool = PagePool(8)
+    with pytest.raises(InvalidArgumentError):
+        pool.get_cached_page(_EqRaises(), [0])  # type: ignore[arg-type]
+    request, pages, hashes = Request("r", list(range(9))), pool.get_new_pages(2), list[Any]()
+    pool.cache_full_pages(request, pages, hashes, 0, 2, 4, 0, hasher=PageHasher("sha256", seed=0))
+    assert len(hashes) == 2 and all(pool.key_of(p.page_id) is not None for p in pages)
+
+
+def test_zero_dimensional_arrays_are_typed_errors() -> None:
+    """``np.array(3)`` claims to be iterable; every id, count and token parameter refuses it."""
+    from hostile import snapshot
+
+    from verikv.errors import InvalidArgumentError
+
+    zero_d = np.array(3)
+    queue = FreeCachePageQueue([CachePage(1)])
+    pool = PagePool(8)
+    pages = pool.get_new_pages(2)
+    table = MultiGroupPageTable(4, 16, 16, [4, 8])
+    hasher = PageHasher("sha256", seed=0)
+    calls = [
+        lambda: FreeCachePageQueue(zero_d),  # type: ignore[arg-type]
+        lambda: queue.append_n(zero_d),  # type: ignore[arg-type]
+        lambda: pool.cache_full_pages(Request("r", list(range(9))), pages, [], 0, zero_d, 4, 0,  # type: ignore[arg-type]
+                                      hasher=hasher),
+        lambda: pool.cache_full_pages(Request("r", list(range(9))), zero_d, [], 0, 2, 4, 0,  # type: ignore[arg-type]
+                                      hasher=hasher),
+        lambda: pool.get_cached_page("k", zero_d),  # type: ignore[arg-type]
+        lambda: table.append_rows_batch(zero_d, [1]),  # type: ignore[arg-type]
+        lambda: table.append_rows_batch([[[5], [6]]], zero_d),  # type: ignore[arg-type]
+    ]
+    for call in calls:
+        before = snapshot(dict(queue=queue, pool=pool, table=table))
+        with pytest.raises(InvalidArgumentError):
+            call()
+        assert snapshot(dict(queue=queue, pool=pool, table=table)) == before

@@ -1,16 +1,9 @@
-"""The hostile sizing cases (``tests/hostile_sizing_cases.py``) run through the hostile harness."""
+"""The hostile sizing cases (``tests/hostile_sizing_cases.py``, run with every other cases module
+by ``tests/test_hostile_inputs.py``) cover what they claim to."""
 
 from __future__ import annotations
 
-import pytest
-from hostile import Case, run_case
 from hostile_sizing_cases import CASES
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
-def test_hostile_sizing_case(case: Case) -> None:
-    result = run_case(case)
-    assert not result.problems, f"{case.id} (expect {case.expect}, raised {result.raised}): {result.problems}"
 
 
 def test_the_cases_cover_every_kind_of_expectation() -> None:

@@ -1,9 +1,10 @@
-"""verikv.kv_events: vLLM 0.33's KV event wire format and the ZMQ publisher (issue 17)."""
+"""verikv.kv_events: vLLM 0.33's KV event wire format and the ZMQ publisher."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,123 @@ def test_bytes_equal_vllms_own_encoding() -> None:
         pytest.skip("VERIKV_VLLM_PYTHON has no vLLM")
     assert done.returncode == 0, done.stderr[-2000:]
     assert bytes.fromhex(done.stdout) == encode_batch(EVENTS, ts=12.5, data_parallel_rank=2)
+
+
+# --- hostile inputs: typed errors, nothing changed, nothing left to hang on ---------------------
+
+_REFUSED_THEN_COLLECTED = """
+import gc, sys
+from verikv.errors import InvalidArgumentError
+from verikv.kv_events import ZmqEventPublisher
+
+def refused(**kwargs):
+    try:
+        ZmqEventPublisher(**kwargs)
+    except InvalidArgumentError:
+        gc.collect()
+    else:
+        sys.exit(f"accepted {kwargs}")
+
+for kwargs in (dict(endpoint="inproc://a", hwm=2**31), dict(endpoint="inproc://a", buffer_steps=2**63),
+               dict(endpoint="bogus://x"), dict(endpoint=""), dict(endpoint="ipc:///nonexistent-verikv/s")):
+    refused(**kwargs)
+held = ZmqEventPublisher("tcp://127.0.0.1:*", replay_endpoint="tcp://127.0.0.1:*")
+refused(endpoint=held.endpoint, bind=True)  # fails on the first socket
+refused(endpoint="tcp://127.0.0.1:*", replay_endpoint=held.replay_endpoint)  # on the second
+held.close()
+dropped = ZmqEventPublisher("inproc://dropped")
+dropped.cycle = dropped  # collected only by the cycle collector, never closed
+dropped.publish([])
+del dropped
+gc.collect()
+unclosed = ZmqEventPublisher("tcp://127.0.0.1:*", replay_endpoint="tcp://127.0.0.1:*")  # open at exit
+print("done")
+"""
+
+
+def test_a_refused_or_dropped_publisher_leaves_nothing_to_hang_on() -> None:
+    """A refused publisher releases what it opened, a collected or unclosed one is closed first:
+    the collections and the interpreter's exit finish (the timeout only detects a hang)."""
+    done = subprocess.run([sys.executable, "-c", _REFUSED_THEN_COLLECTED], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("kw", [dict(endpoint="inproc://a", hwm=2**31), dict(buffer_steps=2**63),
+                                dict(endpoint="bogus://x"), dict(endpoint=""), dict(endpoint="tcp://"),
+                                dict(endpoint="ipc:///nonexistent-verikv/s"), dict(data_parallel_rank=2**64),
+                                dict(topic="\ud800"), dict(replay_endpoint="inproc://a\x00b")])
+def test_bad_publisher_arguments_are_typed_errors(kw: dict) -> None:
+    with pytest.raises(InvalidArgumentError):
+        ZmqEventPublisher(**{"endpoint": "tcp://127.0.0.1:*", **kw})
+
+
+def test_an_address_in_use_is_a_typed_error() -> None:
+    with ZmqEventPublisher("tcp://127.0.0.1:*") as held, pytest.raises(InvalidArgumentError, match="in use"):
+        ZmqEventPublisher(held.endpoint, bind=True)
+
+
+def _payload_with(**fields: object) -> bytes:
+    event = {"type": "BlockStored", "block_hashes": [H1], "parent_block_hash": None, "token_ids": [1],
+             "block_size": 1, "lora_id": None, "medium": "GPU", "lora_name": None, **fields}
+    return msgspec.msgpack.encode([1.0, [event], None])
+
+
+def test_hostile_payloads_are_typed_errors() -> None:
+    invalid_utf8 = _payload_with(lora_name="lora").replace(b"\xa4lora", b"\xa4\xff\xfe\xfd\xfc")
+    deep = _payload_with(extra_keys=[["HERE"]]).replace(msgspec.msgpack.encode("HERE"), b"\x91" * 1000 + b"\x00")
+    for payload in (invalid_utf8, deep, b"\x93\xcb" + bytes(8) + b"\xdd\xff\xff\xff\xff", b"\xc1"):
+        with pytest.raises(InvalidArgumentError):
+            decode_batch(payload)
+    with pytest.raises(InvalidArgumentError, match="nested deeper"):
+        decode_batch(deep)
+    with pytest.raises(InvalidArgumentError):
+        decode_batch("not bytes")  # type: ignore[arg-type]
+
+
+def test_the_nesting_bound_is_exact_and_independent_of_the_recursion_limit() -> None:
+    """MAX_WIRE_NESTING containers decode, one more is refused, before msgspec recurses: with a
+    recursion limit raised far past the C stack, 10**6 levels are refused, not a crash."""
+    from verikv.kv_events import MAX_WIRE_NESTING
+
+    def nested(depth: int) -> bytes:  # the batch, events, event, extra keys and page entry: 5 levels
+        return _payload_with(extra_keys=[["HERE"]]).replace(msgspec.msgpack.encode("HERE"),
+                                                            b"\x91" * (depth - 5) + b"\x00")
+
+    event = decode_batch(nested(MAX_WIRE_NESTING)).events[0]
+    assert isinstance(event, BlockStored) and event.extra_keys is not None
+    with pytest.raises(InvalidArgumentError):
+        decode_batch(nested(MAX_WIRE_NESTING + 1))
+    script = ("import sys\nsys.setrecursionlimit(10**7)\nfrom verikv.errors import InvalidArgumentError\n"
+              "from verikv.kv_events import decode_batch\n"
+              "payload = b'\\x93\\xcb' + bytes(8) + b'\\x91' * 10**6 + b'\\xc0'\n"
+              "try:\n    decode_batch(payload)\nexcept InvalidArgumentError:\n    print('refused')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr[-2000:]
+
+
+def test_encoding_refuses_what_the_wire_cannot_carry() -> None:
+    for call in (lambda: encode_batch(5), lambda: encode_batch(EVENTS, data_parallel_rank=2**64),  # type: ignore[arg-type]
+                 lambda: encode_batch(EVENTS, ts=float("nan")), lambda: encode_batch(EVENTS, ts=10**400),
+                 lambda: encode_batch([PageStored((H1,), None, (1,), 1, extra_keys=((2**64,),))]),
+                 lambda: untagged_extra_keys(object()), lambda: to_wire_event(STORED, int_hashes=1)):  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError):
+            call()
+    assert decode_batch(encode_batch([], data_parallel_rank=2**63 - 1)).data_parallel_rank == 2**63 - 1
+
+
+def test_a_refused_publish_sends_nothing_and_changes_nothing() -> None:
+    from verikv import PagePool
+
+    with ZmqEventPublisher("tcp://127.0.0.1:*") as pub:
+        for call in (lambda: pub.publish(5), lambda: pub.publish(EVENTS, ts=float("inf")),  # type: ignore[arg-type]
+                     lambda: pub.publish_from(None), lambda: pub.publish_from(object())):
+            with pytest.raises(InvalidArgumentError):
+                call()
+        assert pub.next_seq == 0 and not pub._channel.buffer
+        pool = PagePool(4, enable_kv_events=True)
+        pool.cache_page_id(pool.get_new_page_ids(1)[0], "k")  # a bare pool's PageStored: no page size
+        before = pool.event_log.peek() if pool.event_log else []
+        with pytest.raises(InvalidArgumentError, match="page size"):
+            pub.publish_from(pool)
+        assert pool.take_events() == before and len(before) == 1 and pub.next_seq == 0

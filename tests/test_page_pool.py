@@ -941,3 +941,32 @@ def test_which_cache_batches_take_the_batch_path(ids: list[int], error: type[Exc
         pool.cache_page_ids(ids, [key(0), key(1)])
     assert checked == [ids]  # rejected by the batch's checks, reported by the pair-by-pair one
     assert _full_state(pool) == before
+
+
+class _RaisingKey:
+    """A key whose ``__hash__`` or ``__eq__`` raises an arbitrary exception."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __hash__(self) -> int:
+        if self.where == "hash":
+            raise RuntimeError("hash exploded")
+        return hash(b"k")  # collides with the cached key b"k": the dict then calls __eq__
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("eq exploded")
+
+
+@pytest.mark.parametrize("where", ["hash", "eq"])
+@pytest.mark.parametrize("lookup", ["lookup_id", "lookup_run_ids", "lookup_all_ids"])
+def test_a_lookup_whose_key_raises_is_a_typed_error_and_counts_nothing(where: str, lookup: str) -> None:
+    pool = PagePool(4)
+    (page,) = pool.get_new_page_ids(1)
+    pool.cache_page_id(page, b"k")
+    before = abstract_pool(pool), pool.prefix_cache_stats.queries, pool.prefix_cache_stats.hits
+    bad = _RaisingKey(where)
+    call = getattr(pool, lookup)
+    with pytest.raises(InvalidArgumentError, match="cannot be looked up: RuntimeError"):
+        call(bad) if lookup == "lookup_id" else call([b"k", bad])
+    assert (abstract_pool(pool), pool.prefix_cache_stats.queries, pool.prefix_cache_stats.hits) == before

@@ -387,7 +387,7 @@ TestPageTableMachine = PageTableMachine.TestCase
 TestPageTableMachine.settings = settings(max_examples=100, stateful_step_count=30)
 
 
-# --- issue 12: hostile rows (typed errors, table unchanged) ---------------------------------------
+# --- hostile rows (typed errors, table unchanged) ------------------------------------------------
 
 def _deep(depth: int = 5000) -> list:
     value: list = [1]

@@ -233,3 +233,23 @@ def test_table_states_the_layer_kinds(capsys, model, line):
     folder = os.path.join(os.path.dirname(__file__), "fixtures", "configs", model)
     assert main(["--model", folder, "--device", "h100-sxm", "--weights-bytes", "1GB", "--max-model-len", "8k"]) == 0
     assert line in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("argv", [
+    ["--model", "llama-3-8b", "--device", "h100-sxm", "--json", "a\x00b"],
+    ["--model", "llama-3-8b", "--device", "h100-sxm", "--json", "\udc80x\ud800"],
+    ["--model", "llama-3-8b", "--device", 5],
+])
+def test_size_main_refuses_an_impossible_command_line_before_any_work(tmp_path, capsys, argv):
+    """`verikv.sizing.cli.main` checks its arguments as `verikv.cli.main` does: status 2, one
+    line naming the argument, nothing written."""
+    os.chdir(tmp_path)
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert err.startswith("verikv size: argument ") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_size_main_refuses_a_str_argv(capsys):
+    assert main("--list") == 2  # type: ignore[arg-type]
+    assert capsys.readouterr().err == "verikv size: argv must be a list of str, got '--list'\n"

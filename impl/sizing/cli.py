@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from verikv.cache_specs import AttentionSpec, ChunkedLocalAttentionSpec, SlidingWindowSpec
+from verikv.cli import command_line
 from verikv.errors import DoesNotFitError, SizingError, VeriKVError, describe
 from verikv.sizing.budget import UTILIZATION_RULES
 from verikv.sizing.catalog import ACCELERATORS, GiB
@@ -103,8 +104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Size a paged KV cache: exact per-layer buffers and page count for a model on an accelerator.",
     )
     configure_parser(parser)
+    arguments = command_line(argv, "verikv size")
+    if arguments is None:
+        return 2
     try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        args = parser.parse_args(arguments)
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed by argparse
         return exc.code if isinstance(exc.code, int) else 2
     try:

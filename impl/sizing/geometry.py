@@ -27,7 +27,7 @@ def _optional_positive(value: object, name: str) -> int | None:
 
 def _dtype_name(value: object, name: str) -> str:
     if not isinstance(value, str):
-        raise SizingError(f"{name} must be a dtype name, got {value!r}")
+        raise SizingError(f"{name} must be a dtype name, got {describe(value)}")
     return get_dtype(value).name
 
 
@@ -143,8 +143,7 @@ class ModelGeometry:
     weights_source: str = "stated"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise SizingError(f"model name must be a non-empty string, got {self.name!r}")
+        object.__setattr__(self, "name", _model_name(self.name))
         layers = tuple(self.layers) if isinstance(self.layers, (list, tuple)) else None
         if not layers:
             raise SizingError("a model needs at least one layer")
@@ -152,7 +151,7 @@ class ModelGeometry:
             raise SizingError(f"a model may have at most {MAX_MODEL_LAYERS} layers, got {len(layers)}")
         for index, layer in enumerate(layers):
             if not isinstance(layer, (AttentionLayer, MLALayer, MambaLayer)):
-                raise SizingError(f"layer {index} is not a layer record: {layer!r}")
+                raise SizingError(f"layer {index} is not a layer record: {describe(layer)}")
         if all(isinstance(layer, MambaLayer) for layer in layers):
             raise SizingError("a model without attention layers has no paged KV cache to size")
         if any(isinstance(layer, MLALayer) for layer in layers) and any(
@@ -176,6 +175,19 @@ class ModelGeometry:
     def is_mla(self) -> bool:
         """Whether the model's attention layers are MLA."""
         return any(isinstance(layer, MLALayer) for layer in self.layers)
+
+
+def _model_name(name: object) -> str:
+    """A model's name as a plain, non-empty ``str`` that UTF-8 can encode (it is printed and
+    written to JSON; a lone surrogate can be neither)."""
+    if not isinstance(name, str) or not name:
+        raise SizingError(f"model name must be a non-empty string, got {describe(name)}")
+    text = str.__str__(name)  # a subclass becomes its plain copy
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SizingError(f"model name is not encodable Unicode (lone surrogate): {describe(text)}") from None
+    return text
 
 
 def uniform_model(

@@ -450,7 +450,7 @@ def _resolve_memory_inputs(
 ) -> _MemoryInputs:
     """Validate the memory arguments of ``plan_kv_cache`` (in the order of its signature) and fill in defaults."""
     if not isinstance(utilization_of, str) or utilization_of not in UTILIZATION_RULES:
-        raise SizingError(f"utilization_of must be one of {UTILIZATION_RULES}, got {utilization_of!r}")
+        raise SizingError(f"utilization_of must be one of {UTILIZATION_RULES}, got {describe(utilization_of)}")
     util = utilization_fraction(utilization)
     in_use = _bytes_arg(in_use_bytes, "in_use_bytes")
     reserved = _bytes_arg(reserved_bytes, "reserved_bytes")
