@@ -18,12 +18,14 @@ from typing import Any
 from hostile import Case, P, World, substitution_cases
 from hypothesis import settings
 
+from verikv.testing import live
 from verikv.testing.conformance import (
     CacheManagerAdapter,
     ConformanceConfig,
     ConformanceError,
     check_conformance,
 )
+from verikv.testing.manager_machine import StepDraw
 
 PROFILE = "hostile-harness"
 settings.register_profile(PROFILE, max_examples=5, stateful_step_count=10, derandomize=True, database=None,
@@ -121,6 +123,33 @@ def _answer_cases() -> list[Case]:
             for value in values]
 
 
+def _live_cases() -> list[Case]:
+    """The live-report functions, each inside `live.writing_to`, so the writer in use is restored."""
+    def set_writer(world: World, writer: Any) -> None:
+        with live.writing_to(world["shown"].append):
+            live.set_writer(writer)
+
+    def emit(world: World, text: Any) -> None:
+        with live.writing_to(world["shown"].append):
+            live.emit(text)
+
+    def writing_to(world: World, writer: Any) -> None:
+        with live.writing_to(writer):
+            pass
+
+    def world() -> World:
+        return {"shown": []}
+
+    writer = P(lambda: (lambda text: None), "object", accept={"None", "callable"})
+    return (substitution_cases("testing.live.set_writer", world, set_writer, {"writer": writer})
+            + substitution_cases("testing.live.emit", world, emit,
+                                 {"text": P("report", "object", accept={"str", "empty_str", "surrogate",
+                                                                        "hashflip_str"})})
+            + substitution_cases("testing.live.writing_to", world, writing_to,
+                                 {"writer": P(lambda: (lambda text: None), "object", accept={"None", "callable"})})
+            + [Case("testing.manager_machine.StepDraw[fields]", world, lambda w: StepDraw(2, 0, False, 1), "accept")])
+
+
 CASES: list[Case] = (substitution_cases("harness.ConformanceConfig", _config_world, _build_config, CONFIG_FIELDS)
                      + substitution_cases("harness.check_conformance", _check_world, _check, CHECK_PARAMS)
-                     + _answer_cases())
+                     + _answer_cases() + _live_cases())

@@ -16,12 +16,6 @@ KNOWN_OPEN: dict[str, str] = {
     "testing.MachineOptions": "mode and the flags are not checked (any value is accepted)",
     "testing.pool_machine.detection_settings": "the counts reach Hypothesis unchecked: its InvalidArgument, or "
                                                "a bool accepted as a count",
-    "testing.ConformanceConfig": "a deeply nested count raises RecursionError, an array mode ValueError",
-    "testing.check_conformance": "a factory that is not callable fails the run (ConformanceError) instead of "
-                                 "being refused; a bad layout or config raises untyped errors",
-    "testing.check_pool_conformance": "a factory that is not callable fails the run (ConformanceError) instead "
-                                      "of being refused; a bad config raises untyped errors",
-    "testing.conformance_test": "the factory and config are not checked (any value is accepted)",
     "testing.manager_machine.find_manager_failure": "the factory and layout are not checked: a bad one is "
                                                     "reported as a failure of the manager",
     "testing.pool_machine.find_pool_failure": "the factory is not checked: a bad one is reported as a failure "

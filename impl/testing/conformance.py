@@ -439,20 +439,46 @@ def _why_not_shrunk(config: ConformanceConfig, budget: ShrinkBudget) -> str | No
     return None
 
 
-def _check_adapter(adapter_factory: AdapterFactory, layout: Layout, mode: Mode) -> None:
-    """The adapter has the protocol's methods, and ``abstraction`` in white-box mode."""
-    adapter = adapter_factory(layout.config)
-    name = type(adapter).__name__
-    missing = [m for m in ("new_request", "lookup", "allocate", "free", "finish", "cache", "reset", "usage",
-                           "num_free_pages", "page_ids") if not callable(getattr(adapter, m, None))]
+ADAPTER_METHODS = ("new_request", "lookup", "allocate", "free", "finish", "cache", "reset", "usage",
+                   "num_free_pages", "page_ids")
+"""The methods of `PageManagerAdapter` (white-box adds ``abstraction``)."""
+POOL_METHODS = ("get_new_page_ids", "touch_ids", "free_page_ids", "cache_page_id", "lookup_id",
+                "reset_prefix_cache", "get_num_free_pages", "get_usage", "ref_count", "key_of", "free_list_ids",
+                "cached_items")
+"""The id-level pool API and read-only protocol the pool machine calls (`verikv.testing.pool_machine`)."""
+
+
+def _lacking(built: Any, methods: Sequence[str], protocol: str) -> None:
+    """`InvalidArgumentError` naming the ``methods`` that ``built`` lacks, if any."""
+    missing = [m for m in methods if not callable(getattr(built, m, None))]
     if missing:
-        raise InvalidArgumentError(f"{name} lacks the adapter methods {missing} "
-                                   f"(verikv.testing.adapter.PageManagerAdapter)")
+        raise InvalidArgumentError(f"{type(built).__name__} lacks the {protocol} methods {missing}")
+
+
+def _check_adapter(adapter_factory: AdapterFactory, layout: Layout, mode: Mode) -> None:
+    """What ``adapter_factory`` builds for ``layout`` has the protocol's methods, and
+    ``abstraction`` in white-box mode. A factory that raises is left to the run, which reports
+    it as ``crash:<Exception>`` like any failure of the manager."""
+    try:
+        adapter = adapter_factory(layout.config)
+    except Exception:
+        return
+    _lacking(adapter, ADAPTER_METHODS, "adapter (verikv.testing.adapter.PageManagerAdapter)")
     if mode == "white-box" and not callable(getattr(adapter, "abstraction", None)):
         raise InvalidArgumentError(
-            f"{name} has no abstraction() method, which mode='white-box' needs, and white-box is the default "
-            f"mode: to compare only what a scheduler sees, use ConformanceConfig(mode='black-box') (or "
+            f"{type(adapter).__name__} has no abstraction() method, which mode='white-box' needs, and white-box is "
+            f"the default mode: to compare only what a scheduler sees, use ConformanceConfig(mode='black-box') (or "
             f"mode='policy-free' for a manager with its own free-list policy)")
+
+
+def _check_pool(pool_factory: Callable[[int, str], Any], free_order: str) -> None:
+    """What ``pool_factory`` builds has the pool machine's methods (a factory that raises is left
+    to the run, as in `_check_adapter`)."""
+    try:
+        pool = pool_factory(4, free_order)
+    except Exception:
+        return
+    _lacking(pool, POOL_METHODS, "pool")
 
 
 def check_conformance(adapter_factory: AdapterFactory, layout: str | Layout,
@@ -470,13 +496,21 @@ def check_conformance(adapter_factory: AdapterFactory, layout: str | Layout,
     run as generated, so a class waits for its searches plus at most ``shrink_seconds``.
     """
     __tracebackhide__ = True
-    _check_layout(adapter_factory, layout, config, machine, ShrinkBudget(_checked(config).shrink_seconds))
+    _check_layout(_factory(adapter_factory, "adapter_factory"), layout, config, machine,
+                  ShrinkBudget(_checked(config).shrink_seconds))
 
 
 def _checked(config: Any) -> ConformanceConfig:
     if not isinstance(config, ConformanceConfig):
         raise InvalidArgumentError(f"config must be a ConformanceConfig, got {shown(config)}")
     return config
+
+
+def _factory(factory: Any, name: str) -> Any:
+    """``factory`` if it can be called (a class or a function), else `InvalidArgumentError`."""
+    if not callable(factory):
+        raise InvalidArgumentError(f"{name} must be a class or function that builds one, got {shown(factory)}")
+    return factory
 
 
 def _check_layout(adapter_factory: AdapterFactory, layout: str | Layout, config: ConformanceConfig,
@@ -503,8 +537,9 @@ def check_pool_conformance(pool_factory: Callable[[int, str], Any],
     __tracebackhide__ = True
     from verikv.testing.pool_machine import POOL_WAIVERS, PoolCheckFailure, make_pool_machine
 
-    config = _checked(config)
+    config, pool_factory = _checked(config), _factory(pool_factory, "pool_factory")
     orders = tuple(sorted(FREE_ORDERS)) if config.free_order is None else (config.free_order,)
+    _check_pool(pool_factory, orders[0])
     _run(make_pool_machine(pool_factory, orders, config.waivers & POOL_WAIVERS), "pool", config, PoolCheckFailure,
          lambda failure: failure.checks, ShrinkBudget(config.shrink_seconds))
 
@@ -518,9 +553,13 @@ def conformance_test(adapter_factory: AdapterFactory,
 
         TestMyManager = conformance_test(MyAdapter, ConformanceConfig(mode="black-box"))
     """
+    config, adapter_factory = _checked(config), _factory(adapter_factory, "adapter_factory")
     methods: dict[str, Any] = {}
     budget = ShrinkBudget(config.shrink_seconds)
-    for layout in config.resolved_layouts():
+    layouts = config.resolved_layouts()
+    if layouts:  # a factory that builds no adapter is refused now, not once per test
+        _check_adapter(adapter_factory, layouts[0], config.mode)
+    for layout in layouts:
         def test(self: unittest.TestCase, layout: Layout = layout) -> None:
             __tracebackhide__ = True
             _check_layout(adapter_factory, layout, config, ManagerMachine, budget)
