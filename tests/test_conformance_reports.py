@@ -213,7 +213,8 @@ def test_a_black_box_adapter_under_the_white_box_default_is_told_how_to_choose()
 
 
 def test_an_adapter_missing_protocol_methods_is_named() -> None:
-    with pytest.raises(InvalidArgumentError, match=r"object lacks the adapter \(verikv.testing.adapter.PageManagerAdapter\) methods \['new_request', 'lookup'"):
+    lacks = r"object lacks the adapter \(verikv.testing.adapter.PageManagerAdapter\) methods \['new_request', 'lookup'"
+    with pytest.raises(InvalidArgumentError, match=lacks):
         check_conformance(lambda config: object(), "full", ConformanceConfig(mode="black-box"))  # type: ignore[arg-type, return-value]
 
 
