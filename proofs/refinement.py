@@ -22,16 +22,15 @@ blocks, so prefix hits, evictions and full-pool failures all occur within the de
 Reductions (sound for the properties checked, under the stated assumptions):
 
 - *state hashing*: breadth-first, so each state is expanded once, at its smallest depth; a
-  state is the spec state (pool, entries, ghost key lists and ``computed``), the machine's own
-  ghost (the content each page holds, which judges INV-HIT-SAFE; it is not determined by the
-  spec state) plus, per live request, its tokens, computed count, queue and the
+  state is the spec state (pool, entries, ghost key lists and ``content``), the machine's own
+  ghost (the content each page holds as the machine recorded it, which judges INV-HIT-SAFE on
+  what lookups return) plus, per live request, its tokens, computed count, queue and the
   implementation's key-list length (`_state`). After a step that passed the check, the
   implementation's abstraction equals the spec state, so this also fixes the implementation's
   abstraction. Assumption: what the implementation keeps outside its abstraction (its last
   lookup result, caching schedule, decode-path capacity) is determined by that state; two
-  histories reaching one state are explored once. Left out as dead or redundant: the ghosts of
-  a free page without a key (nothing reads them before an allocation erases them) and the spec's
-  ``content`` ghost (equal to the keys, INV-HIT-SAFE). Sets are spelled sorted, so the run does
+  histories reaching one state are explored once. Left out as dead: the ghosts of a free page
+  without a key (nothing reads them before an allocation erases them). Sets are spelled sorted, so the run does
   not depend on the interpreter's string-hash seed. States are stored as 128-bit digests (hash
   compaction);
 - *symmetry*: request ids are dropped from the state (requests are an unordered multiset of
@@ -272,7 +271,7 @@ def _state(node: Any, rename_pages: bool) -> str:
 
     by_label = sorted(label, key=label.__getitem__)
     per_page = tuple((pool.ref[p], pool.key_of[p]) if _dead(pool, p) else
-                     (pool.ref[p], pool.key_of[p], s.computed[p], node.computed.get(p)) for p in by_label)
+                     (pool.ref[p], pool.key_of[p], s.content[p], node.computed.get(p)) for p in by_label)
     cached = sorted((repr(key), relabel(ids)) for key, ids in pool.cached)
     held = [(unlabelled, tuple(relabel(g) for g in pages)) for unlabelled, pages in requests]
     finished_keys = sorted(repr(k) for rid, k in s.keys if rid not in node.requests)
@@ -282,9 +281,7 @@ def _state(node: Any, rename_pages: bool) -> str:
 def _dead(pool: Any, p: int) -> bool:
     """Whether page ``p``'s ghosts are dead: a free page without a key is in no table and no
     lookup can return it, and the allocation that hands it out again erases both ghosts (the
-    spec's ``computed``, the machine's content) before anything reads them. The spec's other
-    ghost, ``content``, equals ``key_of`` on every page (INV-HIT-SAFE's state form, checked at
-    every step), so it is never part of the state."""
+    spec's ``content``, the machine's) before anything reads them."""
     return pool.ref[p] == 0 and pool.key_of[p] is None
 
 

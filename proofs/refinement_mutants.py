@@ -1,4 +1,4 @@
-"""The implementation bugs of issue 18's table, planted in a real `CacheManager`, and shown to make
+"""Implementation bugs engines have shipped, planted in a real `CacheManager`, and shown to make
 the exhaustive refinement checks of `verikv.proofs.refinement` fail.
 
 Each bug is one or two lines' worth of plausible change (the kinds engines have shipped),
@@ -350,8 +350,17 @@ def _spec_frees_window_early(original: Callable[..., Any]) -> Callable[..., Any]
     return remove_skipped
 
 
+def _spec_writes_neighbour_content(original: Callable[..., Any]) -> Callable[..., Any]:
+    """spec allocate_slots writes the content of each page it completes into the page after it
+    (the ghost INV-HIT-SAFE is judged by, written from the neighbouring tokens)."""
+    def mark_computed(s: Any, req: Any, lists: Any, start: int, num_tokens: int, content: Any) -> None:
+        original(s, req, [pages[1:] for pages in lists], start, num_tokens, content)
+    return mark_computed
+
+
 _SPEC_BUGS: tuple[tuple[str, str, str, Callable[[Callable[..., Any]], Callable[..., Any]], str], ...] = (
     ("keys-uncomputed-page", "INV-KEYED-COMPUTED", "cache_pages", _spec_caches_partial_page, "full"),
+    ("content-written-to-neighbour", "INV-HIT-SAFE", "_mark_computed", _spec_writes_neighbour_content, "full"),
     ("window-freed-one-token-early", "INV-WINDOW-LIVE", "remove_skipped", _spec_frees_window_early, "sliding"),
 )
 
@@ -370,7 +379,7 @@ def _spec_detector(function: str, wrap: Callable[[Callable[..., Any]], Callable[
 
 
 def mutants() -> list[Mutant]:
-    """Issue 18's sixteen implementation bugs, named ``impl:<bug>``, caught by ``refine:*``; and
+    """The planted implementation bugs, named ``impl:<bug>``, caught by ``refine:*``; and
     spec transitions that break the ghost invariants (``spec:<bug>``), caught there too."""
     # (a bug without a description always has a plant: its docstring describes it)
     impl = [Mutant(name=f"impl:{bug.name}", kind="impl", invariant=bug.invariant,

@@ -1,6 +1,6 @@
 """The page pool as an abstract state machine: state, `init`, transitions, invariants.
 
-This module is the normative description of the pool (DESIGN.md "The abstract state").
+This module is the normative description of the pool.
 Everything is immutable and plain: ints, tuples, frozensets and one frozen dataclass, so
 Z3 encodings, CrossHair and Hypothesis can all read it. Each transition is a pure function
 with a precondition predicate ``pre_<name>``; calling a transition outside its
@@ -287,7 +287,7 @@ def usage(s: PoolState) -> float:
     return 0.0 if usable <= 0 else 1.0 - len(s.free) / usable
 
 
-# --- invariants (DESIGN.md names) -------------------------------------------------------
+# --- invariants (by their INV-* names) -------------------------------------------------
 
 def inv_null(s: PoolState) -> bool:
     """INV-NULL: page 0 is not free, has no key, is in no cached entry and is never held."""

@@ -198,7 +198,7 @@ def test_invariant_predicates_reject_broken_states() -> None:
     s, _ = m.allocate_slots(s, req("a", tuple(range(9))), 9)
     leaked = m.ManagerState(s.config, s.pool, frozenset(), s.keys, s.content)
     assert not m.inv_ref_count(leaked)
-    wrong = m.ManagerState(s.config, s.pool, s.entries, s.keys, (None, 2) + s.content[2:])  # type: ignore[arg-type]
+    wrong = m.ManagerState(s.config, s.pool, s.entries, s.keys, (None, s.content[2]) + s.content[2:])
     assert not m.inv_hit_safe_state(wrong)
     b = req("b", (7,) * 9)
     assert not m.inv_hit_safe(s, b, m.Hit(((1,),), 4))
@@ -208,22 +208,58 @@ def test_invariant_predicates_reject_broken_states() -> None:
     assert not m.inv_atomic(s, m.init(cfg(FULL4)), None)
 
 
-def test_keyed_computed_ties_each_key_to_the_allocation_that_computed_the_page() -> None:
+def test_hit_safety_is_judged_by_the_content_the_allocation_wrote_not_by_the_key() -> None:
     s = m.init(cfg(FULL4))
     s, _ = m.allocate_slots(s, req("a", tuple(range(9))), 9)
     healthy(s)
-    assert s.computed[1] == s.pool.key_of[1] and s.computed[3] is None  # page 3: one token of 4
-    neighbour = replace(s, computed=(None, s.computed[2], s.computed[1]) + s.computed[3:])
-    assert m.inv_hit_safe_state(neighbour)  # the keying ghost alone cannot tell
-    assert not m.inv_keyed_computed(neighbour)
-    assert not m.inv_keyed_computed(replace(s, computed=(None,) * 8))  # keyed, never computed
+    assert s.content[1] == s.pool.key_of[1] and s.content[3] is None  # page 3: one token of 4
+    neighbour = replace(s, content=(None, s.content[2], s.content[1]) + s.content[3:])
+    assert not m.inv_hit_safe_state(neighbour)  # each keyed page holds its neighbour's content
+    assert m.inv_keyed_computed(neighbour)  # (both pages were computed)
+    never = replace(s, content=(None,) * 8)
+    assert not m.inv_keyed_computed(never) and not m.inv_hit_safe_state(never)  # keyed, never computed
 
 
-def test_computed_ghost_is_written_by_allocation_not_by_caching() -> None:
+def test_content_ghost_is_written_by_allocation_not_by_caching() -> None:
     s = m.init(cfg(FULL4))
     s, _ = m.allocate_slots(s, req("a", tuple(range(8))), 8, delay_cache_pages=True)
-    assert s.pool.key_of[1] is None and s.computed[1] is not None
-    healthy(m.cache_pages(s, req("a", tuple(range(8)), 8), 8))
+    assert s.pool.key_of[1] is None and s.content[1] == m.page_key(s, req("a", tuple(range(8))), 0, 0)
+    cached = m.cache_pages(s, req("a", tuple(range(8)), 8), 8)
+    assert cached.content == s.content and cached.pool.key_of[1] == s.content[1]
+    healthy(cached)
+
+
+def test_content_ghost_is_written_only_for_the_pages_a_step_completes() -> None:
+    s = m.init(cfg(FULL4))
+    a = req("a", tuple(range(8)))
+    s, _ = m.allocate_slots(s, a, 8)
+    hit = m.lookup(s, req("b", tuple(range(8)) + (9,)))
+    assert hit.num_tokens == 8
+    before = s.content
+    s, _ = m.allocate_slots(s, req("b", tuple(range(8)) + (9,)), 1, 8, hit.pages)
+    assert s.content[:3] == before[:3]  # the hit pages keep what they hold; page 3 is not complete
+    healthy(s)
+
+
+def test_reset_forgets_keys_but_not_what_pages_hold() -> None:
+    s = m.init(cfg(FULL4))
+    s, _ = m.allocate_slots(s, req("a", tuple(range(8))), 8)
+    s = m.free_request(s, "a")
+    after, done = m.reset_prefix_cache(s)
+    assert done and after.content == s.content and all(k is None for k in after.pool.key_of)
+    healthy(after)
+
+
+def test_computed_is_a_deprecated_name_of_content() -> None:
+    s = m.init(cfg(FULL4))
+    s, _ = m.allocate_slots(s, req("a", tuple(range(8))), 8)
+    with pytest.warns(DeprecationWarning, match="content"):
+        assert s.computed == s.content
+    with pytest.warns(DeprecationWarning, match="content"):
+        old = m.ManagerState(s.config, s.pool, s.entries, s.keys, (None,) * 8, s.content, s.progress)
+    assert old == s and old.content == s.content and old.progress == s.progress
+    with pytest.warns(DeprecationWarning, match="content"):
+        assert replace(s, computed=(None,) * 8).content == (None,) * 8  # type: ignore[call-arg]
 
 
 def test_window_live_needs_pages_the_next_token_attends() -> None:
