@@ -229,7 +229,7 @@ def page_at(s: ManagerSym, i: int) -> z3.ArithRef:
 
 
 def pool_invariants(s: ManagerSym) -> dict[str, Conjuncts]:
-    """z3_pool's DESIGN pool invariants of ``s`` (bounded mode, N = s.n)."""
+    """z3_pool's pool invariants of ``s`` (bounded mode, N = s.n)."""
     return z3_pool.invariants(pool_view(s), Mode(s.n))
 
 

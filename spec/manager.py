@@ -40,6 +40,7 @@ only once that state is computed: `cache_pages` keys the page of the request's c
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
@@ -250,12 +251,20 @@ def content_of(req: RequestView, num_tokens: int, base_page_size: int) -> Conten
     multimodal items overlapping it (identifier, offset relative to the page); the salt is the
     request's tenant.
     """
+    return (req.cache_salt, _base_pages(req, base_page_size)[:num_tokens // base_page_size])
+
+
+@functools.lru_cache(maxsize=256)
+def _base_pages(req: RequestView, base_page_size: int) -> tuple[Any, ...]:
+    """What each full base page of ``req`` contributes to a content (`content_of`). Memoized
+    (a request view is immutable): a long request's contents are thousands of prefixes of one
+    list, and sharing its page entries keeps comparing two of them cheap."""
     pages = []
-    for i in range(num_tokens // base_page_size):
+    for i in range(req.num_tokens // base_page_size):
         lo, hi = i * base_page_size, (i + 1) * base_page_size
         mm = tuple((ident, off - lo) for ident, off, length in req.mm_features if off < hi and off + length > lo)
         pages.append((req.tokens[lo:hi], lora_identity(req), mm))
-    return (req.cache_salt, tuple(pages))
+    return tuple(pages)
 
 
 def request_keys(req: RequestView, base_page_size: int) -> tuple[Content, ...]:
@@ -326,10 +335,13 @@ def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
         return empty
     e = s.entry(req.request_id)
     bounds = shard_bounds(s, e.shard if e is not None else shard)
+    cap = req.num_tokens - 1 if max_cache_hit_length is None else min(req.num_tokens - 1, max_cache_hit_length)
+    cached = [tuple(pool.lookup(s.pool, page_key(s, req, g, j), bounds) for j in range(cap // layout.page_size))
+              for g, layout in enumerate(cfg.groups)]
 
     def found(g: int, max_length: int) -> tuple[int | None, ...]:
-        n = max_length // cfg.groups[g].page_size
-        return tuple(pool.lookup(s.pool, page_key(s, req, g, j), bounds) for j in range(n))
+        """Per page of group ``g`` within ``max_length`` tokens, the page cached for it, or None."""
+        return cached[g][:max_length // cfg.groups[g].page_size]
 
     def span(g: int, max_length: int) -> Span:
         layout = cfg.groups[g]
@@ -337,7 +349,6 @@ def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
         return group_rule(layout.kind, layout.span, hit, layout.page_size, max_length)
 
     rules = [lambda n, g=g: span(g, n).end * cfg.groups[g].page_size for g in range(len(cfg.groups))]
-    cap = req.num_tokens - 1 if max_cache_hit_length is None else min(req.num_tokens - 1, max_cache_hit_length)
     length = common_hit_length(rules, [layout.page_size for layout in cfg.groups], cap, cfg.use_eagle)
     pages = []
     for g in range(len(cfg.groups)):
@@ -731,6 +742,28 @@ def page_ids(s: ManagerState, rid: RequestId) -> tuple[tuple[int, ...], ...]:
     if e is None:
         raise _fail("page_ids", f"request {rid!r} holds no pages", "unknown-request")
     return e.pages
+
+
+def num_common_prefix_pages(s: ManagerState, rid: RequestId, num_running_requests: int) -> tuple[int, ...]:
+    """Per group, how many leading pages of the request are held by at least
+    ``num_running_requests`` requests (the prefix cascade attention can share); 0 for every
+    group other than full attention.
+
+    pre: the request has an entry ("unknown-request"); ``num_running_requests`` is an int >= 1.
+    """
+    e = s.entry(rid)
+    if e is None:
+        raise _fail("num_common_prefix_pages", f"request {rid!r} holds no pages", "unknown-request")
+    if not _is_int(num_running_requests) or num_running_requests < 1:
+        raise _fail("num_common_prefix_pages",
+                    f"num_running_requests must be an int >= 1, got {num_running_requests!r}")
+    counts = []
+    for layout, pages in zip(s.config.groups, e.pages):
+        shared = 0
+        while layout.kind == "full" and shared < len(pages) and s.pool.ref[pages[shared]] >= num_running_requests:
+            shared += 1
+        counts.append(shared)
+    return tuple(counts)
 
 
 def usage(s: ManagerState) -> float:

@@ -336,3 +336,32 @@ def test_failing_key_computation_is_a_named_transition_that_changes_nothing() ->
         assert m.fail_key_computation(s1, grown, transition, "x")[0] is s1
     with pytest.raises(PreconditionError):
         m.fail_key_computation(s1, grown, "free_request", "x")
+
+
+def test_common_prefix_pages_count_leading_pages_held_by_enough_requests() -> None:
+    s = m.init(cfg(FULL4, m.GroupLayout("sliding", 4, 5), num_pages=16))
+    a = req("a", tuple(range(9)))
+    s, _ = m.allocate_slots(s, a, 9)
+    b = req("b", tuple(range(8)) + (99,))
+    hit = m.lookup(s, b)
+    s, _ = m.allocate_slots(s, b, 9 - hit.num_tokens, hit.num_tokens, hit.pages)
+    assert m.num_common_prefix_pages(s, "a", 2) == (2, 0)  # two full pages shared; windowed: 0
+    assert m.num_common_prefix_pages(s, "a", 1) == (3, 0) and m.num_common_prefix_pages(s, "b", 3) == (0, 0)
+    with pytest.raises(PreconditionError):
+        m.num_common_prefix_pages(s, "nobody", 1)
+    with pytest.raises(PreconditionError):
+        m.num_common_prefix_pages(s, "a", 0)
+
+
+def test_statistics_count_lookups_that_are_made_and_resets_that_happen() -> None:
+    from verikv.spec import stats
+
+    s = m.init(cfg(FULL4))
+    s, _ = m.allocate_slots(s, req("a", tuple(range(9))), 9)
+    b = req("b", tuple(range(9)))
+    counted = stats.record_lookup(stats.PrefixCacheStats(), s, b, m.lookup(s, b))
+    assert counted == stats.PrefixCacheStats(requests=1, queries=9, hits=8)
+    assert stats.record_lookup(counted, s, replace(b, prompt_logprobs=True), m.Hit(((),), 0)) == counted
+    taken, fresh = stats.take(stats.record_reset(counted, True))
+    assert taken.reset and fresh == stats.PrefixCacheStats()
+    assert stats.record_reset(counted, False) == counted
