@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from verikv.free_queue import IdLinks
+from verikv.page_pool import PagePool
 from verikv.proofs.manager_mutants import _base, _override
 from verikv.proofs.refinement import (
     CASES_BY_NAME,
@@ -31,7 +32,8 @@ from verikv.spec import manager as spec
 from verikv.testing.adapter import build_cache_manager
 
 _POP_FRONT = IdLinks.pop_front
-"""The free list's own pop (`_bulk_pop_swapped` wraps it while it replaces it)."""
+_RESET = PagePool.reset_prefix_cache
+"""The originals that `_bulk_pop_swapped` and `_reset_entry_ends_only` wrap while they replace them."""
 
 
 def _windowed(manager: Any, kind: str) -> Iterator[Any]:
@@ -294,21 +296,12 @@ def _drop_shared_to_one(ref: Any, ids: list[int]) -> int:
 def _reset_entry_ends_only(self: Any) -> bool:
     """reset_prefix_cache forgets the keys of the first and last page of each cached entry only:
     a middle page of three with equal content keeps its key."""
-    from verikv.page_pool import _ids_of
-
-    if self.num_pages - 1 - self._free.lengths[0] > 0:
-        return False
-    for entry in self._cached.values():
-        ids = _ids_of(entry)
-        for pid in {ids[0], ids[-1]}:
-            self._key[pid] = None
-    self._cached.clear()
-    self._num_shared = 0
-    self.key_version += 1
-    self.prefix_cache_stats.reset = True
-    if self._events is not None:
-        self._events.cleared()
-    return True
+    kept = [(key, pid) for key, ids in self.cached_items() for pid in ids[1:-1]]
+    done: bool = _RESET(self)
+    if done:
+        for key, pid in kept:
+            self._key[pid] = key
+    return done
 
 
 def _bulk_pop_swapped(self: Any, li: int, n: int) -> list[int]:

@@ -264,15 +264,14 @@ class TwinAdapter:
 
 def _walk_machine() -> type:
     """`ManagerMachine` whose batched steps are compared with the single calls on the twin."""
-    from verikv.testing.manager_machine import ManagerMachine, page_ids_or_none
+    from verikv.testing.manager_machine import ManagerMachine
 
     class WalkMachine(ManagerMachine):
         def singles_on_a_copy(self, natives: list[Any], counts: list[int], lookahead: int, delay: bool
                               ) -> tuple[tuple[tuple[tuple[int, ...], ...] | None, ...], Any]:
             tee = self.impl
-            return tuple(page_ids_or_none(tee.twin.allocate_slots(tee.twin_request(native), n, 0, None, lookahead,
-                                                                  delay, data_parallel_size=self.dp))
-                         for native, n in zip(natives, counts)), tee.twin
+            twin_natives = [tee.twin_request(native) for native in natives]
+            return self.single_calls(tee.twin, twin_natives, counts, lookahead, delay), tee.twin
 
     return WalkMachine
 

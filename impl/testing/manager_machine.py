@@ -907,9 +907,22 @@ class ManagerMachine(RuleBasedStateMachine):
         """The single ``allocate_slots`` calls a batch stands for, in order, on a deep copy of the
         manager (and of the requests it holds): their results, and the copy after them."""
         twin, twin_natives = copy.deepcopy((self.batch_manager(), natives))
-        return tuple(page_ids_or_none(twin.allocate_slots(native, n, 0, None, lookahead, delay,
-                                                          data_parallel_size=self.dp))
-                     for native, n in zip(twin_natives, counts)), twin
+        return self.single_calls(twin, twin_natives, counts, lookahead, delay), twin
+
+    def single_calls(self, manager: Any, natives: list[Any], counts: list[int], lookahead: int, delay: bool
+                     ) -> tuple[tuple[tuple[int, ...], ...] | None, ...]:
+        """``allocate_slots`` for each request and count in order on ``manager``; a call that
+        returns None must change nothing there (INV-ATOMIC)."""
+        results = []
+        for native, n in zip(natives, counts):
+            before = abstract_manager(manager)
+            result = page_ids_or_none(manager.allocate_slots(native, n, 0, None, lookahead, delay,
+                                                             data_parallel_size=self.dp))
+            if result is None and abstract_manager(manager) != before:
+                self.fail("INV-ATOMIC", f"{native.request_id}: allocate_slots (a single call of a batch) returned "
+                                        "None and changed the state")
+            results.append(result)
+        return tuple(results)
 
     def allocate_batch(self, rids: list[str], counts: list[int], lookahead: int, delay: bool) -> None:
         """``allocate_slots_batch`` on the manager and, on a copy of it, the same single calls in
