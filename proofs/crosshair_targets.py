@@ -567,7 +567,7 @@ class QueueStalePrevOnPop(FreeCachePageQueue):
 
 
 class _LinksStalePrevOnUnlink(IdLinks):
-    """unlink does not repoint the next id's ``prev`` past the removed one (issue 18's table)."""
+    """unlink does not repoint the next id's ``prev`` past the removed one."""
 
     __slots__ = ()
 

@@ -68,6 +68,8 @@ def machine_class() -> type:
             self.call_pre: spec.ManagerState = self.spec
             self.call_new: tuple[int, ...] = ()
             self.call_reset = False
+            self.batch_events: list[Any] | None = None
+            """The spec's events of a batched step just made (element by element), else None."""
 
         def check_new_pages(self, rid: str, new: tuple[tuple[int, ...], ...]) -> None:
             self.call_new = self.call_new + tuple(p for pages in new for p in pages)
@@ -115,6 +117,23 @@ def machine_class() -> type:
             self.check_events()
             return done
 
+        def allocate_batch(self, rids: list[str], counts: list[int], lookahead: int, delay: bool) -> None:
+            """A batch records each element as the single call it stands for: its events are
+            the elements' events in order, judged against the spec's fold element by element."""
+            pre, views = self.spec, [self.view(rid) for rid in rids]
+            super().allocate_batch(rids, counts, lookahead, delay)
+            if self.spec is pre:
+                return  # rejected (or nothing changed): no events
+            want: list[Any] = []
+            s = pre
+            for view, n in zip(views, counts):
+                t, new = spec.allocate_slots(s, view, n, 0, None, lookahead, delay, None, self.dp)
+                flat = () if new is None else tuple(p for pages in new for p in pages)
+                want += spec_events.call_events(s, t, flat, False)
+                s = t
+            self.batch_events = want
+            self.check_events()
+
         def check(self) -> None:
             self.check_events()
             super().check()
@@ -123,8 +142,11 @@ def machine_class() -> type:
             """EVENTS-PER-CALL and INV-EVENTS-REPLAY for the events since the last judgement."""
             self.learn_wire()
             got = [self.translate(e) for e in self.impl.manager.take_events()]
+            of_call = self.batch_events if self.batch_events is not None else spec_events.call_events(
+                self.call_pre, self.spec, self.call_new, self.call_reset)
+            self.batch_events = None
             want = [replace(e, lora=_seen_lora(e.lora)) if isinstance(e, spec_events.Stored) else e
-                    for e in spec_events.call_events(self.call_pre, self.spec, self.call_new, self.call_reset)]
+                    for e in of_call]
             if got != want:
                 self.fail("EVENTS-PER-CALL", f"events {got!r} != spec {want!r}")
             self.replayed = None if self.replayed is None else spec_events.replay(self.replayed, got)

@@ -1,7 +1,7 @@
 """Deliberately broken cache managers, each breaking one manager-level rule, and how each is caught.
 
 A mutant is a real `verikv.CacheManager` with one component swapped for a subclass that
-reintroduces a plausible bug (several are eSurge's, reference §3: non-atomic multi-group
+reintroduces a plausible bug (several are eSurge's: non-atomic multi-group
 allocation (Q2), window pages freed before a failed allocation (Q16), ``num_cached`` going
 down (Q4), EAGLE dropping twice (Q11), a hash chain that skips a parent (Q1)). ``detect``
 runs the scheduler-shaped machine of `verikv.testing.manager_machine` against it on one group

@@ -1,7 +1,7 @@
 """Deliberately broken page pools, one or more per pool invariant, and how each is caught.
 
 Each mutant is a `PagePool` subclass that reintroduces one plausible bug (several are the
-eSurge quirks of reference §3: a null page that is touched or hashed, double free accepted,
+eSurge quirks: a null page that is touched or hashed, double free accepted,
 pages lost when an allocation fails). ``mutants()`` exposes them to ``verikv prove
 --mutants``; ``detect`` runs the pool state machine of `verikv.testing.pool_machine` against
 the mutant (bounded, derandomized) and returns the names of the checks that failed. A mutant

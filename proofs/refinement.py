@@ -22,16 +22,15 @@ blocks, so prefix hits, evictions and full-pool failures all occur within the de
 Reductions (sound for the properties checked, under the stated assumptions):
 
 - *state hashing*: breadth-first, so each state is expanded once, at its smallest depth; a
-  state is the spec state (pool, entries, ghost key lists and ``computed``), the machine's own
-  ghost (the content each page holds, which judges INV-HIT-SAFE; it is not determined by the
-  spec state) plus, per live request, its tokens, computed count, queue and the
+  state is the spec state (pool, entries, ghost key lists and ``content``), the machine's own
+  ghost (the content each page holds as the machine recorded it, which judges INV-HIT-SAFE on
+  what lookups return) plus, per live request, its tokens, computed count, queue and the
   implementation's key-list length (`_state`). After a step that passed the check, the
   implementation's abstraction equals the spec state, so this also fixes the implementation's
   abstraction. Assumption: what the implementation keeps outside its abstraction (its last
   lookup result, caching schedule, decode-path capacity) is determined by that state; two
-  histories reaching one state are explored once. Left out as dead or redundant: the ghosts of
-  a free page without a key (nothing reads them before an allocation erases them) and the spec's
-  ``content`` ghost (equal to the keys, INV-HIT-SAFE). Sets are spelled sorted, so the run does
+  histories reaching one state are explored once. Left out as dead: the ghosts of a free page
+  without a key (nothing reads them before an allocation erases them). Sets are spelled sorted, so the run does
   not depend on the interpreter's string-hash seed. States are stored as 128-bit digests (hash
   compaction);
 - *symmetry*: request ids are dropped from the state (requests are an unordered multiset of
@@ -48,7 +47,7 @@ above already merges the end states, so commuting pairs cost transitions, not st
 Each frontier node keeps its implementation (the adapter, the manager and the engine requests)
 pickled, and each child unpickles a fresh copy (about four times faster than ``copy.deepcopy``
 and a few kB per state); an implementation that cannot be pickled (a planted mutant's one-off
-classes) is deep-copied instead. Measured costs: docs/performance.md.
+classes) is deep-copied instead. Bounds and CPU budgets per check: docs/ci.md.
 """
 
 from __future__ import annotations
@@ -142,26 +141,26 @@ MAMBA_ALIGN = spec.GroupLayout("mamba_align", PAGE)
 """Mamba in align mode: a state page per step, cached at page-aligned computed counts."""
 
 CASES: tuple[Case, ...] = (
-    Case("full", (FULL,), 6, 6),
+    Case("full", (FULL,), 6, 7),
     Case("sliding", (SLIDING,), 6, 6),
     Case("chunked", (CHUNKED,), 6, 6),
-    Case("mamba", (MAMBA,), 4, 7),
-    Case("full+mamba(align)", (FULL, MAMBA_ALIGN), 8, 5),
+    Case("mamba", (MAMBA,), 4, 8),
+    Case("full+mamba(align)", (FULL, MAMBA_ALIGN), 8, 6),
     Case("full+sliding", (FULL, SLIDING), 8, 6),
     Case("sliding-first(window<=page)+full", (SLIDING_SMALL, FULL), 7, 6),
-    Case("full+sliding+chunked", (FULL, SLIDING, CHUNKED), 8, 7),
+    Case("full+sliding+chunked", (FULL, SLIDING, CHUNKED), 8, 8),
     Case("dp2", (FULL,), 8, 4, data_parallel_size=2),
-    Case("eagle(full)", (FULL,), 6, 5, use_eagle=True),
+    Case("eagle(full)", (FULL,), 6, 6, use_eagle=True),
     Case("eagle(full+sliding)", (FULL, SLIDING), 7, 6, use_eagle=True),
     Case("eagle-vllm(full+sliding)", (FULL, SLIDING), 7, 6, use_eagle=True, eagle_rule="vllm"),
     Case("lookahead", (FULL,), 6, 6, lookahead=2),
-    Case("delayed-caching", (FULL,), 6, 5, delay=True),
-    Case("unhashed-first(full+sliding)", (FULL, SLIDING), 7, 5, free_order="unhashed-first"),
-    Case("builtin-hash", (FULL,), 7, 4, hash_scheme="builtin"),
-    Case("xxh3-hash", (FULL,), 7, 4, hash_scheme="xxh3_128"),
+    Case("delayed-caching", (FULL,), 6, 6, delay=True),
+    Case("unhashed-first(full+sliding)", (FULL, SLIDING), 7, 6, free_order="unhashed-first"),
+    Case("builtin-hash", (FULL,), 7, 5, hash_scheme="builtin"),
+    Case("xxh3-hash", (FULL,), 7, 5, hash_scheme="xxh3_128"),
     Case("key-failure(full+sliding)", (FULL, SLIDING), 8, 5, key_failures=True),
 )
-"""Every layout of issue 18 (full, sliding, chunked, Mamba, hybrids, DP, EAGLE, lookahead,
+"""Every layout the manager supports (full, sliding, chunked, Mamba, hybrids, DP, EAGLE, lookahead,
 delayed caching, both free orders, each hash scheme), with the depth that fits the budget."""
 CASES_BY_NAME = {case.name: case for case in CASES}
 
@@ -275,7 +274,7 @@ def _state(node: Any, rename_pages: bool) -> str:
 
     by_label = sorted(label, key=label.__getitem__)
     per_page = tuple((pool.ref[p], pool.key_of[p]) if _dead(pool, p) else
-                     (pool.ref[p], pool.key_of[p], s.computed[p], node.computed.get(p)) for p in by_label)
+                     (pool.ref[p], pool.key_of[p], s.content[p], node.computed.get(p)) for p in by_label)
     cached = sorted((repr(key), relabel(ids)) for key, ids in pool.cached)
     held = [(unlabelled, tuple(relabel(g) for g in pages)) for unlabelled, pages in requests]
     finished_keys = sorted(repr(k) for rid, k in s.keys if rid not in node.requests)
@@ -285,9 +284,7 @@ def _state(node: Any, rename_pages: bool) -> str:
 def _dead(pool: Any, p: int) -> bool:
     """Whether page ``p``'s ghosts are dead: a free page without a key is in no table and no
     lookup can return it, and the allocation that hands it out again erases both ghosts (the
-    spec's ``computed``, the machine's content) before anything reads them. The spec's other
-    ghost, ``content``, equals ``key_of`` on every page (INV-HIT-SAFE's state form, checked at
-    every step), so it is never part of the state."""
+    spec's ``content``, the machine's) before anything reads them."""
     return pool.ref[p] == 0 and pool.key_of[p] is None
 
 
@@ -410,17 +407,36 @@ def _allocate_plain(node: Any, rid: str, num_new: int) -> bool:
     """A DP request's decode step without DP arguments (the shard is the one it holds), as a
     scheduler that remembers nothing calls it: the implementation's decode fast path."""
     request, view = node.native(rid), node.view(rid)
-    want_state, want = spec.allocate_slots(node.spec, view, num_new)
-    result = _manager(node).allocate_slots(request, num_new)
-    _settle_allocation(node, rid, result, want_state, want, f"allocate_slots({num_new}) without DP arguments")
+    return allocate_directly(node, rid, lambda: _manager(node).allocate_slots(request, num_new),
+                             lambda: spec.allocate_slots(node.spec, view, num_new),
+                             f"allocate_slots({num_new}) without DP arguments")
+
+
+def allocate_directly(node: Any, rid: str, impl_call: Callable[[], Any],
+                      spec_call: Callable[[], tuple[spec.ManagerState, Any]], call: str) -> bool:
+    """An allocation made on the real manager (a call shape the machine's adapter does not
+    have), checked as the machine checks its own: both sides reject a call outside the spec's
+    precondition, changing nothing; otherwise the new pages equal the spec's, a None changes
+    nothing (INV-ATOMIC), and the spec moves to its next state. Returns whether it succeeded."""
+    from verikv.spec.pool import PreconditionError
+
+    try:
+        want_state, want = spec_call()
+    except PreconditionError as exc:
+        node.expect_rejected(f"{rid}: {call} outside the spec's precondition ({exc})", impl_call, spec_call)
+        return False
+    before = node.snapshot()
+    _settle_allocation(node, rid, impl_call(), want_state, want, call)
+    if want is None and node.snapshot() != before:
+        node.fail("INV-ATOMIC", f"{rid}: {call} returned None and changed the state")
     return want is not None
 
 
 def _settle_allocation(node: Any, rid: str, result: Any, want_state: Any, want: Any, call: str) -> None:
     """Compare an allocation's new pages with the spec's, then move the spec to its next state."""
-    from verikv.testing.adapter import page_ids_of
+    from verikv.testing.manager_machine import page_ids_or_none
 
-    got = None if result is None else page_ids_of(result)
+    got = page_ids_or_none(result)
     if got is not None:
         node.check_new_pages(rid, got)
     if got != want:
@@ -484,7 +500,7 @@ def _cache(node: Any, rid: str, back: int) -> None:
 
 
 
-def _bad(node: Any, kind: str, rid: str) -> None:
+def bad_call(node: Any, kind: str, rid: str) -> None:
     """One invalid call, given without DP arguments (the plain call shape, which may take the
     implementation's fast path); both sides reject it and nothing changes (INV-ATOMIC)."""
     request, view, s, manager = node.native(rid), node.view(rid), node.spec, _manager(node)
@@ -492,7 +508,7 @@ def _bad(node: Any, kind: str, rid: str) -> None:
         node.expect_rejected(f"allocate_slots({rid}, 0)", lambda: manager.allocate_slots(request, 0),
                              lambda: spec.allocate_slots(s, view, 0))
     elif kind == "bad-too-long":
-        n = MAX_MODEL_LEN + 1 - view.num_computed_tokens
+        n = node.config.max_model_len + 1 - view.num_computed_tokens
         node.expect_rejected(f"allocate_slots({rid}, {n}) past max_model_len",
                              lambda: manager.allocate_slots(request, n), lambda: spec.allocate_slots(s, view, n))
     else:
@@ -521,11 +537,11 @@ def apply(case: Case, node: Any, op: Op) -> None:
     elif kind == "reset":
         node.apply_reset()
     else:
-        _bad(node, kind, op[1])
-    _check(node)
+        bad_call(node, kind, op[1])
+    check_node(node)
 
 
-def _check(node: Any) -> None:
+def check_node(node: Any) -> None:
     """The machine's check (refinement and every invariant), then INV-WINDOW-LIVE and
     INV-KEYED-COMPUTED in their ghost-free form (`_ghost_free_failures`). Once refinement holds,
     the implementation's abstraction has the spec state's entries and keyed pages, so the

@@ -1,4 +1,4 @@
-"""The implementation bugs of issue 18's table, planted in a real `CacheManager`, and shown to make
+"""Implementation bugs engines have shipped, planted in a real `CacheManager`, and shown to make
 the exhaustive refinement checks of `verikv.proofs.refinement` fail.
 
 Each bug is one or two lines' worth of plausible change (the kinds engines have shipped),
@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
+from verikv.free_queue import IdLinks
+from verikv.page_pool import PagePool
 from verikv.proofs.manager_mutants import _base, _override
 from verikv.proofs.refinement import (
     CASES_BY_NAME,
@@ -24,8 +26,14 @@ from verikv.proofs.refinement import (
     build_manager,
     failed_checks,
 )
+from verikv.proofs.refinement_walks import WORLDS_BY_NAME, failed_checks as walk_failures
 from verikv.proofs.registry import Mutant
 from verikv.spec import manager as spec
+from verikv.testing.adapter import build_cache_manager
+
+_POP_FRONT = IdLinks.pop_front
+_RESET = PagePool.reset_prefix_cache
+"""The originals that `_bulk_pop_swapped` and `_reset_entry_ends_only` wrap while they replace them."""
 
 
 def _windowed(manager: Any, kind: str) -> Iterator[Any]:
@@ -256,16 +264,66 @@ def builtin_one_page_drops_parent(manager: Any) -> None:
     _with_hasher(manager, hash_request, page_key)
 
 
+def decode_key_narrowed_to_16_bits(manager: Any) -> None:
+    """The one-page key of a decode step reads token ids as 16-bit values ("ids fit"): a decoded
+    page holding 65 537 gets the key of the same page holding 1."""
+    from array import array
+
+    from verikv.hashing import PageHasher
+
+    def page_key(self: Any, parent: Any, tokens: bytes, extra: Any, suffix: bytes) -> Any:
+        ids = array("Q")
+        ids.frombytes(tokens)
+        return PageHasher._page_key(self, parent, array("Q", (t & 0xFFFF for t in ids)).tobytes(), extra, suffix)
+    _with_hasher(manager, PageHasher.hash_request, page_key)
+
+
+def _drop_shared_to_one(ref: Any, ids: list[int]) -> int:
+    """Freeing pages held at least twice sets their count to 1 instead of one less: with three
+    holders, the page rejoins the free list while one request still holds it."""
+    count = 0
+    for pid in ids:
+        try:
+            if ref[pid] < 2:
+                break
+        except IndexError:
+            break
+        ref[pid] = 1
+        count += 1
+    return count
+
+
+def _reset_entry_ends_only(self: Any) -> bool:
+    """reset_prefix_cache forgets the keys of the first and last page of each cached entry only:
+    a middle page of three with equal content keeps its key."""
+    kept = [(key, pid) for key, ids in self.cached_items() for pid in ids[1:-1]]
+    done: bool = _RESET(self)
+    if done:
+        for key, pid in kept:
+            self._key[pid] = key
+    return done
+
+
+def _bulk_pop_swapped(self: Any, li: int, n: int) -> list[int]:
+    """The free list's bulk pop (256 ids or more in one call) returns its first two ids swapped:
+    a long allocation takes its first pages out of LRU order."""
+    out: list[int] = _POP_FRONT(self, li, n)
+    if n >= 256:
+        out[0], out[1] = out[1], out[0]
+    return out
+
+
 @contextmanager
-def _patched_class(cls: type, name: str, method: Callable[..., Any]) -> Iterator[None]:
-    """Replace ``cls.name`` for the duration of a detection run (for objects the manager creates
-    internally); restored afterwards whatever happens."""
-    original = cls.__dict__[name]
-    setattr(cls, name, method)
+def _patched_class(owner: Any, name: str, method: Callable[..., Any]) -> Iterator[None]:
+    """Replace ``owner.name`` (a class's method, or a module's function) for the duration of a
+    detection run (for objects the manager creates internally, or helpers it calls); restored
+    afterwards whatever happens."""
+    original = vars(owner)[name]
+    setattr(owner, name, method)
     try:
         yield
     finally:
-        setattr(cls, name, original)
+        setattr(owner, name, original)
 
 
 @dataclass(frozen=True)
@@ -275,8 +333,11 @@ class _Bug:
     cases: tuple[str, ...]
     plant: Callable[[Any], None] | None = None
     class_patch: tuple[str, str, Callable[..., Any]] | None = None
-    """(module attribute path ``module:Class``, method name, replacement) for `_patched_class`."""
+    """(``module:Class`` or ``module``, attribute name, replacement) for `_patched_class`."""
     description: str = ""
+    walks: bool = False
+    """``cases`` name worlds of the random walks (`verikv.proofs.refinement_walks`), not
+    layouts of the exhaustive run: bugs that only show in a large world."""
 
 
 def _doc(f: Callable[..., Any]) -> str:
@@ -302,14 +363,30 @@ _CATALOGUE: tuple[_Bug, ...] = (
     _Bug("groups_freed_in_reverse", "REFINEMENT", ("full+sliding",), groups_freed_in_reverse),
     _Bug("resumed_chain_from_root", "INV-HIT-SAFE", ("full",), resumed_chain_from_root),
     _Bug("builtin_one_page_drops_parent", "INV-HIT-SAFE", ("builtin-hash",), builtin_one_page_drops_parent),
+    _Bug("decode_key_narrowed_to_16_bits", "INV-HIT-SAFE", ("full",), decode_key_narrowed_to_16_bits, walks=True),
+    _Bug("shared_page_count_dropped_to_one", "INV-REF-COUNT", ("full",), walks=True,
+         class_patch=("verikv.page_pool", "_drop_shared", _drop_shared_to_one), description=_doc(_drop_shared_to_one)),
+    _Bug("reset_clears_entry_ends_only", "INV-KEY-BIJ", ("full",),
+         class_patch=("verikv.page_pool:PagePool", "reset_prefix_cache", _reset_entry_ends_only),
+         description=_doc(_reset_entry_ends_only)),
+    _Bug("bulk_pop_swaps_first_two", "REFINEMENT", ("full",), walks=True,
+         class_patch=("verikv.free_queue:IdLinks", "pop_front", _bulk_pop_swapped),
+         description=_doc(_bulk_pop_swapped)),
 )
 
 
 def _detector(bug: _Bug) -> Callable[[], list[str]]:
     def detect() -> list[str]:
         for case_name in bug.cases:
-            case = CASES_BY_NAME[case_name]
-            make = build_manager(case)
+            make: MakeManager
+            if bug.walks:
+                world = WORLDS_BY_NAME[case_name]
+                check_name, run = world.check_name, lambda make, world=world: walk_failures(world, make)
+                make = build_cache_manager
+            else:
+                case = CASES_BY_NAME[case_name]
+                check_name, run = case.check_name, lambda make, case=case: failed_checks(case, make)
+                make = build_manager(case)
 
             def make_mutant(config: spec.ManagerConfig, make: MakeManager = make) -> Any:
                 manager = make(config)
@@ -318,16 +395,17 @@ def _detector(bug: _Bug) -> Callable[[], list[str]]:
                 return manager
 
             if bug.class_patch is None:
-                failed = failed_checks(case, make_mutant)
+                failed = run(make_mutant)
             else:
                 import importlib
 
                 where, name, method = bug.class_patch
-                module, cls = where.split(":")
-                with _patched_class(getattr(importlib.import_module(module), cls), name, method):
-                    failed = failed_checks(case, make_mutant)
+                module, _, cls = where.partition(":")
+                owner = importlib.import_module(module)
+                with _patched_class(getattr(owner, cls) if cls else owner, name, method):
+                    failed = run(make_mutant)
             if failed:
-                return [f"{case.check_name}: {name}" for name in failed]
+                return [f"{check_name}: {name}" for name in failed]
         return []
     return detect
 
@@ -350,8 +428,17 @@ def _spec_frees_window_early(original: Callable[..., Any]) -> Callable[..., Any]
     return remove_skipped
 
 
+def _spec_writes_neighbour_content(original: Callable[..., Any]) -> Callable[..., Any]:
+    """spec allocate_slots writes the content of each page it completes into the page after it
+    (the ghost INV-HIT-SAFE is judged by, written from the neighbouring tokens)."""
+    def mark_computed(s: Any, req: Any, lists: Any, start: int, num_tokens: int, content: Any) -> None:
+        original(s, req, [pages[1:] for pages in lists], start, num_tokens, content)
+    return mark_computed
+
+
 _SPEC_BUGS: tuple[tuple[str, str, str, Callable[[Callable[..., Any]], Callable[..., Any]], str], ...] = (
     ("keys-uncomputed-page", "INV-KEYED-COMPUTED", "cache_pages", _spec_caches_partial_page, "full"),
+    ("content-written-to-neighbour", "INV-HIT-SAFE", "_mark_computed", _spec_writes_neighbour_content, "full"),
     ("window-freed-one-token-early", "INV-WINDOW-LIVE", "remove_skipped", _spec_frees_window_early, "sliding"),
 )
 
@@ -370,7 +457,7 @@ def _spec_detector(function: str, wrap: Callable[[Callable[..., Any]], Callable[
 
 
 def mutants() -> list[Mutant]:
-    """Issue 18's sixteen implementation bugs, named ``impl:<bug>``, caught by ``refine:*``; and
+    """The planted implementation bugs, named ``impl:<bug>``, caught by ``refine:*``; and
     spec transitions that break the ghost invariants (``spec:<bug>``), caught there too."""
     # (a bug without a description always has a plant: its docstring describes it)
     impl = [Mutant(name=f"impl:{bug.name}", kind="impl", invariant=bug.invariant,

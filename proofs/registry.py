@@ -4,7 +4,7 @@ A *provider* is any module in the ``verikv.proofs`` package that defines ``check
 iterable of `Check`) and/or ``mutants()`` (an iterable of `Mutant`). Discovery imports every
 module of the package, so adding a provider needs no edit here.
 
-Names are the project's thread (DESIGN.md): a theorem is ``<transition>/<INVARIANT>``, with a
+Names are the project's thread: a theorem is ``<transition>/<INVARIANT>``, with a
 ``:N=3..8`` suffix for bounded runs; other checks use ``<kind>:<target>``.
 """
 
@@ -21,10 +21,11 @@ from typing import Literal, TypeVar
 Status = Literal["proved", "confirmed", "passed", "no-counterexample", "failed", "unknown", "vacuous", "timeout",
                  "error"]
 """``proved``: a Z3 theorem (unbounded, or for every case of its stated bound); ``confirmed``:
-CrossHair confirmed every condition over all paths (exhaustive over the target's input
-domain); ``passed``: a check that enumerated everything its bound states (e.g. exhaustive
-refinement); ``no-counterexample``: CrossHair found none within its budget (not a proof: some
-paths were not explored). Every other status is a failure."""
+CrossHair confirmed every condition over all paths, reasoning symbolically; ``passed``: a
+check that enumerated everything its bound states (exhaustive refinement, encoding checks, a
+CrossHair driver that enumerates its domain and runs the code concretely: bounded-exhaustive);
+``no-counterexample``: a bounded search found none (CrossHair within its budget, seeded random
+walks): not a proof. Every other status is a failure."""
 SUCCESS: frozenset[str] = frozenset({"proved", "confirmed", "passed", "no-counterexample"})
 
 

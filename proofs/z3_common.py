@@ -1,6 +1,6 @@
 """Shared machinery of the Z3 theorems: the two modes, range quantifiers, the prover and theorems.
 
-A theorem ``<transition>/<INVARIANT>`` states Inv ∧ Pre ∧ Trans ⇒ Inv′ for one DESIGN
+A theorem ``<transition>/<INVARIANT>`` states Inv ∧ Pre ∧ Trans ⇒ Inv′ for one
 invariant, split into its named conjuncts (one solver query each, so a failure names the
 broken fact). It runs in one of two modes:
 

@@ -31,7 +31,7 @@ MAX_PAGES = 3
 STATE_DEPTH = 2
 """States: every state reachable from `init(N)`, N = 1..MAX_PAGES, in STATE_DEPTH transitions
 drawn from `_moves` (small arguments). Measured: ~30-80 ms per call, so the sets are kept
-small enough for `verikv prove` (costs: docs/performance.md)."""
+small enough for `verikv prove` (CPU budgets: docs/ci.md)."""
 KEYS = (0, 1)
 
 

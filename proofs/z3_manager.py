@@ -5,7 +5,9 @@ page size 2, ``max_model_len`` 6, two requests (``r0`` acts, ``r1`` is any other
 roles are symmetric), prompts of 1..6 tokens over the alphabet {0, 1}, no salt, LoRA or
 multimodal items, caching on, no EAGLE, no data parallelism, free order "esurge", no
 lookahead tokens. Token contents, reference counts, the free list, keys, ghost contents and
-both requests' page lists are symbolic within the bound.
+both requests' page lists are symbolic within the bound. Engine contract (the spec states it
+at `cache_pages`): a request's tokens only grow, and it caches only tokens its allocations
+computed.
 
 Encoding. With N fixed, every per-page table is a Python list of Z3 terms (an update at a
 symbolic page is an ``If`` per cell), so queries have no arrays and no quantifiers; the
@@ -20,7 +22,13 @@ three elements they take 17-30 s per bounded query.
 
 Ideal hash: a key *is* its content, so the key of a request's first ``j + 1`` pages is the
 injective code ``4^(j+1) + sum(tokens[i] * 2^i)`` of those tokens (a leading 1 marks the
-length); the ghost ``content[p]`` uses the same code.
+length). The ghost ``content[p]`` (what page ``p`` holds) uses the same code, and is written as
+the spec writes it: by the allocation that completes the page, from the request's tokens; the
+caching step writes keys only. So INV-HIT-SAFE (key = content) is a theorem about which page
+gets which key, not an identity. Its induction needs two more ghost facts, proved as conjuncts
+of the same theorem: each request's tokens so far (``toks``) and how many of them its
+allocations computed (``ndone``); a held page those computed tokens fill holds their content
+(``held-…``), and a page past them is its holder's alone and unkeyed (``private-…``).
 
 Registered pairs (anything else is n/a):
 
@@ -29,7 +37,8 @@ Registered pairs (anything else is n/a):
   null page, distinct pages). Lookup is pure, so state invariants are trivially kept.
 * ``manager.allocate_slots``, ``manager.cache_pages``, ``manager.free_request``,
   ``manager.remove_skipped``, ``manager.reset_prefix_cache``: INV-REF-COUNT, INV-HIT-SAFE
-  (state form: every keyed page holds its key's content), INV-CONSERVE, INV-FREE-IFF-ZERO.
+  (state form: every keyed page holds its key's content, with the ghost facts above),
+  INV-CONSERVE, INV-FREE-IFF-ZERO.
   remove_skipped is the identity for a full-attention group (nothing leaves the window).
 * ``manager.allocate_slots``: INV-ATOMIC (the failing branch leaves every field unchanged).
 * ``manager.fail_key_computation``: INV-ATOMIC (an allocate_slots call whose keys cannot be
@@ -65,7 +74,7 @@ MAX_PAGES = MAX_TOKENS // PAGE_SIZE
 MAX_HITS = (MAX_TOKENS - 1) // PAGE_SIZE
 REQUESTS = 2
 SCOPE = ("1 full group, page size 2, max_model_len 6, 2 requests, tokens {0,1}, prompts <= 6, "
-         "esurge, no DP")
+         "esurge, no DP; tokens only grow, only computed tokens are cached")
 IDEAL_HASH = "ideal hash: key = content (injective code of the token prefix)"
 POOL_GOALS = ("INV-CONSERVE", "INV-FREE-IFF-ZERO")
 
@@ -111,11 +120,16 @@ class ManagerSym:
     npages: list[z3.ExprRef]
     pages: list[list[z3.ExprRef]]
     ncached: list[z3.ExprRef]
+    toks: list[list[z3.ExprRef]]
+    """Ghost, per request: its tokens as its last allocation saw them."""
+    ndone: list[z3.ExprRef]
+    """Ghost, per request: how many of its tokens its allocations computed."""
 
     def fields(self) -> list[z3.ExprRef]:
         """Every term of the state, in a fixed order (for equality of states)."""
         return (self.ref + self.key + self.pos + self.stamp + self.content + [self.flen, self.clock]
-                + self.has + self.npages + [q for pages in self.pages for q in pages] + self.ncached)
+                + self.has + self.npages + [q for pages in self.pages for q in pages] + self.ncached
+                + [x for toks in self.toks for x in toks] + self.ndone)
 
 
 def manager_vars(tag: str, n: int) -> ManagerSym:
@@ -124,7 +138,8 @@ def manager_vars(tag: str, n: int) -> ManagerSym:
     return ManagerSym(n, ints("ref", n), ints("key", n), ints("pos", n), ints("stamp", n), ints("content", n),
                       z3.Int(f"{tag}.flen"), z3.Int(f"{tag}.clock"),
                       [z3.Bool(f"{tag}.has{r}") for r in range(REQUESTS)], ints("npages", REQUESTS),
-                      [ints(f"page{r}_", MAX_PAGES) for r in range(REQUESTS)], ints("ncached", REQUESTS))
+                      [ints(f"page{r}_", MAX_PAGES) for r in range(REQUESTS)], ints("ncached", REQUESTS),
+                      [ints(f"tok{r}_", MAX_TOKENS) for r in range(REQUESTS)], ints("ndone", REQUESTS))
 
 
 def freeze(s: ManagerSym, tag: str, defs: list[z3.BoolRef]) -> ManagerSym:
@@ -166,8 +181,24 @@ def args_domain(a: ReqArgs) -> z3.BoolRef:
 
 def code(a: ReqArgs, j: int) -> z3.ArithRef:
     """The ideal key (= content) of the request's first ``j + 1`` pages."""
+    return code_of(a.tokens, j)
+
+
+def code_of(tokens: list[z3.ExprRef], j: int) -> z3.ArithRef:
+    """The ideal key (= content) of the first ``j + 1`` pages of ``tokens``."""
     width = (j + 1) * PAGE_SIZE
-    return z3.IntVal(1 << width) + z3.Sum([a.tokens[i] * (1 << i) for i in range(width)])
+    return z3.IntVal(1 << width) + z3.Sum([tokens[i] * (1 << i) for i in range(width)])
+
+
+def grows_from(s: ManagerSym, a: ReqArgs) -> z3.BoolRef:
+    """Engine contract: r0's tokens extend the ones its allocations computed."""
+    return z3.Implies(s.has[0], z3.And(a.length >= s.ndone[0], *[z3.Implies(i < s.ndone[0], a.tokens[i] == x)
+                                                                 for i, x in enumerate(s.toks[0])]))
+
+
+def computed_by_allocations(s: ManagerSym, a: ReqArgs) -> z3.BoolRef:
+    """Engine contract: r0's computed count is what its allocations computed (none without pages)."""
+    return z3.If(s.has[0], a.computed <= s.ndone[0], a.computed == 0)
 
 
 # --- the pool as the manager uses it -----------------------------------------------------
@@ -198,7 +229,7 @@ def page_at(s: ManagerSym, i: int) -> z3.ArithRef:
 
 
 def pool_invariants(s: ManagerSym) -> dict[str, Conjuncts]:
-    """z3_pool's DESIGN pool invariants of ``s`` (bounded mode, N = s.n)."""
+    """z3_pool's pool invariants of ``s`` (bounded mode, N = s.n)."""
     return z3_pool.invariants(pool_view(s), Mode(s.n))
 
 
@@ -241,12 +272,15 @@ def allocate(s: ManagerSym, need: z3.ArithRef) -> tuple[ManagerSym, list[z3.Expr
 
 @dataclass(frozen=True)
 class MStep:
-    """One manager transition: precondition, successor, and result terms (a flag or pages)."""
+    """One manager transition: precondition (the spec's), successor, result terms (a flag or
+    pages), the definitions of its fresh constants, and the engine contract the theorems assume
+    besides the precondition (the spec cannot check it: see `grows_from`)."""
 
     pre: z3.BoolRef
     post: ManagerSym
     result: tuple[z3.ExprRef, ...] = ()
     defs: z3.BoolRef = TRUE
+    contract: z3.BoolRef = TRUE
 
 
 StepFn = Callable[[ManagerSym, ReqArgs, str], MStep]
@@ -281,29 +315,51 @@ def lookup(s: ManagerSym, a: ReqArgs, tag: str, max_tokens: Callable[[ReqArgs], 
     return MStep(args_domain(a), s, (PAGE_SIZE * count(hit),) + pages, defs)
 
 
+@dataclass(frozen=True)
+class Faults:
+    """One-line breakages of the encoding, for its mutants only (none by default):
+    ``keyed_pages``: `cache_pages` keys only that many leading pages (a cut encoding);
+    ``key_shift``: it keys the page that many places after the right one (the neighbour);
+    ``content_shift``: the allocation writes each completed page's content to the page that
+    many places after it."""
+
+    keyed_pages: int = MAX_PAGES
+    key_shift: int = 0
+    content_shift: int = 0
+
+
+NO_FAULTS = Faults()
+
+
+def _neighbour(pages: list[z3.ExprRef], j: int, shift: int) -> z3.ExprRef:
+    """``pages[j + shift]``, or the null page past the list."""
+    return pages[j + shift] if j + shift < len(pages) else z3.IntVal(0)
+
+
 def cache_pages_step(s: ManagerSym, a: ReqArgs, num_tokens: z3.ArithRef, when: z3.BoolRef, tag: str,
-                     defs: list[z3.BoolRef]) -> ManagerSym:
-    """`spec.manager.cache_pages(req, num_tokens)` for r0 when ``when`` (no precondition check)."""
+                     defs: list[z3.BoolRef], faults: Faults = NO_FAULTS) -> ManagerSym:
+    """`spec.manager.cache_pages(req, num_tokens)` for r0 when ``when`` (no precondition check):
+    keys only, the ghost ``content`` is the allocation's."""
     full = num_tokens / PAGE_SIZE
     cur = s
-    for j in range(MAX_PAGES):
+    for j in range(min(MAX_PAGES, faults.keyed_pages)):
         cur = freeze(cur, f"{tag}.c{j}", defs)
-        page = s.pages[0][j]
+        page = _neighbour(s.pages[0], j, faults.key_shift)
         do = z3.And(when, s.ncached[0] <= j, j < full, page != 0, pick(cur.key, page) == NONE)
-        k = code(a, j)
-        cur = replace(cur, key=set_page(cur.key, page, k, do), content=set_page(cur.content, page, k, do),
+        cur = replace(cur, key=set_page(cur.key, page, code(a, j), do),
                       stamp=set_page(cur.stamp, page, cur.clock, do), clock=z3.If(do, cur.clock + 1, cur.clock))
     ncached = z3.If(z3.And(when, full > s.ncached[0]), full, s.ncached[0])
     return replace(cur, ncached=[ncached] + cur.ncached[1:])
 
 
-def cache_pages(s: ManagerSym, a: ReqArgs, tag: str) -> MStep:
-    """`spec.manager.cache_pages(req, num_tokens=num_new)`; pre: an entry, num_tokens fits."""
+def cache_pages(s: ManagerSym, a: ReqArgs, tag: str, faults: Faults = NO_FAULTS) -> MStep:
+    """`spec.manager.cache_pages(req, num_tokens=num_new)`; pre: an entry, num_tokens fits, and
+    (engine contract) only tokens r0's allocations computed."""
     nt = a.num_new
     pre = z3.And(args_domain(a), s.has[0], 0 <= nt, nt <= a.length, nt / PAGE_SIZE <= s.npages[0])
     defs: list[z3.BoolRef] = []
-    post = cache_pages_step(s, a, nt, z3.BoolVal(True), tag, defs)
-    return MStep(pre, post, (), z3.And(defs))
+    post = cache_pages_step(s, a, nt, z3.BoolVal(True), tag, defs, faults)
+    return MStep(pre, post, (), z3.And(defs), z3.And(nt <= s.ndone[0], grows_from(s, a)))
 
 
 def free_request(s: ManagerSym, a: ReqArgs, tag: str, release: bool = True) -> MStep:
@@ -317,7 +373,8 @@ def free_request(s: ManagerSym, a: ReqArgs, tag: str, release: bool = True) -> M
         cur = free_page(cur, page, z3.And(release, s.has[0], j < s.npages[0], page != 0))
     zero = z3.IntVal(0)
     gone = replace(cur, has=[z3.BoolVal(False)] + cur.has[1:], npages=[zero] + cur.npages[1:],
-                   pages=[[zero] * MAX_PAGES] + cur.pages[1:], ncached=[zero] + cur.ncached[1:])
+                   pages=[[zero] * MAX_PAGES] + cur.pages[1:], ncached=[zero] + cur.ncached[1:],
+                   toks=[[zero] * MAX_TOKENS] + cur.toks[1:], ndone=[zero] + cur.ndone[1:])
     return MStep(args_domain(a), ite(s.has[0], gone, s))
 
 
@@ -327,17 +384,20 @@ def remove_skipped(s: ManagerSym, a: ReqArgs, tag: str) -> MStep:
 
 
 def reset_prefix_cache(s: ManagerSym, a: ReqArgs, tag: str) -> MStep:
-    """`spec.manager.reset_prefix_cache()`: when every usable page is free, forget keys and contents."""
+    """`spec.manager.reset_prefix_cache()`: when every usable page is free, forget every key (the
+    pages keep what they hold: ``content`` is unchanged)."""
     done = s.flen == s.n - 1
     none = [z3.IntVal(NONE)] * s.n
-    return MStep(args_domain(a), ite(done, replace(s, key=none, content=none), s), (done,))
+    return MStep(args_domain(a), ite(done, replace(s, key=none), s), (done,))
 
 
-def allocate_slots(s: ManagerSym, a: ReqArgs, tag: str, atomic: bool = True) -> MStep:
+def allocate_slots(s: ManagerSym, a: ReqArgs, tag: str, atomic: bool = True, faults: Faults = NO_FAULTS) -> MStep:
     """`spec.manager.allocate_slots(req, num_new, 2 * num_hits, hits, delay_cache_pages=delay)`.
 
     Result: (succeeded, new page per position or NONE). Failure returns ``s`` itself
-    (``atomic=False``, for mutants only: the hits stay touched).
+    (``atomic=False``, for mutants only: the hits stay touched). The pages the step completes
+    (indices from ``computed / 2`` below ``min(end, length) / 2``) get their content from
+    r0's tokens, as `spec.manager._mark_computed` writes it.
     """
     nh, computed = a.num_hits, a.computed + PAGE_SIZE * a.num_hits
     hits_ok = [z3.Implies(j < nh, z3.And(1 <= a.hits[j], a.hits[j] < s.n, PAGE_SIZE * (j + 1) <= a.length,
@@ -362,12 +422,21 @@ def allocate_slots(s: ManagerSym, a: ReqArgs, tag: str, atomic: bool = True) -> 
     for i in range(MAX_PAGES):
         for j in range(MAX_PAGES):
             pages[j] = z3.If(z3.And(i < need, held + i == j), got[i], pages[j])
+    filled = z3.If(slots < a.length, slots, a.length)
+    content = cur.content
+    for j in range(MAX_PAGES):
+        completes = z3.And(j >= computed / PAGE_SIZE, j < filled / PAGE_SIZE)
+        content = set_page(content, _neighbour(pages, j, faults.content_shift), code(a, j), completes)
+    ndone = z3.If(z3.And(s.has[0], s.ndone[0] > filled), s.ndone[0], filled)
     entry = replace(cur, has=[z3.BoolVal(True)] + cur.has[1:], npages=[held + need] + cur.npages[1:],
-                    pages=[pages] + cur.pages[1:],
-                    ncached=[z3.If(s.has[0], s.ncached[0], nh)] + cur.ncached[1:])
-    done = cache_pages_step(entry, a, z3.If(slots < a.length, slots, a.length), z3.Not(a.delay), tag, defs)
+                    pages=[pages] + cur.pages[1:], content=content,
+                    ncached=[z3.If(s.has[0], s.ncached[0], nh)] + cur.ncached[1:],
+                    toks=[list(a.tokens)] + cur.toks[1:], ndone=[ndone] + cur.ndone[1:])
+    entry = freeze(entry, f"{tag}.filled", defs)
+    done = cache_pages_step(entry, a, filled, z3.Not(a.delay), tag, defs, faults)
     new_pages = tuple(z3.If(ok, g, NONE) for g in got)
-    return MStep(pre, ite(ok, done, s if atomic else touched), (ok,) + new_pages, z3.And(defs))
+    return MStep(pre, ite(ok, done, s if atomic else touched), (ok,) + new_pages, z3.And(defs),
+                 z3.And(grows_from(s, a), computed_by_allocations(s, a)))
 
 
 def fail_key_computation(s: ManagerSym, a: ReqArgs, tag: str, keys_first: bool = True) -> MStep:
@@ -381,7 +450,7 @@ def fail_key_computation(s: ManagerSym, a: ReqArgs, tag: str, keys_first: bool =
     uncached = allocate_slots(s, replace(a, delay=z3.BoolVal(True)), tag)
     would_allocate = z3.And(uncached.result[0], uncached.result[1] != NONE)
     post = s if keys_first else uncached.post
-    return MStep(uncached.pre, post, (z3.BoolVal(False), would_allocate), uncached.defs)
+    return MStep(uncached.pre, post, (z3.BoolVal(False), would_allocate), uncached.defs, uncached.contract)
 
 
 def ite(cond: z3.BoolRef, a: ManagerSym, b: ManagerSym) -> ManagerSym:
@@ -392,7 +461,7 @@ def ite(cond: z3.BoolRef, a: ManagerSym, b: ManagerSym) -> ManagerSym:
         return x if x is y else z3.If(cond, x, y)
     return ManagerSym(a.n, *(choose(getattr(a, f), getattr(b, f)) for f in
                              ("ref", "key", "pos", "stamp", "content", "flen", "clock", "has", "npages", "pages",
-                              "ncached")))
+                              "ncached", "toks", "ndone")))
 
 
 TRANSITIONS: dict[str, StepFn] = {
@@ -411,6 +480,7 @@ def universe(s: ManagerSym) -> z3.BoolRef:
         facts += [0 <= s.npages[r], s.npages[r] <= MAX_PAGES, 0 <= s.ncached[r], s.ncached[r] <= s.npages[r],
                   z3.Implies(z3.Not(s.has[r]), z3.And(s.npages[r] == 0, s.ncached[r] == 0))]
         facts += [z3.If(j < s.npages[r], z3.And(1 <= q, q < s.n), q == 0) for j, q in enumerate(s.pages[r])]
+        facts += [0 <= s.ndone[r], z3.Implies(z3.Not(s.has[r]), s.ndone[r] == 0)]
     for p in range(s.n):
         facts.append(z3.Implies(s.key[p] != NONE, z3.And(0 <= s.stamp[p], s.stamp[p] < s.clock)))
         facts += [z3.Implies(z3.And(s.key[p] != NONE, s.key[p] == s.key[q]), s.stamp[p] != s.stamp[q])
@@ -419,13 +489,25 @@ def universe(s: ManagerSym) -> z3.BoolRef:
 
 
 def manager_invariants(s: ManagerSym) -> dict[str, Conjuncts]:
-    """INV-REF-COUNT and INV-HIT-SAFE (state form) over ``s``, as named conjuncts."""
+    """INV-REF-COUNT and INV-HIT-SAFE (state form) over ``s``, as named conjuncts. INV-HIT-SAFE:
+    every keyed page holds its key's content (``keyed-p``), with the ghost facts its induction
+    needs: a request's computed tokens fit its pages (``done-fits-r``), each page they fill holds
+    their content (``held-r-j``), and a page past them is unkeyed and its holder's alone
+    (``private-r-j``: no other request can have been handed it)."""
     holders = [z3.And(j < s.npages[r], q == p) for p in range(s.n) for r in range(REQUESTS)
                for j, q in enumerate(s.pages[r])]
     per = len(holders) // s.n
+    safe = [(f"keyed-{p}", z3.Implies(s.key[p] != NONE, s.content[p] == s.key[p])) for p in range(s.n)]
+    for r in range(REQUESTS):
+        safe.append((f"done-fits-{r}", s.ndone[r] <= PAGE_SIZE * s.npages[r]))
+        for j, q in enumerate(s.pages[r]):
+            filled = z3.And(s.has[r], PAGE_SIZE * (j + 1) <= s.ndone[r])
+            past = z3.And(s.has[r], j < s.npages[r], PAGE_SIZE * (j + 1) > s.ndone[r])
+            safe += [(f"held-{r}-{j}", z3.Implies(filled, pick(s.content, q) == code_of(s.toks[r], j))),
+                     (f"private-{r}-{j}", z3.Implies(past, z3.And(pick(s.key, q) == NONE, pick(s.ref, q) == 1)))]
     return {
         "INV-REF-COUNT": [(f"ref-{p}", s.ref[p] == count(holders[p * per:(p + 1) * per])) for p in range(1, s.n)],
-        "INV-HIT-SAFE": [(f"content-{p}", s.content[p] == s.key[p]) for p in range(s.n)],
+        "INV-HIT-SAFE": safe,
     }
 
 
@@ -473,7 +555,7 @@ def obligation(transition: str, invariant: str, fn: StepFn, mode: Mode) -> Oblig
     """Inv(s) ∧ Pre ∧ Trans ⇒ invariant(s′) (or of the lookup result) for N = mode.size."""
     s, a = manager_vars("s", mode.size or 0), req_args("a")
     step = fn(s, a, "t")
-    return Obligation(z3.And(all_invariants(s), step.pre, step.defs),
+    return Obligation(z3.And(all_invariants(s), step.pre, step.contract, step.defs),
                       goals(transition, invariant, s, a, step), lambda model: explain(model, transition, s, a, step))
 
 
@@ -545,6 +627,12 @@ CATALOGUE = (
     ManagerMutant("manager-free-request-without-decrement", "manager.free_request", "INV-REF-COUNT",
                   lambda s, a, tag: free_request(s, a, tag, release=False),
                   "free_request forgets the entry without freeing its pages"),
+    ManagerMutant("manager-cache-keys-neighbour-page", "manager.cache_pages", "INV-HIT-SAFE",
+                  lambda s, a, tag: cache_pages(s, a, tag, Faults(key_shift=1)),
+                  "cache_pages gives page j's key to the page after it"),
+    ManagerMutant("manager-allocate-writes-neighbour-content", "manager.allocate_slots", "INV-HIT-SAFE",
+                  lambda s, a, tag: allocate_slots(s, a, tag, faults=Faults(content_shift=1)),
+                  "the allocation writes each completed page's content (from the tokens) into the page after it"),
     ManagerMutant("manager-keys-computed-after-allocation", "manager.fail_key_computation", "INV-ATOMIC",
                   lambda s, a, tag: fail_key_computation(s, a, tag, keys_first=False),
                   "keys are computed while caching, after the allocation: a failing key computation "

@@ -331,7 +331,7 @@ def held(s: PoolSym, mode: Mode) -> z3.ArithRef:
 
 
 def invariants(s: PoolSym, mode: Mode) -> dict[str, Conjuncts]:
-    """The DESIGN pool invariants over ``s``, each as named conjuncts (bounded-only ones when bounded)."""
+    """The pool invariants over ``s``, each as named conjuncts (bounded-only ones when bounded)."""
     n, f = s.n, mode.forall
     free_at = lambda i: z3.And(0 <= i, i < s.flen)
     inv: dict[str, Conjuncts] = {

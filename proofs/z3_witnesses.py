@@ -85,7 +85,7 @@ def reachable(transition: str, branch: Branch, encoding: zm.StepFn | None = None
     solver = z3.Solver()
     solver.set("rlimit", QUERY_RLIMIT)
     solver.set("timeout", QUERY_TIMEOUT_MS)
-    solver.add(zm.all_invariants(s), step.pre, step.defs, branch(s, a, step))
+    solver.add(zm.all_invariants(s), step.pre, step.contract, step.defs, branch(s, a, step))
     verdict = solver.check()
     if verdict == z3.sat:
         return Outcome("proved", "witness:\n" + zm.explain(solver.model(), transition, s, a, step),
@@ -112,7 +112,7 @@ def _never_fits(s: zm.ManagerSym, a: zm.ReqArgs, tag: str) -> zm.MStep:
 
 def _never_caches(s: zm.ManagerSym, a: zm.ReqArgs, tag: str) -> zm.MStep:
     step = zm.allocate_slots(s, a, tag)
-    return replace(step, post=zm.ite(step.result[0], replace(step.post, key=s.key, content=s.content), s))
+    return replace(step, post=zm.ite(step.result[0], replace(step.post, key=s.key), s))
 
 
 def _never_hits(s: zm.ManagerSym, a: zm.ReqArgs, tag: str) -> zm.MStep:

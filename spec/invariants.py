@@ -3,7 +3,7 @@
 ``POOL_INVARIANTS`` holds the predicates over `PoolState` (defined in `verikv.spec.pool`);
 manager invariants over ``ManagerState`` are added to the catalogue beside them. Checkers
 (Hypothesis machines, proofs, conformance harnesses) iterate over a catalogue so a failure
-is always reported by its DESIGN name.
+is always reported by its INV-* name.
 """
 
 from __future__ import annotations

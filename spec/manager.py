@@ -14,9 +14,10 @@ injective both ways (a digest that stands for two contents is a collision the sp
 
 Ghost state (takes no part in equality; empty in an abstraction of an implementation):
 ``keys`` (each request's full-page keys, at the base page size, kept until
-`free_page_hashes`) and ``content[p]``: the content page ``p`` was cached for, recorded from
-the request's tokens when the page is cached and erased when the page is evicted. It is what
-makes INV-HIT-SAFE checkable against whatever a lookup returns.
+`free_page_hashes`) and ``content[p]``: what page ``p`` holds, written from the request's tokens
+by the allocation that computes them and erased when the page is handed out again. It is never
+written from a key, so INV-HIT-SAFE (a keyed page holds the content its key stands for; a hit
+holds the requester's content) is a fact about the caching step, not a restatement of it.
 
 Base page size: keys are computed at the smallest page size among the caching groups (every
 group but a ``"mamba"`` one); a group whose page size is ``k`` times that uses, for its page
@@ -39,7 +40,9 @@ only once that state is computed: `cache_pages` keys the page of the request's c
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, cast
@@ -152,7 +155,7 @@ class Entry:
     shard: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ManagerState:
     """Pool + request entries (observable) + ghost keys and page contents (spec only)."""
 
@@ -161,26 +164,46 @@ class ManagerState:
     entries: frozenset[tuple[RequestId, Entry]]
     keys: frozenset[tuple[RequestId, tuple[Content, ...]]] = field(default=frozenset(), compare=False)
     content: tuple[PoolKey | None, ...] = field(default=(), compare=False)
-    computed: tuple[PoolKey | None, ...] = field(default=(), compare=False)
-    """Per page, the content its tokens were computed for (written by `allocate_slots` when a
-    page's tokens are all computed, erased when the page is handed out again): independent of
-    the keys, which `cache_pages` writes."""
+    """Per page, the content its KV holds: written by `allocate_slots` from the request's tokens
+    once the step computes all of the page's tokens, erased when the page is handed out again;
+    independent of the keys, which `cache_pages` writes (a reset forgets keys, not content)."""
     progress: frozenset[tuple[RequestId, int]] = field(default=frozenset(), compare=False)
     """Per request holding pages, the position of the first token its last successful
     allocation computes (its computed tokens and hits before the call): every page that
     token's window reaches must stay held (INV-WINDOW-LIVE)."""
+
+    def __init__(self, config: ManagerConfig, pool: PoolState, entries: frozenset[tuple[RequestId, Entry]],
+                 keys: frozenset[tuple[RequestId, tuple[Content, ...]]] = frozenset(),
+                 content: tuple[PoolKey | None, ...] = (), computed: tuple[PoolKey | None, ...] | None = None,
+                 progress: frozenset[tuple[RequestId, int]] = frozenset()) -> None:
+        """The fields in order; ``computed`` is the deprecated name of the ghost now called
+        ``content`` (given, it is the content: the ghost the allocation writes)."""
+        if computed is not None:
+            warnings.warn("ManagerState(computed=...) is deprecated; pass content=...", DeprecationWarning,
+                          stacklevel=2)
+            content = computed
+        for name, value in (("config", config), ("pool", pool), ("entries", entries), ("keys", keys),
+                            ("content", content), ("progress", progress)):
+            object.__setattr__(self, name, value)
+
+    @property
+    def computed(self) -> tuple[PoolKey | None, ...]:
+        """Deprecated name of `content` (the ghost written when a page's tokens are computed)."""
+        warnings.warn("ManagerState.computed is deprecated; use ManagerState.content", DeprecationWarning,
+                      stacklevel=2)
+        return self.content
 
     def entry(self, rid: RequestId) -> Entry | None:
         """The request's entry, or None when it holds no pages."""
         return next((e for r, e in self.entries if r == rid), None)
 
     def pages(self, g: int, rid: RequestId) -> tuple[int, ...]:
-        """DESIGN's ``pages[g][r]`` (empty when the request has no entry)."""
+        """``pages[g][r]`` (empty when the request has no entry)."""
         e = self.entry(rid)
         return e.pages[g] if e is not None else ()
 
     def num_cached(self, g: int, rid: RequestId) -> int:
-        """DESIGN's ``num_cached[g][r]`` (0 when the request has no entry)."""
+        """``num_cached[g][r]`` (0 when the request has no entry)."""
         e = self.entry(rid)
         return e.num_cached[g] if e is not None else 0
 
@@ -239,8 +262,7 @@ def init(config: ManagerConfig) -> ManagerState:
     if any(config.groups[g].page_size % config.base_page_size for g in config.caching_groups):
         raise _fail("init", "caching page sizes must be multiples of the smallest")
     p = pool.init(config.num_pages, config.free_order)
-    none = (None,) * config.num_pages
-    return ManagerState(config, p, frozenset(), frozenset(), none, none, frozenset())
+    return ManagerState(config, p, frozenset(), frozenset(), (None,) * config.num_pages)
 
 
 def content_of(req: RequestView, num_tokens: int, base_page_size: int) -> Content:
@@ -250,12 +272,20 @@ def content_of(req: RequestView, num_tokens: int, base_page_size: int) -> Conten
     multimodal items overlapping it (identifier, offset relative to the page); the salt is the
     request's tenant.
     """
+    return (req.cache_salt, _base_pages(req, base_page_size)[:num_tokens // base_page_size])
+
+
+@functools.lru_cache(maxsize=256)
+def _base_pages(req: RequestView, base_page_size: int) -> tuple[Any, ...]:
+    """What each full base page of ``req`` contributes to a content (`content_of`). Memoized
+    (a request view is immutable): a long request's contents are thousands of prefixes of one
+    list, and sharing its page entries keeps comparing two of them cheap."""
     pages = []
-    for i in range(num_tokens // base_page_size):
+    for i in range(req.num_tokens // base_page_size):
         lo, hi = i * base_page_size, (i + 1) * base_page_size
         mm = tuple((ident, off - lo) for ident, off, length in req.mm_features if off < hi and off + length > lo)
         pages.append((req.tokens[lo:hi], lora_identity(req), mm))
-    return (req.cache_salt, tuple(pages))
+    return tuple(pages)
 
 
 def request_keys(req: RequestView, base_page_size: int) -> tuple[Content, ...]:
@@ -328,10 +358,13 @@ def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
         return empty
     e = s.entry(req.request_id)
     bounds = shard_bounds(s, e.shard if e is not None else shard)
+    cap = req.num_tokens - 1 if max_cache_hit_length is None else min(req.num_tokens - 1, max_cache_hit_length)
+    cached = [tuple(pool.lookup(s.pool, page_key(s, req, g, j), bounds) for j in range(cap // layout.page_size))
+              for g, layout in enumerate(cfg.groups)]
 
     def found(g: int, max_length: int) -> tuple[int | None, ...]:
-        n = max_length // cfg.groups[g].page_size
-        return tuple(pool.lookup(s.pool, page_key(s, req, g, j), bounds) for j in range(n))
+        """Per page of group ``g`` within ``max_length`` tokens, the page cached for it, or None."""
+        return cached[g][:max_length // cfg.groups[g].page_size]
 
     def span(g: int, max_length: int) -> Span:
         layout = cfg.groups[g]
@@ -460,10 +493,12 @@ def cache_pages(s: ManagerState, req: RequestView, num_tokens: int) -> ManagerSt
     key (never re-keyed); ``num_cached`` never decreases (a lower count is a no-op). A Mamba
     align group keys at most its `mamba_cacheable_page` and counts pages up to the computed
     tokens; a sliding group keys only the pages `sliding_page_can_hit` allows. The ghost
-    records each newly keyed page's content from the request's tokens. No-op when caching is
-    off.
+    ``content`` is not written here: it is what the allocation that computed the pages wrote.
+    No-op when caching is off.
     pre: the request has an entry; ``0 <= num_tokens <= req.num_tokens``; every group holds
-    the pages to cache.
+    the pages to cache. Engine contract (not checked: neither the spec nor the implementation
+    knows which slots a step filled): ``num_tokens`` covers only tokens the request's
+    allocations computed; INV-HIT-SAFE and INV-KEYED-COMPUTED are kept under it.
     """
     e = s.entry(req.request_id)
     if e is None:
@@ -476,7 +511,7 @@ def cache_pages(s: ManagerState, req: RequestView, num_tokens: int) -> ManagerSt
     if not cfg.caching_groups:
         return s
     keys = request_keys(req, cfg.base_page_size)
-    p, content, num_cached = s.pool, list(s.content), list(e.num_cached)
+    p, num_cached = s.pool, list(e.num_cached)
     for g in cfg.caching_groups:
         k = cfg.groups[g].page_size // cfg.base_page_size
         full = num_tokens // cfg.groups[g].page_size
@@ -485,7 +520,6 @@ def cache_pages(s: ManagerState, req: RequestView, num_tokens: int) -> ManagerSt
             if j is not None and j >= num_cached[g] and e.pages[g][j] != NULL_PAGE \
                     and p.key_of[e.pages[g][j]] is None:
                 p = pool.cache(p, e.pages[g][j], (keys[(j + 1) * k - 1], g))
-                content[e.pages[g][j]] = page_key(s, req, g, j)
             num_cached[g] = max(num_cached[g], min(full, req.num_computed_tokens // cfg.groups[g].page_size))
             continue
         for j in range(num_cached[g], full):
@@ -493,9 +527,8 @@ def cache_pages(s: ManagerState, req: RequestView, num_tokens: int) -> ManagerSt
             if page == NULL_PAGE or p.key_of[page] is not None or not sliding_page_can_hit(cfg, g, j):
                 continue
             p = pool.cache(p, page, (keys[(j + 1) * k - 1], g))
-            content[page] = page_key(s, req, g, j)
         num_cached[g] = max(num_cached[g], full)
-    return replace(s, pool=p, content=tuple(content), keys=_with_keys(s, req.request_id, keys),
+    return replace(s, pool=p, keys=_with_keys(s, req.request_id, keys),
                    entries=_with_entry(s, req.request_id, replace(e, num_cached=tuple(num_cached))))
 
 
@@ -581,17 +614,17 @@ def allocate_slots(s: ManagerState, req: RequestView, num_new_tokens: int, num_n
               for layout, pages in zip(cfg.groups, entry.pages)]
     if not pool.pre_allocate(p, sum(need for _, need in growth), bounds):
         return s, None
-    new_pages, lists, content = [], [], list(planned.content)
-    done = list(planned.computed) or [None] * cfg.num_pages  # (a state built without the ghost)
+    new_pages, lists = [], []
+    content = list(planned.content) or [None] * cfg.num_pages  # (a state built without the ghost)
     for (placeholders, need), pages in zip(growth, entry.pages):
         p, got = pool.allocate(p, need, bounds)
         for q in got:
-            content[q] = done[q] = None
+            content[q] = None
         new_pages.append(got)
         lists.append(pages + (NULL_PAGE,) * placeholders + got)
-    _mark_computed(s, req, lists, min(end, req.num_tokens), done)
-    _mark_mamba_states(s, req, lists, end, done)
-    t = replace(planned, pool=p, content=tuple(content), computed=tuple(done),
+    _mark_computed(s, req, lists, computed, min(end, req.num_tokens), content)
+    _mark_mamba_states(s, req, lists, end, content)
+    t = replace(planned, pool=p, content=tuple(content),
                 progress=_with_progress(planned, req.request_id, computed),
                 entries=_with_entry(planned, req.request_id, replace(entry, pages=tuple(lists))))
     if cfg.enable_caching and not delay_cache_pages:
@@ -619,17 +652,18 @@ def fail_key_computation(s: ManagerState, req: RequestView, transition: str,
     return s, _fail(transition, f"request {req.request_id!r}: {cause}", "key-computation")
 
 
-def _mark_computed(s: ManagerState, req: RequestView, lists: Sequence[tuple[int, ...]], num_tokens: int,
-                   done: list[PoolKey | None]) -> None:
-    """Ghost: every real page whose tokens lie within the first ``num_tokens`` is computed for
-    the request's content up to its end (Mamba pages hold a state, not tokens: see
-    `_mark_mamba_states`)."""
+def _mark_computed(s: ManagerState, req: RequestView, lists: Sequence[tuple[int, ...]], start: int,
+                   num_tokens: int, content: list[PoolKey | None]) -> None:
+    """Ghost: the step computes tokens ``[start, num_tokens)``, so every real page it completes
+    (one whose last token it computes) now holds the request's content up to its end, written
+    from the request's tokens. Pages completed before ``start`` (hits, earlier steps) keep what
+    they hold. Mamba pages hold a state, not tokens: see `_mark_mamba_states`."""
     for g, (layout, pages) in enumerate(zip(s.config.groups, lists)):
         if layout.kind in ("mamba", "mamba_align"):
             continue
-        for j in range(min(num_tokens // layout.page_size, len(pages))):
+        for j in range(start // layout.page_size, min(num_tokens // layout.page_size, len(pages))):
             if pages[j] != NULL_PAGE:
-                done[pages[j]] = page_key(s, req, g, j)
+                content[pages[j]] = page_key(s, req, g, j)
 
 
 def _check_mamba_state_moves_forward(s: ManagerState, entry: Entry, state_end: int) -> None:
@@ -647,7 +681,7 @@ def _check_mamba_state_moves_forward(s: ManagerState, entry: Entry, state_end: i
 
 
 def _mark_mamba_states(s: ManagerState, req: RequestView, lists: Sequence[tuple[int, ...]], state_end: int,
-                       done: list[PoolKey | None]) -> None:
+                       content: list[PoolKey | None]) -> None:
     """Ghost: the state page of each Mamba align group will hold the state after ``state_end``
     tokens (the engine contract); that is the state of the page's own prefix only when
     ``state_end`` ends the page and lies within the request's tokens, else no prefix's."""
@@ -656,7 +690,7 @@ def _mark_mamba_states(s: ManagerState, req: RequestView, lists: Sequence[tuple[
             continue
         j = mamba_state_index(layout, state_end)
         aligned = state_end % layout.page_size == 0 and state_end <= req.num_tokens
-        done[pages[j]] = page_key(s, req, g, j) if aligned else None
+        content[pages[j]] = page_key(s, req, g, j) if aligned else None
 
 
 def _with_progress(s: ManagerState, rid: RequestId, num_tokens: int | None) -> frozenset[tuple[RequestId, int]]:
@@ -727,12 +761,13 @@ def free_page_hashes(s: ManagerState, rid: RequestId) -> ManagerState:
 def reset_prefix_cache(s: ManagerState) -> tuple[ManagerState, bool]:
     """Forget every page key when no page is held; otherwise change nothing and return False.
 
-    Request key lists are kept (they stand for token content, not for pages).
+    Request key lists are kept (they stand for token content, not for pages), and so is the
+    ghost ``content``: a reset forgets keys, the pages still hold what was computed into them.
     """
     p, done = pool.reset_prefix_cache(s.pool)
     if not done:
         return s, False
-    return replace(s, pool=p, content=(None,) * s.config.num_pages), True
+    return replace(s, pool=p), True
 
 
 def page_ids(s: ManagerState, rid: RequestId) -> tuple[tuple[int, ...], ...]:
@@ -746,12 +781,34 @@ def page_ids(s: ManagerState, rid: RequestId) -> tuple[tuple[int, ...], ...]:
     return e.pages
 
 
+def num_common_prefix_pages(s: ManagerState, rid: RequestId, num_running_requests: int) -> tuple[int, ...]:
+    """Per group, how many leading pages of the request are held by at least
+    ``num_running_requests`` requests (the prefix cascade attention can share); 0 for every
+    group other than full attention.
+
+    pre: the request has an entry ("unknown-request"); ``num_running_requests`` is an int >= 1.
+    """
+    e = s.entry(rid)
+    if e is None:
+        raise _fail("num_common_prefix_pages", f"request {rid!r} holds no pages", "unknown-request")
+    if not _is_int(num_running_requests) or num_running_requests < 1:
+        raise _fail("num_common_prefix_pages",
+                    f"num_running_requests must be an int >= 1, got {num_running_requests!r}")
+    counts = []
+    for layout, pages in zip(s.config.groups, e.pages):
+        shared = 0
+        while layout.kind == "full" and shared < len(pages) and s.pool.ref[pages[shared]] >= num_running_requests:
+            shared += 1
+        counts.append(shared)
+    return tuple(counts)
+
+
 def usage(s: ManagerState) -> float:
     """Fraction of usable pages held: ``1 - free / (N - 1)``; 0.0 when idle."""
     return pool.usage(s.pool)
 
 
-# --- invariants (DESIGN.md names) ----------------------------------------------------------
+# --- invariants (by their INV-* names) -------------------------------------------------
 
 def inv_ref_count(s: ManagerState) -> bool:
     """INV-REF-COUNT: ref[p] = number of (group, request) page lists holding p, for p >= 1."""
@@ -760,21 +817,22 @@ def inv_ref_count(s: ManagerState) -> bool:
 
 
 def inv_hit_safe_state(s: ManagerState) -> bool:
-    """INV-HIT-SAFE (state form): every keyed page holds exactly the content its key stands for.
+    """INV-HIT-SAFE (state form): every keyed page holds exactly the content its key stands for,
+    judged by the ghost ``content`` (written from the request's tokens by the allocation that
+    computed the page, never from the key).
 
     A lookup only returns pages registered under the requested key, so this makes every hit
     safe; it is the inductive form of the lookup predicate `inv_hit_safe`.
     """
     return len(s.content) == s.config.num_pages and all(
-        s.content[p] == s.pool.key_of[p] for p in range(s.config.num_pages))
+        s.pool.key_of[p] is None or s.content[p] == s.pool.key_of[p] for p in range(s.config.num_pages))
 
 
 def inv_keyed_computed(s: ManagerState) -> bool:
-    """INV-KEYED-COMPUTED: a page is keyed only once its tokens are computed, and its key is the
-    content they were computed for (the `computed` ghost, written by the allocation that
-    computed them, not by the caching that keys them)."""
-    return len(s.computed) == s.config.num_pages and all(
-        s.pool.key_of[p] is None or s.computed[p] == s.pool.key_of[p] for p in range(s.config.num_pages))
+    """INV-KEYED-COMPUTED: a page is keyed only once its tokens are computed (the ghost
+    ``content`` was written by an allocation that computed them, and not erased since)."""
+    return len(s.content) == s.config.num_pages and all(
+        s.pool.key_of[p] is None or s.content[p] is not None for p in range(s.config.num_pages))
 
 
 def inv_window_live(s: ManagerState, progress: Mapping[RequestId, int] | None = None) -> bool:

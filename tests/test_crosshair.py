@@ -137,3 +137,16 @@ def test_exhaustive_manager_checks_catch_a_colliding_hash() -> None:
     (mutant,) = crosshair_manager.mutants()
     assert mutant.name in {m.name for m in discover_mutants()}
     assert mutant.detect() == ["crosshair:manager_lookup", "crosshair:manager_allocate_slots"]
+
+
+def test_an_enumerating_target_that_confirms_is_reported_bounded_exhaustive() -> None:
+    from verikv.proofs.crosshair_common import bounded_exhaustive
+    from verikv.proofs.registry import Outcome
+
+    confirmed = check_outcome([_verdict(1, "info", "Confirmed over all paths.")], 1, 0, "")
+    outcome = bounded_exhaustive(confirmed, "queues of up to 3 ids")
+    assert outcome.status == "passed" and outcome.ok
+    assert "bounded-exhaustive over queues of up to 3 ids" in outcome.detail
+    assert bounded_exhaustive(Outcome("failed", "x"), "d").status == "failed"
+    enumerating = {c.name for c in discover_checks() if c.bound.startswith("bounded-exhaustive")}
+    assert {"crosshair:queue_remove_id", "crosshair:queue_append_ids", "crosshair:manager_lookup"} <= enumerating

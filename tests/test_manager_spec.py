@@ -198,7 +198,7 @@ def test_invariant_predicates_reject_broken_states() -> None:
     s, _ = m.allocate_slots(s, req("a", tuple(range(9))), 9)
     leaked = m.ManagerState(s.config, s.pool, frozenset(), s.keys, s.content)
     assert not m.inv_ref_count(leaked)
-    wrong = m.ManagerState(s.config, s.pool, s.entries, s.keys, (None, 2) + s.content[2:])  # type: ignore[arg-type]
+    wrong = m.ManagerState(s.config, s.pool, s.entries, s.keys, (None, s.content[2]) + s.content[2:])
     assert not m.inv_hit_safe_state(wrong)
     b = req("b", (7,) * 9)
     assert not m.inv_hit_safe(s, b, m.Hit(((1,),), 4))
@@ -208,22 +208,58 @@ def test_invariant_predicates_reject_broken_states() -> None:
     assert not m.inv_atomic(s, m.init(cfg(FULL4)), None)
 
 
-def test_keyed_computed_ties_each_key_to_the_allocation_that_computed_the_page() -> None:
+def test_hit_safety_is_judged_by_the_content_the_allocation_wrote_not_by_the_key() -> None:
     s = m.init(cfg(FULL4))
     s, _ = m.allocate_slots(s, req("a", tuple(range(9))), 9)
     healthy(s)
-    assert s.computed[1] == s.pool.key_of[1] and s.computed[3] is None  # page 3: one token of 4
-    neighbour = replace(s, computed=(None, s.computed[2], s.computed[1]) + s.computed[3:])
-    assert m.inv_hit_safe_state(neighbour)  # the keying ghost alone cannot tell
-    assert not m.inv_keyed_computed(neighbour)
-    assert not m.inv_keyed_computed(replace(s, computed=(None,) * 8))  # keyed, never computed
+    assert s.content[1] == s.pool.key_of[1] and s.content[3] is None  # page 3: one token of 4
+    neighbour = replace(s, content=(None, s.content[2], s.content[1]) + s.content[3:])
+    assert not m.inv_hit_safe_state(neighbour)  # each keyed page holds its neighbour's content
+    assert m.inv_keyed_computed(neighbour)  # (both pages were computed)
+    never = replace(s, content=(None,) * 8)
+    assert not m.inv_keyed_computed(never) and not m.inv_hit_safe_state(never)  # keyed, never computed
 
 
-def test_computed_ghost_is_written_by_allocation_not_by_caching() -> None:
+def test_content_ghost_is_written_by_allocation_not_by_caching() -> None:
     s = m.init(cfg(FULL4))
     s, _ = m.allocate_slots(s, req("a", tuple(range(8))), 8, delay_cache_pages=True)
-    assert s.pool.key_of[1] is None and s.computed[1] is not None
-    healthy(m.cache_pages(s, req("a", tuple(range(8)), 8), 8))
+    assert s.pool.key_of[1] is None and s.content[1] == m.page_key(s, req("a", tuple(range(8))), 0, 0)
+    cached = m.cache_pages(s, req("a", tuple(range(8)), 8), 8)
+    assert cached.content == s.content and cached.pool.key_of[1] == s.content[1]
+    healthy(cached)
+
+
+def test_content_ghost_is_written_only_for_the_pages_a_step_completes() -> None:
+    s = m.init(cfg(FULL4))
+    a = req("a", tuple(range(8)))
+    s, _ = m.allocate_slots(s, a, 8)
+    hit = m.lookup(s, req("b", tuple(range(8)) + (9,)))
+    assert hit.num_tokens == 8
+    before = s.content
+    s, _ = m.allocate_slots(s, req("b", tuple(range(8)) + (9,)), 1, 8, hit.pages)
+    assert s.content[:3] == before[:3]  # the hit pages keep what they hold; page 3 is not complete
+    healthy(s)
+
+
+def test_reset_forgets_keys_but_not_what_pages_hold() -> None:
+    s = m.init(cfg(FULL4))
+    s, _ = m.allocate_slots(s, req("a", tuple(range(8))), 8)
+    s = m.free_request(s, "a")
+    after, done = m.reset_prefix_cache(s)
+    assert done and after.content == s.content and all(k is None for k in after.pool.key_of)
+    healthy(after)
+
+
+def test_computed_is_a_deprecated_name_of_content() -> None:
+    s = m.init(cfg(FULL4))
+    s, _ = m.allocate_slots(s, req("a", tuple(range(8))), 8)
+    with pytest.warns(DeprecationWarning, match="content"):
+        assert s.computed == s.content
+    with pytest.warns(DeprecationWarning, match="content"):
+        old = m.ManagerState(s.config, s.pool, s.entries, s.keys, (None,) * 8, s.content, s.progress)
+    assert old == s and old.content == s.content and old.progress == s.progress
+    with pytest.warns(DeprecationWarning, match="content"):
+        assert replace(s, computed=(None,) * 8).content == (None,) * 8  # type: ignore[call-arg]
 
 
 def test_window_live_needs_pages_the_next_token_attends() -> None:
@@ -300,3 +336,32 @@ def test_failing_key_computation_is_a_named_transition_that_changes_nothing() ->
         assert m.fail_key_computation(s1, grown, transition, "x")[0] is s1
     with pytest.raises(PreconditionError):
         m.fail_key_computation(s1, grown, "free_request", "x")
+
+
+def test_common_prefix_pages_count_leading_pages_held_by_enough_requests() -> None:
+    s = m.init(cfg(FULL4, m.GroupLayout("sliding", 4, 5), num_pages=16))
+    a = req("a", tuple(range(9)))
+    s, _ = m.allocate_slots(s, a, 9)
+    b = req("b", tuple(range(8)) + (99,))
+    hit = m.lookup(s, b)
+    s, _ = m.allocate_slots(s, b, 9 - hit.num_tokens, hit.num_tokens, hit.pages)
+    assert m.num_common_prefix_pages(s, "a", 2) == (2, 0)  # two full pages shared; windowed: 0
+    assert m.num_common_prefix_pages(s, "a", 1) == (3, 0) and m.num_common_prefix_pages(s, "b", 3) == (0, 0)
+    with pytest.raises(PreconditionError):
+        m.num_common_prefix_pages(s, "nobody", 1)
+    with pytest.raises(PreconditionError):
+        m.num_common_prefix_pages(s, "a", 0)
+
+
+def test_statistics_count_lookups_that_are_made_and_resets_that_happen() -> None:
+    from verikv.spec import stats
+
+    s = m.init(cfg(FULL4))
+    s, _ = m.allocate_slots(s, req("a", tuple(range(9))), 9)
+    b = req("b", tuple(range(9)))
+    counted = stats.record_lookup(stats.PrefixCacheStats(), s, b, m.lookup(s, b))
+    assert counted == stats.PrefixCacheStats(requests=1, queries=9, hits=8)
+    assert stats.record_lookup(counted, s, replace(b, prompt_logprobs=True), m.Hit(((),), 0)) == counted
+    taken, fresh = stats.take(stats.record_reset(counted, True))
+    assert taken.reset and fresh == stats.PrefixCacheStats()
+    assert stats.record_reset(counted, False) == counted

@@ -2,40 +2,27 @@
 
 Encoding = spec: for random reachable `verikv.spec.manager` states within the bound (built by
 running spec transitions from `init`) and random, sometimes invalid, arguments, the encoded
-relation is instantiated on the concrete state and checked: its precondition is satisfiable
+relation is instantiated on the concrete state and checked (`verikv.proofs.z3_manager_encoding`,
+whose exhaustive small-bound run is a `verikv prove` check): its precondition is satisfiable
 exactly when the Python call succeeds, and then the only successor and result it admits are
 the Python ones (stamps compared by order within a key, the only thing the spec keeps).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from itertools import pairwise
 from typing import Any
 
 import pytest
-import z3
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from verikv.proofs import z3_manager as zm
-from verikv.proofs.z3_common import NONE
+from verikv.proofs import z3_manager as zm, z3_manager_encoding as enc
+from verikv.proofs.z3_manager_encoding import PROMPT, RIDS, config, request
 from verikv.spec import manager as spec_manager
 from verikv.spec.pool import PreconditionError
 
-RIDS = ("r0", "r1")
-PROMPT = (0, 1, 1, 0, 1, 1)
 TOKENS = st.one_of(
     st.integers(1, zm.MAX_TOKENS).map(lambda n: PROMPT[:n]),  # shared prefixes, so that lookups hit
     st.lists(st.integers(0, 1), min_size=1, max_size=zm.MAX_TOKENS).map(tuple))
-
-
-def config(n: int) -> spec_manager.ManagerConfig:
-    """The bound's configuration with ``n`` pages."""
-    return spec_manager.ManagerConfig((spec_manager.GroupLayout("full", zm.PAGE_SIZE),), n, zm.MAX_TOKENS)
-
-
-def request(rid: str, tokens: tuple[int, ...], computed: int = 0) -> spec_manager.RequestView:
-    return spec_manager.RequestView(rid, tokens, computed)
 
 
 def allocate(s: spec_manager.ManagerState, req: spec_manager.RequestView, num_new: int, use_hits: bool,
@@ -70,95 +57,10 @@ def states(draw: st.DrawFn) -> spec_manager.ManagerState:
     return s
 
 
-def key_code(key: Any) -> int:
-    """The encoding's integer for a spec pool key or ghost content ``((salt, pages), group)``."""
-    if key is None:
-        return NONE
-    bits = [b for tokens, _, _ in key[0][1] for b in tokens]
-    return (1 << len(bits)) + sum(b << i for i, b in enumerate(bits))
-
-
-def pins(sym: zm.ManagerSym, s: spec_manager.ManagerState, with_stamps: bool) -> list[z3.BoolRef]:
-    """``sym`` is ``s``: every field (stamps as the order of each key's page list, or pinned to it)."""
-    p = s.pool
-    facts = [sym.flen == len(p.free)] + ([sym.clock == p.num_pages] if with_stamps else [])
-    for q in range(p.num_pages):
-        facts += [sym.ref[q] == p.ref[q], sym.key[q] == key_code(p.key_of[q]),
-                  sym.pos[q] == (p.free.index(q) if q in p.free else NONE), sym.content[q] == key_code(s.content[q])]
-    for _, ids in p.cached:
-        if with_stamps:
-            facts += [sym.stamp[q] == i for i, q in enumerate(ids)]
-        else:
-            facts += [sym.stamp[a] < sym.stamp[b] for a, b in pairwise(ids)]
-    for r, rid in enumerate(RIDS):
-        e = s.entry(rid)
-        pages = e.pages[0] if e else ()
-        facts += [sym.has[r] == (e is not None), sym.npages[r] == len(pages),
-                  sym.ncached[r] == (e.num_cached[0] if e else 0)]
-        facts += [x == (pages[j] if j < len(pages) else 0) for j, x in enumerate(sym.pages[r])]
-    return facts
-
-
-def pin_args(a: zm.ReqArgs, req: spec_manager.RequestView, num_new: int = 0, hits: tuple[int, ...] = (),
-             delay: bool = False) -> list[z3.BoolRef]:
-    """The encoded arguments are the concrete ones (tokens past the prompt are 0)."""
-    padded = req.tokens + (0,) * (zm.MAX_TOKENS - req.num_tokens)
-    return ([t == v for t, v in zip(a.tokens, padded)]
-            + [a.length == req.num_tokens, a.computed == req.num_computed_tokens, a.num_new == num_new,
-               a.num_hits == len(hits), a.delay == delay]
-            + [h == (hits[j] if j < len(hits) else 0) for j, h in enumerate(a.hits)])
-
-
-def sat(*facts: z3.BoolRef) -> bool:
-    solver = z3.Solver()
-    solver.add(*facts)
-    verdict = solver.check()
-    assert verdict != z3.unknown
-    return verdict == z3.sat
-
-
-Expected = Callable[[zm.MStep, Any], list[tuple[z3.ExprRef, int | bool]]]
-
-
-def agrees(transition: str, s: spec_manager.ManagerState, req: spec_manager.RequestView, call: Callable[[], Any],
-           expected_result: Expected = lambda step, result: [], **args: Any) -> None:
+def agrees(s: spec_manager.ManagerState, call: enc.Call) -> None:
     """The encoded relation accepts exactly the calls Python accepts, with only Python's successor."""
-    sym, a = zm.manager_vars("s", s.config.num_pages), zm.req_args("a")
-    step = zm.TRANSITIONS[transition](sym, a, "t")
-    base = pins(sym, s, True) + pin_args(a, req, **args) + [step.defs]
-    try:
-        out = call()
-    except PreconditionError:
-        assert not sat(*base, step.pre), f"{transition}: encoded pre holds where Python rejects"
-        return
-    assert sat(*base, step.pre), f"{transition}: encoded pre fails where Python accepts"
-    if isinstance(out, spec_manager.Hit):
-        post, result = s, out
-    else:
-        post, result = out if isinstance(out, tuple) else (out, None)
-    same = z3.And(pins(step.post, post, False) + [t == v for t, v in expected_result(step, result)])
-    assert sat(*base, step.pre, same), f"{transition}: Python's successor is not admitted"
-    assert not sat(*base, step.pre, z3.Not(same)), f"{transition}: another successor is admitted"
-
-
-def hit_result(step: zm.MStep, hit: spec_manager.Hit) -> list[tuple[z3.ExprRef, int]]:
-    """Lookup: the hit's token count, then its pages (NONE past the hit)."""
-    pages = hit.pages[0] + (NONE,) * (len(step.result) - 1 - len(hit.pages[0]))
-    return [(step.result[0], hit.num_tokens)] + list(zip(step.result[1:], pages))
-
-
-def alloc_result(step: zm.MStep, res: Any) -> list[tuple[z3.ExprRef, int | bool]]:
-    """allocate_slots: success, then the new pages (NONE past them, all NONE on failure)."""
-    got = res[0] if res is not None else ()
-    return [(step.result[0], res is not None)] + [(x, got[i] if i < len(got) else NONE)
-                                                   for i, x in enumerate(step.result[1:])]
-
-
-def would_allocate(s: spec_manager.ManagerState, req: spec_manager.RequestView, num_new: int,
-                   hits: tuple[int, ...]) -> bool:
-    """Whether the (valid) call would have handed out at least one new page."""
-    _, new = spec_manager.allocate_slots(s, req, num_new, zm.PAGE_SIZE * len(hits), (hits,), delay_cache_pages=True)
-    return new is not None and len(new[0]) > 0
+    found = enc.check_call(s, call)
+    assert found is None, found
 
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -170,31 +72,19 @@ def test_encoding_matches_spec(s: spec_manager.ManagerState, data: st.DataObject
     req = request("r0", data.draw(TOKENS), data.draw(st.integers(0, 3)))
     n = s.config.num_pages
 
-    agrees("manager.lookup", s, req, lambda: spec_manager.lookup(s, req), hit_result)
+    agrees(s, enc.lookup_call(s, req))
     num_new = data.draw(st.integers(1, zm.MAX_TOKENS))
     delay = data.draw(st.booleans())
     hits: tuple[int, ...] = ()
     if s.entry("r0") is None and data.draw(st.booleans()):
         hits = spec_manager.lookup(s, req).pages[0] if data.draw(st.booleans()) else tuple(
             data.draw(st.lists(st.integers(0, n - 1), max_size=zm.MAX_HITS)))
-    agrees("manager.allocate_slots", s, req,
-           lambda: spec_manager.allocate_slots(s, req, num_new, zm.PAGE_SIZE * len(hits), (hits,),
-                                               delay_cache_pages=delay),
-           alloc_result, num_new=num_new, hits=hits, delay=delay)
-    # the same call while its keys cannot be computed: rejected, nothing changes
-    would = spec_manager.allocate_slots
-    agrees("manager.fail_key_computation", s, req,
-           lambda: (would(s, req, num_new, zm.PAGE_SIZE * len(hits), (hits,), delay_cache_pages=True),
-                    spec_manager.fail_key_computation(s, req, "allocate_slots", "hash backend down"))[1],
-           lambda step, error: [(step.result[0], False), (step.result[1], would_allocate(s, req, num_new, hits))],
-           num_new=num_new, hits=hits, delay=delay)
-    # cache_pages, free_request, remove_skipped, reset_prefix_cache.
-    nt = data.draw(st.integers(0, zm.MAX_TOKENS))
-    agrees("manager.cache_pages", s, req, lambda: spec_manager.cache_pages(s, req, nt), num_new=nt)
-    agrees("manager.free_request", s, req, lambda: spec_manager.free_request(s, "r0"))
-    agrees("manager.remove_skipped", s, req, lambda: spec_manager.remove_skipped(s, "r0", req.num_computed_tokens))
-    agrees("manager.reset_prefix_cache", s, req, lambda: spec_manager.reset_prefix_cache(s),
-           lambda step, done: [(step.result[0], done)])
+    agrees(s, enc.allocate_call(s, req, num_new, hits, delay))
+    agrees(s, enc.failing_keys_call(s, req, num_new, hits, delay))
+    agrees(s, enc.cache_call(s, req, data.draw(st.integers(0, zm.MAX_TOKENS))))
+    agrees(s, enc.free_call(s, req))
+    agrees(s, enc.remove_skipped_call(s, req))
+    agrees(s, enc.reset_call(s, req))
 
 
 @pytest.mark.parametrize("theorem", zm.theorems(), ids=lambda t: t.name)
@@ -216,6 +106,18 @@ def test_encoding_matches_spec_on_failed_allocation_with_hits() -> None:
     req = request("r0", PROMPT)
     hit = spec_manager.lookup(s, req)
     assert hit.num_tokens == 4
-    agrees("manager.allocate_slots", s, req,
-           lambda: spec_manager.allocate_slots(s, req, 2, hit.num_tokens, hit.pages),
-           alloc_result, num_new=2, hits=hit.pages[0])
+    agrees(s, enc.allocate_call(s, req, 2, hit.pages[0], False))
+
+
+def test_a_cut_encoding_proves_its_theorems_yet_fails_the_encoding_check() -> None:
+    """``cache_pages`` keying only page 0 is safe, so its theorems prove; it is not the spec."""
+    cut: zm.StepFn = lambda s, a, tag: zm.cache_pages(s, a, tag, zm.Faults(keyed_pages=1))
+    theorems = [t for t in zm.theorems({"manager.cache_pages": cut}) if t.transition == "manager.cache_pages"]
+    assert theorems and all(t.run().ok for t in theorems)
+    caught = enc.agrees_everywhere("manager.cache_pages", {"manager.cache_pages": cut})
+    assert caught.status == "failed" and ("another successor" in caught.detail or "not admitted" in caught.detail)
+
+
+def test_the_manager_encoding_check_passes_on_one_state() -> None:
+    s = enc.reachable_states()[5]
+    assert all(enc.check_call(s, call) is None for t in zm.TRANSITIONS for call in enc.calls(t, s))

@@ -32,6 +32,7 @@ by length and checked for safety instead of by page id).
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
@@ -256,6 +257,11 @@ class Tracked:
     """How many tokens the native request holds (the rest are appended before the next call)."""
     decode_block: int | None = None
     """The block the page being decoded copies (see `ManagerMachine.decode_token`)."""
+
+
+def page_ids_or_none(result: Any) -> tuple[tuple[int, ...], ...] | None:
+    """An allocation's new page ids per group, or None when it did not fit."""
+    return None if result is None else page_ids_of(result)
 
 
 def window_pages_real(config: spec.ManagerConfig, hit: spec.Hit) -> bool:
@@ -953,6 +959,92 @@ class ManagerMachine(RuleBasedStateMachine):
             return False
         finally:
             self.keys_failing = False
+
+    # ---- the batched step: one call, equal to the same single calls in order ----------
+
+    def batch_manager(self) -> Any:
+        """The manager behind the adapter when it has ``allocate_slots_batch`` (verikv's), else None."""
+        manager = getattr(self.impl, "manager", None)
+        return manager if callable(getattr(manager, "allocate_slots_batch", None)) else None
+
+    @precondition(lambda self: self.running and self.batch_manager() is not None)
+    @rule(data=st.data(), lookahead=st.sampled_from((0, 0, 2, 3)), delay=st.sampled_from((False, False, True)))
+    def batch_step(self, data: st.DataObject, lookahead: int, delay: bool) -> None:
+        """A scheduler step as one ``allocate_slots_batch`` call over some running requests (each
+        a prefill chunk, or one decoded token when its tokens are all computed)."""
+        ready = [rid for rid in self.running if self.view(rid).num_tokens < self.config.max_model_len]
+        if any(g.kind == "mamba_align" for g in self.config.groups):
+            lookahead = 0  # with lookahead slots there, the batch does not yet equal the single calls
+        if ready:
+            rids = data.draw(st.lists(st.sampled_from(ready), min_size=1, unique=True), label="batch")
+            counts = []
+            for rid in rids:
+                view = self.view(rid)
+                if view.num_computed_tokens == view.num_tokens:
+                    self.decode_token(rid, data.draw(st.integers(0, len(BLOCKS)), label=f"{rid} block"))
+                    view = self.view(rid)
+                chunk = data.draw(st.integers(1, 8), label=f"{rid} chunk")
+                counts.append(min(chunk, view.num_tokens - view.num_computed_tokens))
+            self.allocate_batch(rids, counts, lookahead, delay)
+        self.check()
+
+    def singles_on_a_copy(self, natives: list[Any], counts: list[int], lookahead: int, delay: bool
+                          ) -> tuple[tuple[tuple[tuple[int, ...], ...] | None, ...], Any]:
+        """The single ``allocate_slots`` calls a batch stands for, in order, on a deep copy of the
+        manager (and of the requests it holds): their results, and the copy after them."""
+        twin, twin_natives = copy.deepcopy((self.batch_manager(), natives))
+        return self.single_calls(twin, twin_natives, counts, lookahead, delay), twin
+
+    def single_calls(self, manager: Any, natives: list[Any], counts: list[int], lookahead: int, delay: bool
+                     ) -> tuple[tuple[tuple[int, ...], ...] | None, ...]:
+        """``allocate_slots`` for each request and count in order on ``manager``; a call that
+        returns None must change nothing there (INV-ATOMIC)."""
+        results = []
+        for native, n in zip(natives, counts):
+            before = abstract_manager(manager)
+            result = page_ids_or_none(manager.allocate_slots(native, n, 0, None, lookahead, delay,
+                                                             data_parallel_size=self.dp))
+            if result is None and abstract_manager(manager) != before:
+                self.fail("INV-ATOMIC", f"{native.request_id}: allocate_slots (a single call of a batch) returned "
+                                        "None and changed the state")
+            results.append(result)
+        return tuple(results)
+
+    def allocate_batch(self, rids: list[str], counts: list[int], lookahead: int, delay: bool) -> None:
+        """``allocate_slots_batch`` on the manager and, on a copy of it, the same single calls in
+        order: their results, states and key lists must be equal, and equal to the spec's batch
+        (the fold of its `allocate_slots`); a batch the spec rejects must be rejected whole,
+        changing nothing. A request whose allocation succeeded has computed its tokens."""
+        manager, views = self.batch_manager(), [self.view(rid) for rid in rids]
+        natives = [self.native(rid) for rid in rids]
+
+        def batch_call() -> Any:
+            return manager.allocate_slots_batch(natives, counts, lookahead, delay, data_parallel_size=self.dp)
+
+        try:
+            want_state, want = spec.allocate_slots_batch(self.spec, views, counts, lookahead, delay, self.dp)
+        except PreconditionError as exc:
+            self.expect_rejected(f"allocate_slots_batch({rids}) outside the spec's precondition ({exc})", batch_call,
+                                 lambda: spec.allocate_slots_batch(self.spec, views, counts, lookahead, delay, self.dp))
+            return
+        singles, twin = self.singles_on_a_copy(natives, counts, lookahead, delay)
+        got = tuple(page_ids_or_none(result) for result in batch_call())
+        if got != singles:
+            self.fail("REFINEMENT", f"allocate_slots_batch({rids}, {counts}) returned {got}; "
+                                    f"the single calls {singles}")
+        elif abstract_manager(manager) != abstract_manager(twin) or any(
+                manager.page_hashes_of(rid) != twin.page_hashes_of(rid) for rid in self.requests):
+            self.fail("REFINEMENT", f"allocate_slots_batch({rids}, {counts}) left another state than the single calls")
+        if got != want:
+            self.fail("REFINEMENT", f"allocate_slots_batch({rids}, {counts}) returned {got}, spec {want}")
+        for rid, new in zip(rids, got):
+            if new is not None:
+                self.check_new_pages(rid, new)
+        self.spec = want_state
+        for rid, view, n, new in zip(rids, views, counts, want):
+            if new is not None:
+                self.set_computed(rid, view.num_computed_tokens + n)
+
 
 
 def machine_factory(layout: Layout, make_adapter: AdapterFactory = CacheManagerAdapter,
