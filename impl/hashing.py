@@ -537,6 +537,20 @@ class PageHasher:
         extras = None if _plain(request) else _ExtraKeys(request)
         return self._chain(parent_key, pages, extras, first, ps)
 
+    def page_key(self, request: Any, page_size: int, index: int, parent: PageKey | PageHash | int | None) -> PageKey:
+        """The key of full page ``index`` of ``request`` from ``parent``, the key of page
+        ``index - 1`` (None for page 0): ``hash_request(request, page_size, index, parent,
+        index + 1)[0]``, without that call's set-up for a run of pages when the request has no
+        extra keys (a decode step fills one page at a time)."""
+        if (type(page_size) is not int or type(index) is not int or page_size < 1 or index < 0
+                or type(parent) is not bytes or not _plain(request)):
+            first = checked_int(index, "index", minimum=0)
+            return self.hash_request(request, page_size, first, parent, first + 1)[0]
+        packed = _packed_tokens(request)
+        if (index + 1) * page_size > len(packed):
+            raise InvalidArgumentError(f"page {index} of {page_size} tokens is not full: the request has {len(packed)}")
+        return self._page_key(self._parent_key(parent), _page_bytes(packed, index, index + 1, page_size)[0], None, b"")
+
     def _chain(self, parent: PageKey, pages: list[bytes], extras: _ExtraKeys | None,
                first: int, page_size: int) -> list[PageKey]:
         """The one path from pages to keys: the keys of ``pages`` (the pages ``first ..`` of a

@@ -42,7 +42,8 @@ from verikv.typed_property import Field, ReadOnly
 
 
 class RequestStatus(enum.IntEnum):
-    """Lifecycle of a request, eSurge's order: every value above PREEMPTED is a finished state."""
+    """Lifecycle of a request, eSurge's order: every value above PREEMPTED is a finished state
+    (`LAST_UNFINISHED`)."""
 
     WAITING = enum.auto()
     WAITING_FOR_FSM = enum.auto()
@@ -60,6 +61,10 @@ class RequestStatus(enum.IntEnum):
         if not isinstance(status, RequestStatus):
             raise InvalidArgumentError(f"status must be a RequestStatus, got {describe(status)}")
         return status > RequestStatus.PREEMPTED
+
+
+#: every status above this one is a finished request's
+LAST_UNFINISHED = RequestStatus.PREEMPTED
 
 
 class TokenView(Sequence[int]):
@@ -415,3 +420,26 @@ class Request:
             f"Request({self.request_id!r}, num_tokens={self.num_tokens}, "
             f"num_computed_tokens={self._num_computed_tokens}, status={self._status.name})"
         )
+
+
+# ---- what a cache manager reads and counts (not part of the scheduler's API) ---------------------
+
+#: ``(request_id, status, num_computed_tokens)`` of a `Request`, read in one C-level call (no
+#: Python frame, unlike the properties): a cache manager reads them at every call, the decode
+#: step included.
+progress_of: Callable[[Request], tuple[str, RequestStatus, int]] = attrgetter(
+    "_request_id", "_status", "_num_computed_tokens")
+#: a `Request`'s id, read at C level (a batch checks that its ids are distinct)
+request_id_of: Callable[[Request], str] = attrgetter("_request_id")
+
+
+def identity_version(request: Request) -> int:
+    """The version of ``request``'s identity fields, bumped whenever one of them changes: content
+    keys a manager kept for the object are valid only at the version they were computed at."""
+    return request._identity_version
+
+
+def count_holder(request: Request, change: int) -> None:
+    """A cache manager starts (``change=1``) or stops (``-1``) holding pages for ``request``; its
+    identity fields are frozen while any manager does."""
+    request._holders += change

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from layouts import KW, full, sliding
 
@@ -24,6 +25,7 @@ from verikv import (
     Request,
     RequestStatus,
 )
+from verikv.coordinators import LastLookup
 from verikv.free_queue import CachePage
 from verikv.hashing import PageHasher
 from verikv.sizing import get_preset, plan_kv_cache
@@ -387,13 +389,13 @@ def test_one_id_names_one_live_request_even_without_keys():
 @pytest.mark.parametrize("caching", [True, False])
 def test_decode_fast_path_plans_what_the_general_path_plans(caching: bool):
     # Two managers see the same decode steps; one takes the fast path, the other is forced
-    # through the general one (the private method every non-plain call reaches). They must
-    # agree on every result and on the abstract state after every step: steps with no new
-    # page, with one, on an exhausted pool (None), past max_model_len and after finishing.
+    # through the pipeline (a NumPy count is not the plain int the fast path's guard wants).
+    # They must agree on every result and on the abstract state after every step: steps with no
+    # new page, with one, on an exhausted pool (None), past max_model_len and after finishing.
     from verikv.spec.abstraction import abstract_manager
 
     def general_path(m: CacheManager, r: Request, n: int) -> CachePages | None:
-        return m._allocate_slots(r, n, 0, None, 0, False, None, None)
+        return m.allocate_slots(r, np.int64(n))  # type: ignore[arg-type]  # (an int the API accepts)
 
     seen = set()
     for num_pages in (7, 16):  # a tight pool runs out of pages, a roomy one reaches max_model_len
@@ -442,7 +444,8 @@ def _looked_up_after_a_cached_twin() -> tuple[CacheManager, Request, CachePages,
 
 def _forge_last_lookup(m: CacheManager, pages: CachePages, n: int) -> None:
     """Make ``pages`` request "b"'s last lookup result, as a wrong lookup would leave it."""
-    m.coordinator.records["b"].lookup = (pages, m.page_pool.key_version, n, None, tuple(map(list, pages.page_ids)))
+    m.coordinator.records["b"].last_lookup = LastLookup(m.page_pool.key_version, n, None,
+                                                        tuple(map(list, pages.page_ids)))
 
 
 def _pool_state(m: CacheManager) -> tuple[Any, ...]:
