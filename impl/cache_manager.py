@@ -26,7 +26,6 @@ from verikv.cache_specs import CacheGroupsConfig, CacheGroupSpec
 from verikv.coordinators import (
     AllocationStep,
     CacheCoordinator,
-    CachingStep,
     HeldState,
     LastLookup,
     LookupStep,
@@ -47,7 +46,7 @@ from verikv.fast_paths import DecodeFastPaths
 from verikv.free_queue import NULL_PAGE_ID, CachePage
 from verikv.hashing import PageHasher, PageKey
 from verikv.page_pool import PagePool
-from verikv.request import LAST_UNFINISHED, Request, RequestStatus, identity_version, progress_of, request_id_of
+from verikv.request import LAST_UNFINISHED, Request, RequestStatus, identity_version
 
 
 class CachePages:
@@ -286,7 +285,7 @@ class CacheManager:
         self._page_sizes = tuple(g.kv_cache_spec.page_size for g in self.kv_cache_groups)
         self._windowed_groups = tuple(m.frees_skipped_pages for m in coordinator.single_type_managers)
         #: the no-new-page decode step and the batched step (`verikv.fast_paths`)
-        self._fast = DecodeFastPaths(coordinator)
+        self._fast = DecodeFastPaths(coordinator, self._caching)
         #: a single-group allocation's result when it takes no page: shared, its group immutable
         self._no_new_page = _NoNewPages._of(cast("PageIds", ((),)), self.page_pool) if len(self._page_sizes) == 1 \
             else None
@@ -361,7 +360,7 @@ class CacheManager:
         wants prompt logprobs.
         """
         req = _request(request)
-        rec = self.coordinator.records.get(progress_of(req)[0])  # the snapshot
+        rec = self.coordinator.records.get(req.request_id)  # the snapshot
         step = self._checked_lookup(req, rec, dp_shard_hint, data_parallel_size, max_cache_hit_length)
         hits, length = self.coordinator.lookup(step)
         self._adopt_dp(step.dp)
@@ -373,7 +372,7 @@ class CacheManager:
                         data_parallel_size: object, max_cache_hit_length: object) -> LookupStep:
         """The check stage of `get_computed_pages`: every argument checked against the record
         ``rec`` and the keys the request's list lacks computed. Pure."""
-        request_id, status, _ = progress_of(req)
+        request_id, status = req.request_id, req.status
         if status > LAST_UNFINISHED:
             raise InvalidArgumentError(f"request {request_id!r} is finished")
         cap = None if max_cache_hit_length is None else _int(max_cache_hit_length, "max_cache_hit_length", 0)
@@ -383,8 +382,7 @@ class CacheManager:
         num_tokens = req.num_tokens
         new_keys = None
         if looked_up and self._key_page_size is not None:
-            kept = None if stale or rec is None else rec.keys
-            new_keys = self._new_keys(req, kept, num_tokens // self._key_page_size)
+            new_keys = self._new_keys(req, None if stale or rec is None else rec.keys, num_tokens)
         max_length = num_tokens - 1 if cap is None else min(num_tokens - 1, cap)
         return LookupStep(req, request_id, new_keys, stale, looked_up, max_length, shard, dp)
 
@@ -422,10 +420,18 @@ class CacheManager:
         if (num_new_computed_tokens is _ZERO and new_computed_pages is None and num_lookahead_tokens is _ZERO
                 and delay_cache_pages is False and dp_shard_hint is None and data_parallel_size is None
                 and num_external_computed_tokens is _ZERO and type(num_new_tokens) is int and num_new_tokens > 0
-                and type(request) is Request and self._fast.covered(request, num_new_tokens)):
-            return self._no_new_page  # a decode step its pages cover (separate tests: a chained `is` costs more)
+                and type(request) is Request):  # a plain decode step (separate tests: a chained `is` costs more)
+            checked = self._fast.step(request, num_new_tokens)  # the check and plan stages, for this shape
+            if checked is True:
+                return self._no_new_page
+            if checked is not False:
+                step, new_pages = checked
+                if new_pages is None:
+                    return None
+                new = self.coordinator.apply(step, new_pages)
+                return self._no_new_page if not new[0] else CachePages._of(new, self.page_pool)
         req = _request(request)
-        rec = self.coordinator.records.get(progress_of(req)[0])  # the snapshot
+        rec = self.coordinator.records.get(req.request_id)  # the snapshot
         step = self._checked_allocation(req, rec, num_new_tokens, num_new_computed_tokens, new_computed_pages,
                                         num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size,
                                         num_external_computed_tokens)
@@ -437,7 +443,8 @@ class CacheManager:
         new = self.coordinator.allocate(step)
         if new is None:
             return None
-        self._adopt_dp(step.dp)
+        if step.dp is not None:
+            self._adopt_dp(step.dp)
         if self._no_new_page is not None and not new[0]:
             return self._no_new_page
         return CachePages._of(new, self.page_pool)
@@ -449,7 +456,7 @@ class CacheManager:
     ) -> AllocationStep:
         """The check stage of `allocate_slots`: every argument checked against the record ``rec``
         (the snapshot) and the keys its caching needs computed. Pure."""
-        request_id, status, computed = progress_of(req)
+        request_id, status, computed = req.request_id, req.status, req.num_computed_tokens
         external = _int(num_external_computed_tokens, "num_external_computed_tokens", 0)
         if external and self._mamba_align:
             raise InvalidArgumentError("external computed tokens are not supported with Mamba align groups")
@@ -467,8 +474,9 @@ class CacheManager:
         hits = self._checked_hits(req, rec, new_computed_pages, num_hit, shard, dp, stale)
         if held is not None and self._mamba_align:
             check_states_move_forward(self.coordinator.single_type_managers, held.pages, computed, num_tokens)
-        caching = None if delay else self._caching(req, rec, held, min(num_tokens, req.num_tokens), computed, stale)
-        return AllocationStep(request_id, req, held, computed, num_tokens, num_slots, hits, shard, dp, caching, stale)
+        cache_keys, cache_tokens = (None, 0) if delay else self._caching(req, rec, held, num_tokens, stale)
+        return AllocationStep(request_id, req, held, computed, num_tokens, num_slots, hits, shard, dp, cache_keys,
+                              cache_tokens, stale)
 
     def _checked_slots(self, request_id: str, computed: int, held: HeldState | None, num_tokens: int,
                        num_new_tokens: int, num_lookahead_tokens: int) -> int:
@@ -487,16 +495,18 @@ class CacheManager:
         return min(num_tokens + num_lookahead_tokens, max_model_len)
 
     def _caching(self, req: Request, rec: RequestState | None, held: HeldState | None, num_tokens: int,
-                 computed: int, stale: bool) -> CachingStep | None:
-        """What the allocation caches once its pages are held: the full pages up to ``num_tokens``
-        tokens, when that reaches the record's next caching point (`HeldState.cache_at`: before
-        it, no group has a new full page), with the keys they need; None otherwise."""
+                 stale: bool) -> tuple[list[PageKey] | None, int]:
+        """What an allocation to ``num_tokens`` tokens caches: the keys it needs and the computed
+        tokens whose full pages it registers, when those reach the record's next caching point
+        (`HeldState.cache_at`: before it, no group has a new full page); ``(None, 0)`` otherwise."""
         cache_at = self.coordinator.initial_cache_at if held is None else held.cache_at
         if num_tokens < cache_at or not self.kv_cache_groups:
-            return None
-        kept = None if stale or rec is None else rec.keys
-        new_keys = self._caching_keys(req, kept, num_tokens)
-        return CachingStep(new_keys, num_tokens, computed)
+            return None, 0
+        known = len(req.token_array)
+        cached = num_tokens if num_tokens <= known else known  # (lookahead slots hold no computed token)
+        if cached < cache_at:
+            return None, 0
+        return self._new_keys(req, None if stale or rec is None else rec.keys, cached), cached
 
     # ---- the batched step -------------------------------------------------------------------
 
@@ -521,27 +531,25 @@ class CacheManager:
         hits and no DP hint: a request holding no pages gets them from the whole pool (admit new
         requests with a lookup and a single `allocate_slots`).
         """
-        work = None
+        fast = None
         if num_lookahead_tokens is _ZERO and delay_cache_pages is False and data_parallel_size is None:
-            work = self._fast.batch_work(requests, num_new_tokens)  # None: not a plain batch
-        positions: Sequence[int]
-        if work is None:
+            fast = self._fast.batch_steps(requests, num_new_tokens)  # None: not a plain batch
+        if fast is None:
             reqs, counts = self._checked_batch(requests, num_new_tokens)
-            positions = range(len(reqs))
-        else:  # a plain batch (`DecodeFastPaths.batch_work` checked its form): only its work positions run
+            fast = [(i, None) for i in range(len(reqs))]
+        else:  # a plain batch (`DecodeFastPaths.batch_steps` checked its form): only its uncovered positions run
             reqs = requests
             counts = num_new_tokens if isinstance(num_new_tokens, list) else [num_new_tokens] * len(reqs)
-            positions = work
-        steps = [self._checked_allocation(reqs[i], self.coordinator.records.get(progress_of(reqs[i])[0]), counts[i],
-                                          0, None, num_lookahead_tokens, delay_cache_pages, None, data_parallel_size,
-                                          0)
-                 for i in positions]
+        steps = [(i, step or self._checked_allocation(
+                     reqs[i], self.coordinator.records.get(reqs[i].request_id), counts[i], 0, None,
+                     num_lookahead_tokens, delay_cache_pages, None, data_parallel_size, 0))
+                 for i, step in fast]
         # every element is checked and every key computed: from here on the state changes
         results: list[CachePages | None] = [self._no_new_page] * len(reqs)
         log = self.page_pool.event_log
         # with KV events, each element is one recorded call, as the single call it stands for
         apply = self._allocated_element if log is None else log.recording(self._allocated_element, self._describer)
-        for i, step in zip(positions, steps):
+        for i, step in steps:
             results[i] = apply(reqs[i], step)
         return results
 
@@ -562,7 +570,7 @@ class CacheManager:
                 raise InvalidArgumentError(f"{len(reqs)} requests but {len(counts)} token counts")
         else:
             counts = [num_new_tokens] * len(reqs)
-        if len(set(map(request_id_of, reqs))) != len(reqs):
+        if len({req.request_id for req in reqs}) != len(reqs):
             raise InvalidArgumentError("a request appears twice in the batch (one step schedules a request once)")
         return reqs, counts
 
@@ -608,30 +616,26 @@ class CacheManager:
             return False
         if type(rec) is HeldState and rec.request is not req:
             raise InvalidArgumentError(
-                f"request id {progress_of(req)[0]!r} belongs to another Request object that holds pages")
+                f"request id {req.request_id!r} belongs to another Request object that holds pages")
         return rec.keys is not None and (rec.request is not req or rec.keys_version != identity_version(req))
 
     # ---- keys -------------------------------------------------------------------------------
 
-    def _new_keys(self, req: Request, kept: list[PageKey] | None, count: int) -> list[PageKey]:
-        """The keys a list holding ``kept`` (None: none) lacks to hold ``count`` keys, computed
-        but not stored, so a failing hash function changes nothing. A step that fills one page
-        hashes it alone (`PageHasher.page_key`)."""
+    def _new_keys(self, req: Request, kept: list[PageKey] | None, num_tokens: int) -> list[PageKey]:
+        """The keys a list holding ``kept`` (None: none) lacks to hold one per full key page of
+        ``num_tokens`` tokens, computed but not stored, so a failing hash function changes
+        nothing. None when no group caches (`CacheCoordinator.keys_needed` is then 0). A step
+        that fills one page hashes it alone (`PageHasher.page_key`)."""
+        size = self._key_page_size
+        if size is None:
+            return []
+        count = num_tokens // size
         have = 0 if kept is None else len(kept)
         if count <= have:
             return []
-        size = cast(int, self._key_page_size)
         if kept and count == have + 1:
             return [self.hasher.page_key(req, size, have, kept[-1])]
         return self.hasher.hash_request(req, size, have, kept[-1] if kept else None, count)
-
-    def _caching_keys(self, req: Request, kept: list[PageKey] | None, num_tokens: int) -> list[PageKey]:
-        """The keys caching up to ``num_tokens`` tokens still needs: one per full key page when a
-        group caches (`CacheCoordinator.keys_needed`: the key page size is that of a caching
-        group), else none."""
-        if self._key_page_size is None:
-            return []
-        return self._new_keys(req, kept, num_tokens // self._key_page_size)
 
     # ---- prefix hits given back to allocate_slots ---------------------------------------------
 
@@ -644,7 +648,7 @@ class CacheManager:
         changed since (INV-HIT-SAFE)."""
         if pages is None and num_new_computed_tokens == 0:
             return None
-        request_id = progress_of(req)[0]
+        request_id = req.request_id
         if stale:
             raise InvalidArgumentError(f"these hits were not looked up for this request {request_id!r}")
         ids = self._hit_ids(pages)
@@ -739,7 +743,7 @@ class CacheManager:
         """Register the request's full pages up to ``num_computed_tokens`` tokens (e.g. after a
         delayed allocation). A lower count than already cached is a no-op; no-op without caching."""
         req = _request(request)
-        request_id, _, computed = progress_of(req)
+        request_id, computed = req.request_id, req.num_computed_tokens
         rec = self.coordinator.records.get(request_id)  # the snapshot
         if type(rec) is not HeldState:
             raise UnknownRequestError(f"request {request_id!r} holds no pages")
@@ -753,7 +757,7 @@ class CacheManager:
                 raise InvalidArgumentError(
                     f"group {gid}: {n} tokens span {n // ps} pages, the request holds {len(pages)}")
         if self.enable_caching:
-            self.coordinator.cache(rec, CachingStep(self._caching_keys(req, rec.keys, n), n, computed))
+            self.coordinator.cache(rec, self._new_keys(req, rec.keys, n), n, computed)
 
     def free(self, request: Request) -> None:
         """Release all the request's pages (each group last page first). Its keys are kept for

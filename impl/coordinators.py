@@ -11,10 +11,11 @@ record) and owns the two rules that span groups:
   group order, repeated until a whole pass leaves the hit length unchanged (a fixed point, for
   any number of attention types); with EAGLE the fixed point is recomputed once from one
   largest page fewer;
-- all-or-nothing allocation (`allocate`, INV-ATOMIC): a pure plan (`_plan`: window and Mamba
-  state frees, new pages per group, the free pages among the hits, shard-local availability)
-  is computed first; if it does not fit nothing changes, otherwise `_apply`, the one function
-  that changes a record's pages, carries it out in eSurge's order and caches the full pages.
+- all-or-nothing allocation (`allocate`, INV-ATOMIC): a pure plan (`_plan`: the pages the step
+  frees and those only it held, new pages per group, the free pages among the hits,
+  shard-local availability) is computed first; if it does not fit nothing changes, otherwise
+  `apply`, the one function through which an allocation changes state, carries it out in
+  eSurge's order and caches the full pages.
 
 It also keeps eSurge's id-level API (`allocate_slots`, `cache_pages`, `remove_skipped_pages`,
 `get_num_pages_to_allocate`, ...), which checks its own arguments and runs the same plan.
@@ -74,6 +75,20 @@ MAX_MODEL_LEN = 2**31 - 1
 
 # ---- the records ----------------------------------------------------------------------------
 
+def _deprecated(old: str, new: str) -> None:
+    """Warn that ``old`` is deprecated in favour of ``new`` (it keeps working for one minor version)."""
+    warnings.warn(f"{old} is deprecated since verikv 0.2.0 and will be removed in 0.3.0; use {new}",
+                  DeprecationWarning, stacklevel=3)
+
+
+def _retired_field(name: str, new: str, value: Callable[[RequestState], object]) -> property:
+    """A deprecated read-only record field: warns, naming ``new``, and reads ``value(record)``."""
+    def read(rec: RequestState) -> object:
+        _deprecated(f"RequestState.{name}", new)
+        return value(rec)
+    return property(read)
+
+
 class LastLookup(NamedTuple):
     """A request's last prefix lookup. A hit given back with these very ids, for the same length
     and shard, while the pool's ``key_version`` is unchanged, holds this request's content page by
@@ -103,16 +118,15 @@ class RequestState:
         self.keys_version: int = keys_version
         self.last_lookup: LastLookup | None = last_lookup
 
-    if not TYPE_CHECKING:  # (type checkers see only the fields a record has)
-        def __getattr__(self, name: str) -> object:
-            """The retired fields, deprecated: ``lookup`` (now ``last_lookup``, without the result
-            object) and, on a record that holds no pages, the fields only a `HeldState` has (as
-            they read when nothing was held)."""
-            retired = _RETIRED_FIELDS.get(name)
-            if retired is None:
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-            _deprecated(f"RequestState.{name}", retired[0])
-            return retired[1](self)
+    if not TYPE_CHECKING:  # the retired fields, deprecated (type checkers see only the fields a record has)
+        lookup = _retired_field("lookup", "RequestState.last_lookup",
+                                lambda rec: None if rec.last_lookup is None else (None, *rec.last_lookup))
+        # (as a record that held nothing read them; a `HeldState`'s own fields shadow these)
+        pages = _retired_field("pages", "isinstance(record, HeldState)", lambda rec: None)
+        num_cached = _retired_field("num_cached", "HeldState.num_cached", lambda rec: [])
+        shard = _retired_field("shard", "HeldState.shard", lambda rec: None)
+        cache_at = _retired_field("cache_at", "HeldState.cache_at", lambda rec: 0)
+        states = _retired_field("states", "HeldState.states", lambda rec: [])
 
 
 class HeldState(RequestState):
@@ -157,25 +171,17 @@ class LookupStep(NamedTuple):
     dp: int | None
 
 
-class CachingStep(NamedTuple):
-    """Caching that a call does once its pages are held: the keys the request's list lacks,
-    the tokens whose full pages are registered, and the request's computed count (the Mamba
-    state keyed)."""
-
-    new_keys: list[PageKey]
-    num_tokens: int
-    num_computed_tokens: int
-
-
 class AllocationStep(NamedTuple):
     """A checked allocation (`CacheCoordinator.allocate`).
 
     ``held``: the id's record when it holds pages (the snapshot the step was checked against);
     ``num_computed_tokens``: the request's count before the step (it decides the window and
-    state frees); ``num_tokens``: the step's end without lookahead slots (where a Mamba state
-    goes); ``num_slots``: the slots to cover; ``hits``: prefix hits taken first (checked), or
-    None; ``caching``: what is cached once the pages are held, or None; ``drop_keys``: the id's
-    kept keys are stale and are dropped when the record gets its first pages.
+    state frees, and which Mamba state is keyed); ``num_tokens``: the step's end without
+    lookahead slots (where a Mamba state goes); ``num_slots``: the slots to cover; ``hits``:
+    prefix hits taken first (checked), or None; ``cache_keys``: the keys the request's list lacks
+    to cache the full pages up to ``cache_tokens`` tokens once the pages are held (None: the step
+    caches nothing); ``drop_keys``: the id's kept keys are stale and are dropped when the record
+    gets its first pages.
     """
 
     request_id: str
@@ -187,18 +193,13 @@ class AllocationStep(NamedTuple):
     hits: PageIds | None
     shard: int | None
     dp: int | None
-    caching: CachingStep | None
+    cache_keys: list[PageKey] | None
+    cache_tokens: int
     drop_keys: bool
 
 
 #: per group, what a step frees: a window's range of page indices, or a Mamba group's state indices
 StepFrees: TypeAlias = "list[tuple[int, int] | list[int]]"
-
-
-class _Plan(NamedTuple):
-    """An allocation that fits: per group what it frees (None: nothing held yet, or no group frees pages)."""
-
-    frees: StepFrees | None
 
 
 class CacheCoordinator:
@@ -293,17 +294,18 @@ class CacheCoordinator:
     def allocate(self, step: AllocationStep) -> PageIds | None:
         """An allocation: the new page ids per group, or None, with nothing changed, when the
         plan does not fit the pool (or the request's shard). INV-ATOMIC: `_plan` is pure and
-        `_apply`, which changes the state, only runs a plan that fits."""
+        `apply`, which changes the state, only runs a plan that fits."""
         if not self.single_type_managers:
             return ()
-        plan = self._plan(step)
-        if plan is None:
+        new_pages = self._plan(step)
+        if new_pages is None:
             return None
-        return self._apply(step, plan)
+        return self.apply(step, new_pages)
 
-    def cache(self, held: HeldState, caching: CachingStep) -> None:
-        """Caching on its own (`CacheManager.cache_pages`): the request holds pages."""
-        self._cache_held(held, caching)
+    def cache(self, held: HeldState, new_keys: list[PageKey], num_tokens: int, num_computed_tokens: int) -> None:
+        """Caching on its own (`CacheManager.cache_pages`): the request holds pages; ``new_keys``
+        are the keys its list lacks to cache the full pages up to ``num_tokens`` tokens."""
+        self._cache_held(held, new_keys, num_tokens, num_computed_tokens)
 
     def free(self, request_id: str) -> None:
         """Release the request's pages, group by group, each last page first; its keys stay
@@ -402,38 +404,48 @@ class CacheCoordinator:
 
     # ---- the plan and its application ------------------------------------------------------
 
-    def _plan(self, step: AllocationStep) -> _Plan | None:
-        """The allocation's plan if it fits, else None. Pure.
+    def _plan(self, step: AllocationStep) -> tuple[int, ...] | None:
+        """The allocation's plan if it fits: how many new pages each group takes (what each frees
+        is its rule on the record, `_step_frees`); None when it does not fit. Pure.
 
         The new pages are counted first: when they alone do not fit, the plan fails without
         counting which hits are free (touching those only adds to the need), the hit ids' range
         checked all the same (`_check_hit_range`). Pages the step frees that no other request
         holds count as available to it."""
-        held = step.held
+        held, hits = step.held, step.hits
         pages = self._no_pages if held is None else held.pages
-        frees = None if held is None or not self._frees_pages else self._step_frees(held, step.num_computed_tokens)
-        reclaimed = 0 if frees is None else self._count_reclaimed(pages, frees)
-        need = self._new_pages(pages, step)
-        hits = step.hits
-        if need > reclaimed and need > self._num_free(step.shard, step.dp) + reclaimed:
-            if hits is not None:
-                self._check_hit_range(hits)
-            return None
-        # a request taking hits holds nothing, so no frees count here
-        if hits is not None and need + self._free_hits(hits) > self._num_free(step.shard, step.dp):
-            return None
-        return _Plan(frees)
+        reclaimed = 0
+        if held is not None and self._frees_pages:
+            reclaimed = self._count_reclaimed(pages, self._step_frees(held, step.num_computed_tokens))
+        new_pages = self._new_pages(pages, step)
+        need = new_pages[0] if len(new_pages) == 1 else sum(new_pages)
+        if need > reclaimed or hits is not None:
+            shard, pool = step.shard, self.page_pool
+            free = pool.get_num_free_pages() if shard is None else pool.get_num_free_pages(
+                dp_shard_hint=shard, data_parallel_size=step.dp)
+            if need > reclaimed and need > free + reclaimed:
+                if hits is not None:
+                    self._check_hit_range(hits)
+                return None
+            # a request taking hits holds nothing, so no frees count here
+            if hits is not None and need + self._free_hits(hits) > free:
+                return None
+        return new_pages
 
-    def _new_pages(self, pages: Sequence[Sequence[int]], step: AllocationStep) -> int:
-        """New pages the step takes from the free list, its hits not counted (`_free_hits`):
-        each group's own rule, to the step's slots (a Mamba align group: to its end)."""
+    def _new_pages(self, pages: Sequence[Sequence[int]], step: AllocationStep) -> tuple[int, ...]:
+        """Per group, the new pages the step takes from the free list, its hits not counted
+        (`_free_hits`): the group's own rule, to the step's slots (a Mamba align group: to its
+        end)."""
         hits = self._no_pages if step.hits is None else step.hits
         managers = self.single_type_managers
-        if len(managers) == 1:
-            return managers[0].new_pages(len(pages[0]), step.num_tokens if self._mamba_align else step.num_slots,
-                                         len(hits[0]))
-        return sum(m.new_pages(len(group_pages), step.num_tokens if state else step.num_slots, len(group_hits))
-                   for m, state, group_pages, group_hits in zip(managers, self._holds_states, pages, hits))
+        if len(managers) == 1 and not self._mamba_align:
+            # (`SingleTypeCacheManager.new_pages`' rule, inlined: a single group that keeps it is
+            # the common layout, and this runs at every allocation)
+            need = -(-step.num_slots // managers[0].page_size) - len(pages[0]) - len(hits[0])
+            return (need if need > 0 else 0,)
+        num_slots, num_tokens = step.num_slots, step.num_tokens
+        return tuple([m.new_pages(len(group_pages), num_tokens if state else num_slots, len(group_hits))
+                      for m, state, group_pages, group_hits in zip(managers, self._holds_states, pages, hits)])
 
     def _free_hits(self, hits: PageIds) -> int:
         """How many hit pages are free (touching them takes them off the free list)."""
@@ -450,12 +462,6 @@ class CacheCoordinator:
                 ordered = sorted(group_hits)  # (exact ints: one sort compares faster than min and max)
                 if ordered[0] < 0 or ordered[-1] >= num_pages:
                     self.page_pool.count_free_ids(group_hits)  # raises the pool's error, naming the id
-
-    def _num_free(self, shard: int | None, dp: int | None) -> int:
-        """Free pages of the pool, or of the DP shard."""
-        pool = self.page_pool
-        return pool.get_num_free_pages() if shard is None else pool.get_num_free_pages(
-            dp_shard_hint=shard, data_parallel_size=dp)
 
     def _step_frees(self, held: HeldState, num_computed_tokens: int) -> StepFrees:
         """Per group, what a step from ``num_computed_tokens`` frees (pure): a Mamba align group's
@@ -475,17 +481,23 @@ class CacheCoordinator:
             reclaimed += countOf(map(ref_count, picked), 1)
         return reclaimed
 
-    def _apply(self, step: AllocationStep, plan: _Plan) -> PageIds:
-        """Carry out a plan that fits, in eSurge's order: the record's first pages (the hits) or
-        the pages the step frees, then the new pages; then the caching the step does."""
+    def apply(self, step: AllocationStep, new_pages: tuple[int, ...]) -> PageIds:
+        """Carry out a plan that fits (``new_pages``: each group's new pages, from `_plan` or the
+        decode step's own plan, `verikv.fast_paths`), in eSurge's order: the record's first pages
+        (the hits) or the pages the step frees, then each group's new pages; then the caching the
+        step does. The one function through which an allocation changes state."""
         held = step.held
         if held is None:
             held = self._start(step)
-        elif plan.frees is not None:
-            self._free_step_pages(held, plan.frees)
-        new = self._take_new_pages(held, step)
-        if step.caching is not None:
-            self._cache_held(held, step.caching)
+        elif self._frees_pages:
+            self._free_step_pages(held, self._step_frees(held, step.num_computed_tokens))
+        if len(new_pages) == 1 and not self._mamba_align:  # one group: no per-group walk
+            new: PageIds = (self.single_type_managers[0].take_new_pages(held.pages[0], new_pages[0], step.shard,
+                                                                        step.dp) if new_pages[0] else [],)
+        else:
+            new = self._take_new_pages(held, step, new_pages)
+        if step.cache_keys is not None:
+            self._cache_held(held, step.cache_keys, step.cache_tokens, step.num_computed_tokens)
         return new
 
     def _start(self, step: AllocationStep) -> HeldState:
@@ -519,30 +531,29 @@ class CacheCoordinator:
             else:
                 m.remove_skipped_pages(pages, *free)
 
-    def _take_new_pages(self, held: HeldState, step: AllocationStep) -> PageIds:
-        """Each group's new pages to the step's slots (a Mamba align group: its state page for the
-        step's end), appended to the record's lists."""
+    def _take_new_pages(self, held: HeldState, step: AllocationStep, counts: Sequence[int]) -> PageIds:
+        """Each group's planned new pages, appended to the record's lists (a Mamba align group's
+        state page for the step's end, after null placeholders)."""
         managers, pages, shard, dp = self.single_type_managers, held.pages, step.shard, step.dp
         if not self._mamba_align:
-            if len(managers) == 1:
-                return (managers[0].allocate_new_pages(pages[0], step.num_slots, shard, dp),)
-            return tuple([m.allocate_new_pages(group_pages, step.num_slots, shard, dp)
-                          for m, group_pages in zip(managers, pages)])
+            return tuple([m.take_new_pages(group_pages, count, shard, dp) if count else []
+                          for m, group_pages, count in zip(managers, pages, counts)])
         return tuple([cast(MambaAlignManager, m).allocate_state(group_pages, group_states, step.num_tokens, shard, dp)
-                      if state else m.allocate_new_pages(group_pages, step.num_slots, shard, dp)
-                      for m, state, group_pages, group_states in zip(managers, self._holds_states, pages, held.states)])
+                      if state else m.take_new_pages(group_pages, count, shard, dp) if count else []
+                      for m, state, group_pages, group_states, count in zip(managers, self._holds_states, pages,
+                                                                             held.states, counts)])
 
     # ---- caching --------------------------------------------------------------------------
 
-    def _cache_held(self, held: HeldState, caching: CachingStep) -> None:
-        """Store the keys a caching step computed, register the full pages up to its token count
-        in every group, and move the record's next caching point past them
+    def _cache_held(self, held: HeldState, new_keys: list[PageKey], num_tokens: int, num_computed_tokens: int) -> None:
+        """Store the keys the request's list lacked, register its full pages up to ``num_tokens``
+        tokens in every group, and move the record's next caching point past them
         (`HeldState.cache_at`; a Mamba align group keys the state of the request's computed
         count, which moves without new full pages, so caching stays due at every call then)."""
-        keys = self._stored_keys(held, caching.new_keys)
-        self._register(held, keys, caching.num_tokens, caching.num_computed_tokens)
+        keys = self._stored_keys(held, new_keys)
+        self._register(held, keys, num_tokens, num_computed_tokens)
         if not self._mamba_align:
-            self._cached_up_to(held, caching.num_tokens)
+            self._cached_up_to(held, num_tokens)
 
     def _cached_up_to(self, held: HeldState, num_tokens: int) -> None:
         """Caching is next due at the end of the key page after ``num_tokens`` tokens (every
@@ -634,7 +645,7 @@ class CacheCoordinator:
         if held is not None:
             check_states_move_forward(self.single_type_managers, held.pages, num_computed_tokens, state_end)
         return self.allocate(AllocationStep(request_id, None, held, num_computed_tokens, state_end, num_slots,
-                                            new_computed_pages, shard, dp, None, False))
+                                            new_computed_pages, shard, dp, None, 0, False))
 
     def _check_allocation(self, request_id: object, num_computed_tokens: object, num_slots: object,
                           new_computed_pages: Sequence[Sequence[int]] | None) -> HeldState | None:
@@ -740,24 +751,6 @@ class CacheCoordinator:
         rec = self.records.get(request_id)
         if type(rec) is RequestState and rec.keys is None:
             del self.records[request_id]
-
-
-def _deprecated(old: str, new: str) -> None:
-    """Warn that ``old`` is deprecated in favour of ``new`` (it keeps working for one minor version)."""
-    warnings.warn(f"{old} is deprecated since verikv 0.2.0 and will be removed in 0.3.0; use {new}",
-                  DeprecationWarning, stacklevel=3)
-
-
-#: a record's retired fields: (the replacement to name, the value read on a `RequestState`)
-_RETIRED_FIELDS: dict[str, tuple[str, Callable[[RequestState], object]]] = {
-    "lookup": ("RequestState.last_lookup",
-               lambda rec: None if rec.last_lookup is None else (None, *rec.last_lookup)),
-    "pages": ("isinstance(record, HeldState)", lambda rec: None),
-    "num_cached": ("HeldState.num_cached", lambda rec: []),
-    "shard": ("HeldState.shard", lambda rec: None),
-    "cache_at": ("HeldState.cache_at", lambda rec: 0),
-    "states": ("HeldState.states", lambda rec: []),
-}
 
 
 def check_hit_shape(managers: Sequence[SingleTypeCacheManager], hits: object) -> None:

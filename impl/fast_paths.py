@@ -1,88 +1,131 @@
-"""The manager's two fast paths: decode steps that need nothing, found without running the call.
+"""The manager's fast paths: the check stage of a plain decode step, and of a batch of them.
 
-Most calls of a serving loop are decode steps of running requests whose pages already hold the
-next token: ``allocate_slots(request, n)`` (plain arguments) then takes no page, frees none,
-caches nothing and returns the shared "no new page" result. `DecodeFastPaths` recognises such a
-step from the request's record in a few comparisons (`DecodeFastPaths.covered`); the manager
-then returns that result without running the pipeline (snapshot, checks, plan, apply).
+Most calls of a serving loop are decode steps of running requests: ``allocate_slots(request,
+n)`` with every other argument at its default. `DecodeFastPaths.step` is the check stage of
+that call shape (docs/architecture.md: snapshot -> check -> plan -> apply), specialised: one
+read of the request and its record, a few comparisons, the keys caching needs. It answers with
 
-A step is *covered* when all of these hold: the manager has one cache group, of a kind that never
-drops pages (its coverage is then ``len(pages) * page_size`` tokens); this very `Request` object
-holds pages (`verikv.coordinators.HeldState`); it is not finished; and the step's end
-``num_computed_tokens + n`` is below the record's next caching point (``HeldState.cache_at``,
-at most ``max_model_len + 1``: so the step is within ``max_model_len`` and caching is not due)
-and within the pages' coverage.
+- ``True``: the step is *covered*: it takes no page, frees none and caches nothing (the manager
+  returns its shared "no new page" result without planning);
+- a checked `verikv.coordinators.AllocationStep`, the very step the general check stage
+  (`CacheManager._checked_allocation`) builds for these arguments, which the coordinator then
+  plans and applies as any other;
+- ``False``: another shape (not held by this very object, finished, past ``max_model_len``, a DP
+  shard, several groups or a group that drops pages): the general check stage decides, and
+  raises where it must.
 
-Equivalence with the single calls:
+A step is covered when the manager has one cache group, of a kind that never drops pages (its
+coverage is then ``len(pages) * page_size`` tokens), this very `Request` object holds pages
+(`verikv.coordinators.HeldState`), it is not finished, and the step's end ``num_computed_tokens
++ n`` is below the record's next caching point (``HeldState.cache_at``, at most ``max_model_len
++ 1``: so the step is within ``max_model_len`` and caching is not due) and within the coverage.
 
-- **A covered step** is exactly what the pipeline would do for it: its checks pass (a plain int
-  count >= 1, a running holder, within ``max_model_len``, no hits, no DP arguments), its plan
-  frees nothing (one group that never drops pages) and needs no page (covered), its caching is
-  not due (below ``cache_at``), so its application changes nothing and its result is the shared
-  "no new page" one. Any step that is not covered runs the pipeline.
-- **A batch** (`DecodeFastPaths.batch_work`): ``allocate_slots_batch(requests, counts)`` in its
+Equivalence with the single call's pipeline:
+
+- **A covered step**: the general checks pass (a plain int count >= 1, a running holder whose
+  identity is frozen, so its kept keys are its own; within ``max_model_len``; no hits, no DP
+  arguments), the plan frees nothing (one group that never drops pages) and needs no page
+  (covered), and caching is not due (below ``cache_at``): applying it changes nothing, and the
+  result is the shared "no new page" one.
+- **Another step of a holder** (one group that never drops pages, no shard, within
+  ``max_model_len``): the same checks pass, for the same reasons; the step's fields are those the
+  general stage computes (no lookahead: its slots are its tokens; the keys caching needs when
+  its end reaches ``cache_at``, from the same `CacheManager` key function).
+- **A batch** (`DecodeFastPaths.batch_steps`): ``allocate_slots_batch(requests, counts)`` in its
   plain form (a list of `Request`, plain int counts >= 1, distinct ids, no lookahead, no delayed
-  caching, no DP size) is the single calls in order. Its covered positions get the shared result
-  without a call; the others (its *work*) run the pipeline, every one checked first, then applied
-  in order. Leaving the covered calls out changes nothing: they change no state, and what each
-  other call checks and plans reads only its own record (the ids are distinct) and the pool,
-  which a covered call does not touch.
+  caching, no DP size) is the single calls in order. Covered positions get the shared result
+  without a call; every other one is checked first (here, or by the general stage), then each is
+  planned and applied in order. Leaving the covered calls out changes nothing: they change no
+  state, and what every other call checks and plans reads only its own record (the ids are
+  distinct) and the pool, which a covered call does not touch.
 
-The refinement checker and the Hypothesis machine compare each path with the pipeline
+The refinement checker and the Hypothesis machine drive both paths and the pipeline
 (`verikv.proofs.refinement`, `verikv.testing.manager_machine`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import countOf
 from typing import TYPE_CHECKING
 
-from verikv.coordinators import HeldState
-from verikv.request import LAST_UNFINISHED, Request, progress_of, request_id_of
+from verikv.coordinators import AllocationStep, HeldState
+from verikv.request import LAST_UNFINISHED, Request
 
 if TYPE_CHECKING:
     from verikv.coordinators import CacheCoordinator, RequestState
+    from verikv.hashing import PageKey
+    from verikv.page_pool import PagePool
+
+_new_tuple = tuple.__new__
+
+#: the general check stage's caching of an allocation (`CacheManager._caching`): ``(request,
+#: record, held record, the step's end, whether the kept keys are stale) -> (keys, tokens)``
+Caching = Callable[[Request, "RequestState | None", "HeldState | None", int, bool],
+                   "tuple[list[PageKey] | None, int]"]
 
 
 class DecodeFastPaths:
-    """The covered-step test of one manager's coordinator (see the module docstring)."""
+    """The decode step's check stage for one manager (see the module docstring)."""
 
-    __slots__ = ("page_size", "records")
+    __slots__ = ("caching", "max_model_len", "page_size", "pool", "records")
 
-    def __init__(self, coordinator: CacheCoordinator) -> None:
+    def __init__(self, coordinator: CacheCoordinator, caching: Caching) -> None:
         managers = coordinator.single_type_managers
         #: the coordinator's records (the same dict: read, never changed here)
         self.records: dict[str, RequestState] = coordinator.records
-        #: the one group's page size when its coverage is ``len(pages) * page_size``; 0 (no step
-        #: is covered) with several groups, or one that drops pages
+        self.max_model_len: int = coordinator.max_model_len
+        self.pool: PagePool = coordinator.page_pool
+        #: the general check stage's caching: the same keys
+        self.caching: Caching = caching
+        #: the one group's page size when its coverage is ``len(pages) * page_size``; 0 (never a
+        #: fast step) with several groups, or one that drops pages
         self.page_size: int = (managers[0].page_size
                                if len(managers) == 1 and not managers[0].frees_skipped_pages else 0)
 
-    def covered(self, request: Request, num_new_tokens: int) -> bool:
-        """Whether ``allocate_slots(request, num_new_tokens)`` (a plain int >= 1, every other
-        argument its default) is a covered step: no new page, nothing changed."""
-        request_id, status, computed = progress_of(request)
+    def step(self, request: Request, num_new_tokens: int) -> tuple[AllocationStep, tuple[int] | None] | bool:
+        """``allocate_slots(request, num_new_tokens)`` (a plain int >= 1, every other argument its
+        default), checked and planned: True when covered; the checked step and its plan (the
+        group's new pages; None: the pool has too few free pages, the call changes nothing); or
+        False (the general check stage decides). Pure."""
+        request_id = request.request_id
         rec = self.records.get(request_id)
-        if type(rec) is not HeldState or rec.request is not request or status > LAST_UNFINISHED:
+        if type(rec) is not HeldState or rec.request is not request or request.status > LAST_UNFINISHED:
             return False
+        computed = request.num_computed_tokens
         num_tokens = computed + num_new_tokens
-        return num_tokens < rec.cache_at and num_tokens <= len(rec.pages[0]) * self.page_size
+        page_size = self.page_size
+        if num_tokens < rec.cache_at and num_tokens <= len(rec.pages[0]) * page_size:
+            return True
+        if not page_size or rec.shard is not None or num_tokens > self.max_model_len:
+            return False
+        cache_keys, cache_tokens = (None, 0) if num_tokens < rec.cache_at else self.caching(
+            request, rec, rec, num_tokens, False)
+        # the plan (`CacheCoordinator._plan` for this shape: nothing freed, no hits, the whole pool)
+        need = -(-num_tokens // page_size) - len(rec.pages[0])
+        plan = (0,) if need <= 0 else (need,) if need <= self.pool.get_num_free_pages() else None
+        # (no NamedTuple __new__ frame: this runs at every step that takes a page or caches)
+        return _new_tuple(AllocationStep, (request_id, request, rec, computed, num_tokens, num_tokens, None, None, None,
+                                           cache_keys, cache_tokens, False)), plan
 
-    def batch_work(self, requests: object, num_new_tokens: object) -> list[int] | None:
-        """The positions of a plain batch whose steps are not covered (in order), or None when
-        the batch is not in its plain form (a list of `Request`, plain int counts >= 1, one per
-        request or one for all, distinct ids): the checked path then runs every element."""
+    def batch_steps(self, requests: object, num_new_tokens: object
+                    ) -> list[tuple[int, AllocationStep | None]] | None:
+        """For a plain batch, each position that is not covered with its checked step (None: the
+        general check stage decides), in order; None when the batch is not in its plain form (a
+        list of `Request`, plain int counts >= 1, one per request or one for all, distinct ids).
+        Pure."""
         if type(requests) is not list or countOf(map(type, requests), Request) != len(requests):
             return None
         counts = _plain_counts(num_new_tokens, len(requests))
-        if counts is None or len(set(map(request_id_of, requests))) != len(requests):
+        if counts is None or len({request.request_id for request in requests}) != len(requests):
             return None
-        if not self.page_size:
-            return list(range(len(requests)))
+        step = self.step
         if isinstance(counts, int):  # one count for all: no second sequence to walk
-            return [i for i, request in enumerate(requests) if not self.covered(request, counts)]
-        return [i for i, (request, n) in enumerate(zip(requests, counts)) if not self.covered(request, n)]
+            checked = [(i, s) for i, request in enumerate(requests) if (s := step(request, counts)) is not True]
+        else:
+            checked = [(i, s) for i, (request, n) in enumerate(zip(requests, counts))
+                       if (s := step(request, n)) is not True]
+        return [(i, s[0] if s else None) for i, s in checked]
 
 
 def _plain_counts(num_new_tokens: object, num_requests: int) -> int | Sequence[int] | None:

@@ -540,16 +540,20 @@ class PageHasher:
     def page_key(self, request: Any, page_size: int, index: int, parent: PageKey | PageHash | int | None) -> PageKey:
         """The key of full page ``index`` of ``request`` from ``parent``, the key of page
         ``index - 1`` (None for page 0): ``hash_request(request, page_size, index, parent,
-        index + 1)[0]``, without that call's set-up for a run of pages when the request has no
-        extra keys (a decode step fills one page at a time)."""
-        if (type(page_size) is not int or type(index) is not int or page_size < 1 or index < 0
-                or type(parent) is not bytes or not _plain(request)):
-            first = checked_int(index, "index", minimum=0)
-            return self.hash_request(request, page_size, first, parent, first + 1)[0]
-        packed = _packed_tokens(request)
-        if (index + 1) * page_size > len(packed):
-            raise InvalidArgumentError(f"page {index} of {page_size} tokens is not full: the request has {len(packed)}")
-        return self._page_key(self._parent_key(parent), _page_bytes(packed, index, index + 1, page_size)[0], None, b"")
+        index + 1)[0]``, without that call's set-up for a run of pages when ``request`` is a
+        `verikv.Request` with no extra keys and ``parent`` a key (a decode step fills one page at a
+        time)."""
+        if (type(request) is _REQUEST and type(page_size) is int and type(index) is int and page_size > 0
+                and index >= 0 and type(parent) is bytes and _plain(request)):
+            packed: array[int] = request.token_array
+            if (index + 1) * page_size <= len(packed):
+                # a digest key of the right width needs no decoding (the other schemes' keys do)
+                key = parent if self._width and len(parent) == self._width else self._parent_key(parent)
+                page = _page_bytes(packed, index, index + 1, page_size)[0] if _BIG_ENDIAN else \
+                    packed[index * page_size:(index + 1) * page_size].tobytes()
+                return self._page_key(key, page, None, b"")
+        first = checked_int(index, "index", minimum=0)
+        return self.hash_request(request, page_size, first, parent, first + 1)[0]
 
     def _chain(self, parent: PageKey, pages: list[bytes], extras: _ExtraKeys | None,
                first: int, page_size: int) -> list[PageKey]:

@@ -170,6 +170,8 @@ class PagePool(ESurgePoolMethods):
         """How many pages are free; with an active DP hint, in that shard only. O(1), except for a
         shard before the first allocation from one (a count over the free list: counting builds
         no shard lists, so a refused call leaves the DP size open)."""
+        if dp_shard_hint is None and data_parallel_size is None:  # (the common call: nothing to check)
+            return self._free.lengths[0]
         active = self._active_shard(dp_shard_hint, data_parallel_size)
         if active is None:  # no DP: the whole pool
             return self._free.lengths[0]

@@ -283,11 +283,17 @@ class SingleTypeCacheManager:
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
         need = -(-num_tokens // self.page_size) - len(_page_list(pages))  # cdiv, inlined
-        if need <= 0:
-            return []
         if need > self.page_pool.num_pages:
             raise OutOfPagesError(f"{describe(num_tokens)} tokens need more pages than the pool has")
-        new = self.page_pool.get_new_page_ids(need, dp_shard_hint=shard, data_parallel_size=dp)
+        return self.take_new_pages(pages, need, shard, dp) if need > 0 else []
+
+    def take_new_pages(self, pages: list[int], count: int, shard: int | None = None, dp: int | None = None
+                       ) -> list[int]:
+        """Take ``count`` pages (``new_pages`` planned them) from the pool, or the DP shard, and
+        append them to ``pages``; returns them."""
+        pool = self.page_pool
+        new = pool.get_new_page_ids(count) if shard is None else pool.get_new_page_ids(
+            count, dp_shard_hint=shard, data_parallel_size=dp)
         pages += new
         return new
 

@@ -47,8 +47,8 @@ class GroupByGroupAllocation:
                 new.append(m.allocate_new_pages(pages, step.num_slots, step.shard, step.dp))
             except OutOfPagesError:
                 return None
-        if step.caching is not None:
-            self._cache_held(record, step.caching)
+        if step.cache_keys is not None:
+            self._cache_held(record, step.cache_keys, step.cache_tokens, step.num_computed_tokens)
         return tuple(new)
 
 
