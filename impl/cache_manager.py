@@ -425,10 +425,11 @@ class CacheManager:
             if checked is True:
                 return self._no_new_page
             if checked is not False:
-                step, new_pages = checked
+                held, computed, num_tokens, cache_keys, cache_tokens, new_pages = checked
                 if new_pages is None:
                     return None
-                new = self.coordinator.apply(step, new_pages)
+                new = self.coordinator.extend(held, new_pages, None, None, num_tokens, cache_keys, cache_tokens,
+                                              computed)
                 return self._no_new_page if not new[0] else CachePages._of(new, self.page_pool)
         req = _request(request)
         rec = self.coordinator.records.get(req.request_id)  # the snapshot

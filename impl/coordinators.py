@@ -482,22 +482,34 @@ class CacheCoordinator:
         return reclaimed
 
     def apply(self, step: AllocationStep, new_pages: tuple[int, ...]) -> PageIds:
-        """Carry out a plan that fits (``new_pages``: each group's new pages, from `_plan` or the
-        decode step's own plan, `verikv.fast_paths`), in eSurge's order: the record's first pages
-        (the hits) or the pages the step frees, then each group's new pages; then the caching the
-        step does. The one function through which an allocation changes state."""
+        """Carry out a plan that fits (``new_pages``: each group's new pages, from `_plan`), in
+        eSurge's order: the record's first pages (the hits) or the pages the step frees, then the
+        rest of the application (`extend`). With `extend`, the one path through which an
+        allocation changes state."""
         held = step.held
         if held is None:
             held = self._start(step)
         elif self._frees_pages:
             self._free_step_pages(held, self._step_frees(held, step.num_computed_tokens))
+        return self.extend(held, new_pages, step.shard, step.dp, step.num_tokens, step.cache_keys, step.cache_tokens,
+                           step.num_computed_tokens)
+
+    def extend(self, held: HeldState, new_pages: tuple[int, ...], shard: int | None, dp: int | None, num_tokens: int,
+               cache_keys: list[PageKey] | None, cache_tokens: int, num_computed_tokens: int) -> PageIds:
+        """The application of a plan that fits to a record that holds pages, its frees done:
+        each group's ``new_pages`` (a Mamba align group's state page for the step's end,
+        ``num_tokens``, after null placeholders), then the caching of the full pages up to
+        ``cache_tokens`` tokens with the keys the request's list lacked (``cache_keys``; None: no
+        caching; ``num_computed_tokens``: the request's count, whose Mamba state is keyed).
+        `apply` ends here; the decode step's fast path (`verikv.fast_paths`), whose steps free
+        nothing, starts here."""
         if len(new_pages) == 1 and not self._mamba_align:  # one group: no per-group walk
-            new: PageIds = (self.single_type_managers[0].take_new_pages(held.pages[0], new_pages[0], step.shard,
-                                                                        step.dp) if new_pages[0] else [],)
+            new: PageIds = (self.single_type_managers[0].take_new_pages(held.pages[0], new_pages[0], shard, dp)
+                            if new_pages[0] else [],)
         else:
-            new = self._take_new_pages(held, step, new_pages)
-        if step.cache_keys is not None:
-            self._cache_held(held, step.cache_keys, step.cache_tokens, step.num_computed_tokens)
+            new = self._take_new_pages(held, new_pages, shard, dp, num_tokens)
+        if cache_keys is not None:
+            self._cache_held(held, cache_keys, cache_tokens, num_computed_tokens)
         return new
 
     def _start(self, step: AllocationStep) -> HeldState:
@@ -531,14 +543,15 @@ class CacheCoordinator:
             else:
                 m.remove_skipped_pages(pages, *free)
 
-    def _take_new_pages(self, held: HeldState, step: AllocationStep, counts: Sequence[int]) -> PageIds:
+    def _take_new_pages(self, held: HeldState, counts: Sequence[int], shard: int | None, dp: int | None,
+                        num_tokens: int) -> PageIds:
         """Each group's planned new pages, appended to the record's lists (a Mamba align group's
-        state page for the step's end, after null placeholders)."""
-        managers, pages, shard, dp = self.single_type_managers, held.pages, step.shard, step.dp
+        state page for ``num_tokens`` tokens, after null placeholders)."""
+        managers, pages = self.single_type_managers, held.pages
         if not self._mamba_align:
             return tuple([m.take_new_pages(group_pages, count, shard, dp) if count else []
                           for m, group_pages, count in zip(managers, pages, counts)])
-        return tuple([cast(MambaAlignManager, m).allocate_state(group_pages, group_states, step.num_tokens, shard, dp)
+        return tuple([cast(MambaAlignManager, m).allocate_state(group_pages, group_states, num_tokens, shard, dp)
                       if state else m.take_new_pages(group_pages, count, shard, dp) if count else []
                       for m, state, group_pages, group_states, count in zip(managers, self._holds_states, pages,
                                                                              held.states, counts)])
@@ -548,21 +561,18 @@ class CacheCoordinator:
     def _cache_held(self, held: HeldState, new_keys: list[PageKey], num_tokens: int, num_computed_tokens: int) -> None:
         """Store the keys the request's list lacked, register its full pages up to ``num_tokens``
         tokens in every group, and move the record's next caching point past them
-        (`HeldState.cache_at`; a Mamba align group keys the state of the request's computed
-        count, which moves without new full pages, so caching stays due at every call then)."""
+        (`HeldState.cache_at`): to the end of the key page after ``num_tokens`` tokens (every page
+        size is a multiple of the key page size, so no group fills a page before), or never
+        (``max_model_len + 1``) when that page ends past ``max_model_len``. A Mamba align group
+        keys the state of the request's computed count, which moves without new full pages, so
+        caching stays due at every call then."""
         keys = self._stored_keys(held, new_keys)
         self._register(held, keys, num_tokens, num_computed_tokens)
         if not self._mamba_align:
-            self._cached_up_to(held, num_tokens)
-
-    def _cached_up_to(self, held: HeldState, num_tokens: int) -> None:
-        """Caching is next due at the end of the key page after ``num_tokens`` tokens (every
-        page size is a multiple of the key page size, so no group fills a page before), or never
-        (``max_model_len + 1``) when that page ends past ``max_model_len``."""
-        size = self.key_page_size or 1
-        due = (num_tokens // size + 1) * size
-        if due > held.cache_at:
-            held.cache_at = due if due <= self.max_model_len else self.max_model_len + 1
+            size = self.key_page_size or 1
+            due = (num_tokens // size + 1) * size
+            if due > held.cache_at:
+                held.cache_at = due if due <= self.max_model_len else self.max_model_len + 1
 
     def _register(self, held: HeldState, keys: Sequence[PageKey], num_tokens: int, num_computed_tokens: int) -> None:
         """Register the record's full pages up to ``num_tokens`` tokens under ``keys`` in every

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from operator import countOf
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from verikv.coordinators import AllocationStep, HeldState
 from verikv.request import LAST_UNFINISHED, Request
@@ -57,7 +57,10 @@ if TYPE_CHECKING:
     from verikv.hashing import PageKey
     from verikv.page_pool import PagePool
 
-_new_tuple = tuple.__new__
+#: a checked and planned decode step (`DecodeFastPaths.step`): the record, the request's computed
+#: tokens, the step's end, the keys caching needs (None: none) and the tokens it caches up to, and
+#: the plan (the group's new pages, or None when they do not fit)
+DecodeStep: TypeAlias = "tuple[HeldState, int, int, list[PageKey] | None, int, tuple[int] | None]"
 
 #: the general check stage's caching of an allocation (`CacheManager._caching`): ``(request,
 #: record, held record, the step's end, whether the kept keys are stale) -> (keys, tokens)``
@@ -83,13 +86,14 @@ class DecodeFastPaths:
         self.page_size: int = (managers[0].page_size
                                if len(managers) == 1 and not managers[0].frees_skipped_pages else 0)
 
-    def step(self, request: Request, num_new_tokens: int) -> tuple[AllocationStep, tuple[int] | None] | bool:
+    def step(self, request: Request, num_new_tokens: int) -> DecodeStep | bool:
         """``allocate_slots(request, num_new_tokens)`` (a plain int >= 1, every other argument its
-        default), checked and planned: True when covered; the checked step and its plan (the
-        group's new pages; None: the pool has too few free pages, the call changes nothing); or
-        False (the general check stage decides). Pure."""
-        request_id = request.request_id
-        rec = self.records.get(request_id)
+        default), checked and planned: True when covered; False when the general check stage
+        decides; else the checked step as the values `CacheCoordinator.extend` takes (the record,
+        the request's computed tokens, the step's end, the keys caching needs and the tokens it
+        caches up to) and its plan (the group's new pages; None: the pool has too few free pages,
+        the call changes nothing). Pure."""
+        rec = self.records.get(request.request_id)
         if type(rec) is not HeldState or rec.request is not request or request.status > LAST_UNFINISHED:
             return False
         computed = request.num_computed_tokens
@@ -104,9 +108,7 @@ class DecodeFastPaths:
         # the plan (`CacheCoordinator._plan` for this shape: nothing freed, no hits, the whole pool)
         need = -(-num_tokens // page_size) - len(rec.pages[0])
         plan = (0,) if need <= 0 else (need,) if need <= self.pool.get_num_free_pages() else None
-        # (no NamedTuple __new__ frame: this runs at every step that takes a page or caches)
-        return _new_tuple(AllocationStep, (request_id, request, rec, computed, num_tokens, num_tokens, None, None, None,
-                                           cache_keys, cache_tokens, False)), plan
+        return rec, computed, num_tokens, cache_keys, cache_tokens, plan
 
     def batch_steps(self, requests: object, num_new_tokens: object
                     ) -> list[tuple[int, AllocationStep | None]] | None:
@@ -125,7 +127,15 @@ class DecodeFastPaths:
         else:
             checked = [(i, s) for i, (request, n) in enumerate(zip(requests, counts))
                        if (s := step(request, n)) is not True]
-        return [(i, s[0] if s else None) for i, s in checked]
+        return [(i, None if s is False else _allocation_step(requests[i], s)) for i, s in checked]
+
+
+def _allocation_step(request: Request, checked: DecodeStep) -> AllocationStep:
+    """The `AllocationStep` of a checked decode step (its plan left out: a batch plans each
+    element when it applies it, after the elements before it)."""
+    rec, computed, num_tokens, cache_keys, cache_tokens, _ = checked
+    return AllocationStep(request.request_id, request, rec, computed, num_tokens, num_tokens, None, None, None,
+                          cache_keys, cache_tokens, False)
 
 
 def _plain_counts(num_new_tokens: object, num_requests: int) -> int | Sequence[int] | None:

@@ -547,13 +547,24 @@ class PageHasher:
                 and index >= 0 and type(parent) is bytes and _plain(request)):
             packed: array[int] = request.token_array
             if (index + 1) * page_size <= len(packed):
-                # a digest key of the right width needs no decoding (the other schemes' keys do)
-                key = parent if self._width and len(parent) == self._width else self._parent_key(parent)
                 page = _page_bytes(packed, index, index + 1, page_size)[0] if _BIG_ENDIAN else \
                     packed[index * page_size:(index + 1) * page_size].tobytes()
-                return self._page_key(key, page, None, b"")
+                if self._width:  # a digest key: its width is all there is to check
+                    return self._page_key(parent if len(parent) == self._width else self._parent_key(parent), page,
+                                          None, b"")
+                return self._tuple_page_key(parent, page)
         first = checked_int(index, "index", minimum=0)
         return self.hash_request(request, page_size, first, parent, first + 1)[0]
+
+    def _tuple_page_key(self, parent: bytes, page: bytes) -> PageKey:
+        """`_page_key` of a builtin/callable scheme, which decodes ``parent`` (the value it
+        starts with) itself: a parent that does not start with one is the error `_parent_key`
+        raises, without decoding it twice."""
+        try:
+            return self._page_key(parent, page, None, b"")
+        except (ValueError, IndexError, struct.error):
+            self._parent_key(parent)  # raises, as for any malformed parent
+            raise
 
     def _chain(self, parent: PageKey, pages: list[bytes], extras: _ExtraKeys | None,
                first: int, page_size: int) -> list[PageKey]:

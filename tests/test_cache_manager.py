@@ -516,3 +516,46 @@ def test_a_decode_step_past_max_model_len_raises_even_inside_the_last_page(batch
         step()
     assert (m.get_page_ids("r"), m.num_cached_pages("r"), m.page_hashes_of("r")) == before
     assert before[:2] == (([1, 2, 3],), [2]) and len(before[2]) == 2
+
+
+def test_a_refused_dp_allocation_changes_nothing_and_leaves_the_dp_size_open() -> None:
+    """A manager built without a DP size: a first DP call that does not fit (40 tokens need 10
+    pages, shard 0 of 2 has 3) returns None with every part of the manager as it was, the pool's
+    shard lists included; a later call may still choose another DP size, as on a fresh manager."""
+    from hostile import snapshot
+
+    m = CacheManager(8, [full(4)], 64)
+    before = snapshot(m)
+    assert m.allocate_slots(Request("big", list(range(40))), 40, dp_shard_hint=0, data_parallel_size=2) is None
+    assert snapshot(m) == before
+    assert m.data_parallel_size == 1
+    assert m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=1, data_parallel_size=4) is not None
+    assert m.data_parallel_size == 4 and m.request_shard("a") == 1 and m.get_page_ids("a") == ([2],)
+
+
+@pytest.mark.parametrize("groups", [[full(4)], [full(4), sliding(4, 8)], [full(4), full(8)]],
+                         ids=["full", "full+sliding", "full+full(page 8)"])
+def test_every_cached_page_shows_its_key_and_group_as_esurge_does(groups: list[CacheGroupSpec]) -> None:
+    """`CachePage.page_hash` of a cached page is a `PageHashWithGroupId` in every group, group 0
+    included: ``.page_hash`` is the request's key of the page's last small page, ``.group_id``
+    its group (whatever key the pool stores); pages without a key show None."""
+    from verikv import PageHashWithGroupId
+
+    m = CacheManager(32, groups, 64, hash_seed=1)
+    req = Request("a", list(range(17)))
+    new = m.allocate_slots(req, 17)
+    assert new is not None
+    keys = m.page_hashes_of("a")
+    seen = 0
+    for gid, (group_pages, views) in enumerate(zip(m.get_page_ids("a"), new.pages)):
+        stride = m.kv_cache_groups[gid].kv_cache_spec.page_size // 4
+        for j, (page_id, view) in enumerate(zip(group_pages, views)):
+            assert view is m.page_pool.page(page_id)
+            if (j + 1) * stride > len(keys):  # the partial last page has no key
+                assert view.page_hash is None
+                continue
+            shown = view.page_hash
+            assert type(shown) is PageHashWithGroupId
+            assert shown.group_id == gid and shown.page_hash == keys[(j + 1) * stride - 1]
+            seen += 1
+    assert seen == sum(17 // g.kv_cache_spec.page_size for g in groups)
