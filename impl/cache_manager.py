@@ -1,11 +1,12 @@
 """`CacheManager`: the scheduler-facing page manager (eSurge's API), and `CachePages`.
 
-The manager validates every argument, translates eSurge's API, computes each request's content
-keys (once per full page, with its own `PageHasher`) and delegates page bookkeeping to a
-coordinator (`verikv.coordinators`), which owns the one record per request (`RequestState`):
-the manager keeps no per-request state of its own. Semantics are eSurge's (reference §1.6) with the
-departures of docs/differences.md; the refinements both the spec and this code follow are in
-docs/semantics.md. A raised error always means the call changed nothing.
+The manager checks every argument, translates eSurge's API, computes each request's content
+keys (once per full page, with its own `PageHasher`) and hands each checked call to a
+coordinator (`verikv.coordinators`), which owns the one record per request and changes state:
+the manager keeps no per-request state of its own. Each call that changes state is one
+pipeline, snapshot -> check -> plan -> apply (docs/architecture.md): a raised error always
+means the call changed nothing. Semantics are eSurge's with the departures of
+docs/differences.md; docs/semantics.md states them per call.
 
 Read-only introspection used by the abstraction function and the conformance harness:
 ``num_pages``, ``page_pool``, ``kv_cache_groups``, ``max_model_len``, ``enable_caching``,
@@ -17,13 +18,22 @@ Read-only introspection used by the abstraction function and the conformance har
 from __future__ import annotations
 
 import numbers
-import sys
 from collections.abc import Sequence
 from operator import countOf
-from typing import Any, ClassVar, Literal, overload
+from typing import Any, Literal, cast, overload
 
 from verikv.cache_specs import CacheGroupsConfig, CacheGroupSpec
-from verikv.coordinators import CacheCoordinator, PageIds, RequestState, get_kv_cache_coordinator
+from verikv.coordinators import (
+    AllocationStep,
+    CacheCoordinator,
+    HeldState,
+    LastLookup,
+    LookupStep,
+    PageIds,
+    RequestState,
+    check_states_move_forward,
+    get_kv_cache_coordinator,
+)
 from verikv.dp_sharding import checked_int, dp_shard_page_bounds
 from verikv.errors import (
     ForeignPageError,
@@ -32,11 +42,11 @@ from verikv.errors import (
     describe,
 )
 from verikv.events import Describer, KVEvent, PrefixCacheStats, StoreContext, describe_run
-from verikv.free_queue import CachePage
-from verikv.hashing import PageHasher, PageKey, _plain
+from verikv.fast_paths import DecodeFastPaths
+from verikv.free_queue import NULL_PAGE_ID, CachePage
+from verikv.hashing import PageHasher, PageKey
 from verikv.page_pool import PagePool
-from verikv.request import Request, RequestStatus
-from verikv.single_type_managers import NULL_PAGE
+from verikv.request import LAST_UNFINISHED, Request, RequestStatus, identity_version
 
 
 class CachePages:
@@ -44,8 +54,8 @@ class CachePages:
 
     Returned by `CacheManager.get_computed_pages` (prefix hits) and
     `CacheManager.allocate_slots` (the new pages); hits go back into ``allocate_slots``.
-    ``page_ids`` holds one id sequence per group: lists, except in the manager's shared
-    "no new page" result of a decode step, whose groups are empty tuples (as vLLM's
+    ``page_ids`` holds one id sequence per group: lists, except in a single-group manager's
+    shared "no new page" result of an allocation, whose group is an empty tuple (as vLLM's
     ``empty_kv_cache_blocks``: it cannot be changed through one result and seen in another).
     `get_page_ids` always returns fresh lists.
     """
@@ -127,7 +137,7 @@ class CachePages:
         if self.page_pool is None:
             raise InvalidArgumentError("these CachePages were built without a pool; keys are unknown")
         key_of = self.page_pool.key_of
-        return [[p for p in ids if p != NULL_PAGE and key_of(p) is None] for ids in self.page_ids]
+        return [[p for p in ids if p != NULL_PAGE_ID and key_of(p) is None] for ids in self.page_ids]
 
     def __add__(self, other: CachePages) -> CachePages:
         """Concatenate group by group; both must have the same number of groups and pool."""
@@ -154,15 +164,16 @@ class CachePages:
             return NotImplemented
         return self.get_page_ids() == other.get_page_ids()
 
-    __hash__: ClassVar[None] = None  # type: ignore[assignment]  # holds mutable lists
+    __hash__ = cast(Any, None)  # unhashable, as the lists it holds
 
     def __repr__(self) -> str:
         return f"CachePages({self.get_page_ids()!r})"
 
 
 class _NoNewPages(CachePages):
-    """The decode fast path's result, shared by every call: one group, no new page. Its
-    group is an empty tuple, so it cannot be changed through one result and seen in another."""
+    """A single-group manager's result of an allocation that takes no page, shared by every such
+    call. Its group is an empty tuple, so it cannot be changed through one result and seen in
+    another."""
 
     __slots__ = ()
 
@@ -174,14 +185,13 @@ class _NoNewPages(CachePages):
         return super().get_page_ids(allow_none, group_ids=group_ids)
 
 
-_PREEMPTED = RequestStatus.PREEMPTED
-#: what the decode test reads for an id without a record: it describes no request
-_NO_RECORD = RequestState(None)
-_ZERO = 0  # `x is _ZERO`: x is the plain int 0 (a fast-path guard; anything else takes the checked path)
+
+#: `x is _ZERO`: x is the plain int 0 (the decode step's guard: anything else takes the checked path)
+_ZERO = 0
 
 
 def _int(value: object, name: str, minimum: int) -> int:
-    """Fast path of `checked_int` for plain ints (the hot path passes plain ints)."""
+    """`checked_int` with a lower bound, a plain int passing without the call."""
     if type(value) is int:
         if value < minimum:
             raise InvalidArgumentError(f"{name} must be >= {minimum}, got {describe(value)}")
@@ -205,6 +215,12 @@ def _request(request: object) -> Request:
     return request
 
 
+def _flag(value: object, name: str) -> bool:
+    if value is not False and value is not True:
+        raise InvalidArgumentError(f"{name} must be a bool, got {describe(value)}")
+    return value
+
+
 class CacheManager:
     """Pages for every request of a scheduler: prefix lookup, allocation, caching, freeing.
 
@@ -224,6 +240,11 @@ class CacheManager:
     callers see the hits they expect) or ``"vllm"`` (vLLM 0.33's rule: in a hybrid each group
     looks one page past the candidate and drops it, so a resent page-aligned prompt keeps its
     hit; `verikv.vllm_eagle`). docs/differences.md compares them.
+
+    Every call that changes state is one pipeline (docs/architecture.md): the request's record
+    is read once (the snapshot), every argument is checked against it and every content key
+    computed (the check stage: a bad argument raises with nothing changed), then the coordinator
+    takes the checked call in one method, which plans (pure) and applies.
     """
 
     def __init__(
@@ -243,8 +264,6 @@ class CacheManager:
         skip_unreachable_sliding_pages: bool = False,
         eagle_rule: str = "drop-once",
     ) -> None:
-        if not isinstance(enable_caching, bool) or not isinstance(use_eagle, bool):
-            raise InvalidArgumentError("enable_caching and use_eagle must be bools")
         dp_size = 1 if data_parallel_size is None else checked_int(data_parallel_size, "data_parallel_size", minimum=1)
         self.hasher: PageHasher = PageHasher(hash_scheme, seed=hash_seed)
         self.coordinator: CacheCoordinator = get_kv_cache_coordinator(
@@ -258,30 +277,27 @@ class CacheManager:
         self.kv_cache_groups: tuple[CacheGroupSpec, ...] = coordinator.kv_cache_groups
         self.max_model_len: int = coordinator.max_model_len
         self.enable_caching: bool = coordinator.enable_caching  # False when there is no group
-        self.use_eagle: bool = use_eagle
+        self.use_eagle: bool = coordinator.use_eagle
         #: whether sliding-window pages that can never serve a hit are left uncached
         self.skip_unreachable_sliding_pages: bool = skip_unreachable_sliding_pages
         #: "drop-once" or "vllm" (see the class docstring)
         self.eagle_rule: str = coordinator.eagle_rule
         #: eSurge's attribute: the first group's page size when caching, else None
         self.page_size: int | None = self.kv_cache_groups[0].kv_cache_spec.page_size if self.enable_caching else None
-        self._caching_key_size = coordinator.key_page_size is not None  # False: only Mamba groups, "none" mode
         #: "none" or "align" (see the class docstring; "none" whenever caching is off)
         self.mamba_cache_mode: str = coordinator.mamba_cache_mode
-        #: a Mamba align group keys the state of the request's computed count, which moves
-        #: without new full pages: caching is then due at every call (`_cache`)
-        self._mamba_align = bool(coordinator._mamba_align)
-        self._key_page_size = coordinator.key_page_size or 1
-        #: whether a decode step's one new key may come from the hasher's key of one full page
-        #: from its parent's key (`PageHasher._page_key`, `hash_request`'s loop body, with no
-        #: extra keys): cheaper than a `hash_request` call for that page (its set-up is per
-        #: call). The page's bytes are the token array's own slice, so only on little-endian
-        #: hosts (`hashing._page_bytes`)
-        self._one_page_keys = sys.byteorder == "little"
+        #: the page size of the request keys, None when no group caches (only Mamba groups in
+        #: "none" mode, or caching off): then no keys are computed
+        self._key_page_size: int | None = coordinator.key_page_size
+        self._mamba_align = self.mamba_cache_mode == "align" and any(
+            m.kind == "mamba_align" for m in coordinator.single_type_managers)
         self._page_sizes = tuple(g.kv_cache_spec.page_size for g in self.kv_cache_groups)
         self._windowed_groups = tuple(m.frees_skipped_pages for m in coordinator.single_type_managers)
-        #: the decode step's result when it needs no new page: shared and immutable
-        self._no_new_page = _NoNewPages._of(((),), self.page_pool)  # type: ignore[arg-type]  # immutable groups
+        #: the no-new-page decode step and the batched step (`verikv.fast_paths`)
+        self._fast = DecodeFastPaths(coordinator, self._caching)
+        #: a single-group allocation's result when it takes no page: shared, its group immutable
+        self._no_new_page = _NoNewPages._of(cast("PageIds", ((),)), self.page_pool) if len(self._page_sizes) == 1 \
+            else None
         #: DP size the shards are cut for (1: no DP); calls may only ask for this size
         self.data_parallel_size: int = dp_size
         #: constructed without a DP size: the first call whose DP is active fixes it (eSurge's
@@ -290,8 +306,9 @@ class CacheManager:
         self.prefix_cache_stats: PrefixCacheStats = PrefixCacheStats()
         log = self.page_pool.event_log
         if log is not None:  # KV events: a call's page reports become its events (docs/events.md)
-            self.allocate_slots = log.recording(self.allocate_slots, self._describer)  # type: ignore[method-assign]
-            self.cache_pages = log.recording(self.cache_pages, self._describer)  # type: ignore[method-assign]
+            # the recorded calls shadow the methods on this instance
+            self.__dict__.update(allocate_slots=log.recording(self.allocate_slots, self._describer),
+                                 cache_pages=log.recording(self.cache_pages, self._describer))
 
     @classmethod
     def from_plan(cls, plan: Any, max_model_len: int, **kwargs: Any) -> CacheManager:
@@ -323,12 +340,12 @@ class CacheManager:
         """How the runs of pages cached for ``request`` in one call are described in events."""
         def describe(group_id: int | None, page_ids: tuple[int, ...]) -> StoreContext:
             gid = group_id or 0
-            rid = request.request_id
             page_size = self._page_sizes[gid]
-            rec = self.coordinator.records[rid]  # it holds the pages it just cached, and their keys
-            first = rec.pages[gid].index(page_ids[0])  # type: ignore[index]
-            stride = page_size // self._key_page_size
-            parent = rec.keys[first * stride - 1] if first else None  # type: ignore[index]
+            # the request holds the pages it just cached, and their keys
+            rec = cast(HeldState, self.coordinator.records[request.request_id])
+            first = rec.pages[gid].index(page_ids[0])
+            stride = page_size // (self._key_page_size or page_size)
+            parent = cast("list[PageKey]", rec.keys)[first * stride - 1] if first else None
             return describe_run(request, self.kv_cache_groups[gid].kv_cache_spec, page_size, first, len(page_ids),
                                 parent, self.hasher.page_extra_keys)
         return describe
@@ -337,108 +354,7 @@ class CacheManager:
         """KV events (stored, removed, all cleared) since the last call; empty unless enabled."""
         return self.page_pool.take_events()
 
-    # ---- DP -------------------------------------------------------------------------------
-
-    def _shard_of(self, request_id: str, dp_shard_hint: object,
-                  data_parallel_size: object) -> tuple[int | None, int | None]:
-        """(shard, dp) for a call: the request's remembered shard while it holds pages, else
-        ``dp_shard_hint % dp`` when the call's DP is active (``data_parallel_size > 1`` divides
-        ``num_pages``; it must then equal the construction value), else (None, None).
-        The arguments are validated in every case, before any change."""
-        held = self.coordinator.holding(request_id)
-        if dp_shard_hint is None and data_parallel_size is None:  # the common call: no DP arguments
-            shard = None if held is None else held.shard
-            return shard, (None if shard is None else self.data_parallel_size)
-        hint = None if dp_shard_hint is None else checked_int(dp_shard_hint, "dp_shard_hint")
-        shard = None
-        dp_size = self.data_parallel_size
-        if data_parallel_size is not None:
-            dp = checked_int(data_parallel_size, "data_parallel_size", minimum=1)
-            if dp > 1 and self.num_pages % dp == 0:
-                if dp != dp_size and not self._dp_open:
-                    raise InvalidArgumentError(
-                        f"data_parallel_size {dp} differs from this manager's {dp_size}")
-                dp_size = dp  # (adopted by `_adopt_dp` once the call succeeds)
-                if hint is not None:
-                    shard = hint % dp
-        if held is not None:
-            shard = held.shard
-        return shard, (None if shard is None else dp_size)
-
-    def _adopt_dp(self, dp: int | None) -> None:
-        """A manager built without a DP size takes the one its first active DP call used."""
-        if dp is not None and self._dp_open:
-            self.data_parallel_size = dp
-            self._dp_open = False
-
-    # ---- request identity (the record is the coordinator's: `RequestState`) ------------------
-
-    def _stale_keys(self, req: Request) -> bool:
-        """True if the id's key list was computed for another `Request` object (a reused id),
-        so it must be dropped before use. Raises if another object holds pages under the id:
-        one id cannot name two live requests (so while pages are held, their holder owns the
-        id's keys, if any). Pure."""
-        rec = self.coordinator.records.get(req._request_id)
-        if rec is None:
-            return False
-        if rec.pages is not None and rec.request is not req:
-            raise InvalidArgumentError(
-                f"request id {req._request_id!r} belongs to another Request object that holds pages")
-        return rec.keys is not None and (rec.request is not req or rec.keys_version != req._identity_version)
-
-    def _drop_keys(self, request_id: str) -> None:
-        """Forget the id's keys and last lookup (the record goes if it holds no pages)."""
-        rec = self.coordinator.records.get(request_id)
-        if rec is not None:
-            rec.keys = rec.lookup = None
-            self.coordinator.forget_if_idle(request_id)
-
-    # ---- keys -------------------------------------------------------------------------------
-
-    def _pending_keys(self, req: Request, count: int | None, stale: bool = False) -> list[PageKey]:
-        """The keys the request's list lacks to hold ``count`` keys (None: one per full key
-        page), computed but not stored, so a failing hash function changes nothing. ``stale``:
-        the kept list is not this object's, start afresh."""
-        rec = None if stale else self.coordinator.records.get(req._request_id)
-        keys = None if rec is None else rec.keys
-        have = 0 if keys is None else len(keys)
-        if count is None:
-            count = len(req._tokens) // self._key_page_size
-        if count <= have:
-            return []
-        return self.hasher.hash_request(  # (request, page_size, start, parent, stop)
-            req, self._key_page_size, have, keys[-1] if keys else None, count)
-
-    def _step_keys(self, req: Request, rec: RequestState | None, num_tokens: int, stale: bool) -> list[PageKey]:
-        """`_caching_keys` for a step of the request whose record (if any) is ``rec``: when the
-        one key due is that of the page after the kept keys and the request has no extra keys
-        (no salt, LoRA or multimodal items), one `PageHasher._page_key` call on that page's bytes
-        (`_one_page_keys`)."""
-        kept = None if stale or rec is None else rec.keys
-        size = self._key_page_size
-        # caching needs one key per full key page (the key page size is that of a caching group:
-        # `CacheCoordinator.keys_needed` is ``num_tokens // size`` whenever a group caches)
-        if (kept and self._one_page_keys and self._caching_key_size and num_tokens // size == len(kept) + 1
-                and _plain(req)):
-            start = len(kept) * size
-            return [self.hasher._page_key(kept[-1], req._tokens[start:start + size].tobytes(), None, b"")]
-        return self._caching_keys(req, num_tokens, stale)
-
-    def _store_keys(self, req: Request, new: list[PageKey]) -> tuple[RequestState, list[PageKey]]:
-        """Append keys from `_pending_keys` to the request's list (the record and the list are
-        created on first use); returns the record and its list."""
-        rec = self.coordinator.record_for(req._request_id, req)
-        return rec, self._store_in(rec, req, new)
-
-    @staticmethod
-    def _store_in(rec: RequestState, req: Request, new: list[PageKey]) -> list[PageKey]:
-        """`_store_keys` for the request's record ``rec``: returns its list."""
-        keys = rec.keys
-        if keys is None:
-            keys = rec.keys = []
-            rec.request, rec.keys_version = req, req._identity_version
-        keys += new
-        return keys
+    # ---- prefix lookup --------------------------------------------------------------------------
 
     def get_computed_pages(
         self, request: Request, *, dp_shard_hint: int | None = None, data_parallel_size: int | None = None,
@@ -452,30 +368,32 @@ class CacheManager:
         by `allocate_slots`). Skipped (no hit, no statistics) when caching is off or the request
         wants prompt logprobs.
         """
-        req = request if type(request) is Request else _request(request)
-        if req._status > _PREEMPTED:
-            raise InvalidArgumentError(f"request {req.request_id!r} is finished")
-        if max_cache_hit_length is not None:
-            max_cache_hit_length = _int(max_cache_hit_length, "max_cache_hit_length", 0)
-        shard, dp = self._shard_of(req._request_id, dp_shard_hint, data_parallel_size)
-        stale = self._stale_keys(req)
-        looked_up = self.enable_caching and not req._prompt_logprobs
-        new = self._pending_keys(req, None, stale) if looked_up and self._caching_key_size else []
-        # every check and every key is done: now the state changes
-        self._adopt_dp(dp)
-        if stale:
-            self._drop_keys(req._request_id)
-        if not looked_up:
-            return self.create_empty_page_list(), 0
-        rec, keys = self._store_keys(req, new) if self._caching_key_size else (None, [])
-        num_tokens = len(req._tokens)
-        cap = num_tokens - 1 if max_cache_hit_length is None else min(num_tokens - 1, max_cache_hit_length)
-        hits, length = self.coordinator.find_longest_cache_hit(keys, cap, shard, dp)
-        self.prefix_cache_stats.record(num_tokens, length)
-        result = CachePages._of(hits, self.page_pool)
-        if rec is not None:  # (no record: no group caches, so there is never a hit to check)
-            rec.lookup = (result, self.page_pool.key_version, length, shard, tuple(map(list, hits)))
-        return result, length
+        req = _request(request)
+        rec = self.coordinator.records.get(req.request_id)  # the snapshot
+        step = self._checked_lookup(req, rec, dp_shard_hint, data_parallel_size, max_cache_hit_length)
+        hits, length = self.coordinator.lookup(step)
+        self._adopt_dp(step.dp)
+        if step.looked_up:
+            self.prefix_cache_stats.record(req.num_tokens, length)
+        return CachePages._of(hits, self.page_pool), length
+
+    def _checked_lookup(self, req: Request, rec: RequestState | None, dp_shard_hint: object,
+                        data_parallel_size: object, max_cache_hit_length: object) -> LookupStep:
+        """The check stage of `get_computed_pages`: every argument checked against the record
+        ``rec`` and the keys the request's list lacks computed. Pure."""
+        request_id, status = req.request_id, req.status
+        if status > LAST_UNFINISHED:
+            raise InvalidArgumentError(f"request {request_id!r} is finished")
+        cap = None if max_cache_hit_length is None else _int(max_cache_hit_length, "max_cache_hit_length", 0)
+        shard, dp = self._shard_of(rec, dp_shard_hint, data_parallel_size)
+        stale = self._stale_keys(req, rec)
+        looked_up = self.enable_caching and not req.prompt_logprobs
+        num_tokens = req.num_tokens
+        new_keys = None
+        if looked_up and self._key_page_size is not None:
+            new_keys = self._new_keys(req, None if stale or rec is None else rec.keys, num_tokens)
+        max_length = num_tokens - 1 if cap is None else min(num_tokens - 1, cap)
+        return LookupStep(req, request_id, new_keys, stale, looked_up, max_length, shard, dp)
 
     # ---- allocation -------------------------------------------------------------------------
 
@@ -504,162 +422,267 @@ class CacheManager:
         All or nothing (INV-ATOMIC): returns the new pages per group, or None having changed
         nothing when they do not fit. Lookahead slots beyond ``max_model_len`` are dropped;
         real tokens beyond it raise. Unless caching is off or ``delay_cache_pages``, full pages
-        up to the computed tokens are then registered in the prefix cache.
+        up to the computed tokens are then registered in the prefix cache. With one cache group,
+        a call that takes no new page returns the manager's one shared result (its group is
+        empty and cannot be changed).
         """
-        if (new_computed_pages is None and dp_shard_hint is None and data_parallel_size is None
-                and num_new_computed_tokens is _ZERO and num_lookahead_tokens is _ZERO
-                and num_external_computed_tokens is _ZERO and delay_cache_pages is False
-                and type(request) is Request and type(num_new_tokens) is int and num_new_tokens > 0):
-            # A decode step: every argument in its plain form (separate tests: a chained `is` costs
-            # more). The coordinator decides it when nothing is to cache; else the keys come first
-            # (`_decode_step_and_cache`)
-            new = self.coordinator.decode_step(request, num_new_tokens)
-            if new is not None:
-                return CachePages._of((new,), self.page_pool) if new else self._no_new_page
-            result = self._decode_step_and_cache(request, num_new_tokens)
-            if result is not None:
-                return result
-        return self._allocate_slots(request, num_new_tokens, num_new_computed_tokens, new_computed_pages,
-                                    num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size,
-                                    num_external_computed_tokens)
+        if (num_new_computed_tokens is _ZERO and new_computed_pages is None and num_lookahead_tokens is _ZERO
+                and delay_cache_pages is False and dp_shard_hint is None and data_parallel_size is None
+                and num_external_computed_tokens is _ZERO and type(num_new_tokens) is int and num_new_tokens > 0
+                and type(request) is Request):  # a plain decode step (separate tests: a chained `is` costs more)
+            checked = self._fast.step(request, num_new_tokens)  # the check and plan stages, for this shape
+            if checked is True:
+                return self._no_new_page
+            if checked is not False:
+                held, computed, num_tokens, cache_keys, cache_tokens, new_pages = checked
+                if new_pages is None:
+                    return None
+                new = self.coordinator.extend(held, new_pages, None, None, num_tokens, cache_keys, cache_tokens,
+                                              computed)
+                return self._no_new_page if not new[0] else CachePages._of(new, self.page_pool)
+        req = _request(request)
+        rec = self.coordinator.records.get(req.request_id)  # the snapshot
+        step = self._checked_allocation(req, rec, num_new_tokens, num_new_computed_tokens, new_computed_pages,
+                                        num_lookahead_tokens, delay_cache_pages, dp_shard_hint, data_parallel_size,
+                                        num_external_computed_tokens)
+        return self._allocated(step)
 
-    def _decode_step_and_cache(self, req: Request, num_new_tokens: int) -> CachePages | None:
-        """A decode step (plain arguments) of an object that holds pages and fills a key page:
-        the keys first (nothing changes if hashing fails), then the coordinator's step
-        (`CacheCoordinator.extend_held`), then caching. None (nothing changed) when caching is
-        not due or the step is not one the coordinator takes alone: the general path decides."""
-        rec = self.coordinator.records.get(req._request_id, _NO_RECORD)
-        if rec.request is not req or rec.pages is None or req._status > _PREEMPTED:
-            return None
-        num_tokens = req._num_computed_tokens + num_new_tokens
-        cached = min(num_tokens, len(req._tokens))
-        if cached < rec.cache_at:
-            return None
-        new_keys = self._step_keys(req, rec, cached, False)
-        new = self.coordinator.extend_held(rec, num_tokens)
+    def _allocated(self, step: AllocationStep) -> CachePages | None:
+        """The result of a checked allocation: the coordinator plans and applies it (None: it did
+        not fit, nothing changed); a manager built without a DP size then adopts the call's."""
+        new = self.coordinator.allocate(step)
         if new is None:
             return None
-        self._cache(rec, req, cached, new_keys)
-        return CachePages._of((new,), self.page_pool) if new else self._no_new_page
+        if step.dp is not None:
+            self._adopt_dp(step.dp)
+        if self._no_new_page is not None and not new[0]:
+            return self._no_new_page
+        return CachePages._of(new, self.page_pool)
 
-    def _allocate_slots(
-        self, request: object, num_new_tokens: object, num_new_computed_tokens: object, new_computed_pages: object,
-        num_lookahead_tokens: object, delay_cache_pages: object, dp_shard_hint: object, data_parallel_size: object,
-        num_external_computed_tokens: object = 0,
-    ) -> CachePages | None:
-        """`allocate_slots` in general: validate every argument, allocate, cache."""
-        req = request if type(request) is Request else _request(request)
+    def _checked_allocation(
+        self, req: Request, rec: RequestState | None, num_new_tokens: object, num_new_computed_tokens: object,
+        new_computed_pages: object, num_lookahead_tokens: object, delay_cache_pages: object, dp_shard_hint: object,
+        data_parallel_size: object, num_external_computed_tokens: object,
+    ) -> AllocationStep:
+        """The check stage of `allocate_slots`: every argument checked against the record ``rec``
+        (the snapshot) and the keys its caching needs computed. Pure."""
+        request_id, status, computed = req.request_id, req.status, req.num_computed_tokens
         external = _int(num_external_computed_tokens, "num_external_computed_tokens", 0)
         if external and self._mamba_align:
             raise InvalidArgumentError("external computed tokens are not supported with Mamba align groups")
-        num_new_tokens = _int(num_new_tokens, "num_new_tokens", 0 if external else 1)
-        num_new_computed_tokens = _int(num_new_computed_tokens, "num_new_computed_tokens", 0)
-        num_lookahead_tokens = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
-        if delay_cache_pages is not False and delay_cache_pages is not True:
-            raise InvalidArgumentError(f"delay_cache_pages must be a bool, got {describe(delay_cache_pages)}")
-        if req._status > _PREEMPTED:
-            raise InvalidArgumentError(f"request {req._request_id!r} is finished")
-        num_tokens = req._num_computed_tokens + num_new_computed_tokens + external + num_new_tokens
-        held = self.coordinator.holding(req._request_id)
-        num_slots = self._checked_slots(req, held, num_tokens, num_new_tokens, num_lookahead_tokens)
-        stale = self._stale_keys(req)
-        # Keys for the caching step are computed before anything changes (INV-ATOMIC).
-        cached = min(num_tokens, len(req._tokens))
-        cache_at = held.cache_at if held is not None else self.coordinator.initial_cache_at
-        new_keys = (self._caching_keys(req, cached, stale)
-                    if not delay_cache_pages and self.kv_cache_groups and cached >= cache_at else None)
-        new = self._allocate(req, held, num_slots, num_new_computed_tokens, new_computed_pages,
-                             dp_shard_hint, data_parallel_size, stale, num_tokens)
-        if new is None:
-            return None
-        if new_keys is not None:
-            self._cache(self.coordinator.records[req._request_id], req, cached, new_keys)
-        return CachePages._of(new, self.page_pool)
+        num_new = _int(num_new_tokens, "num_new_tokens", 0 if external else 1)
+        num_hit = _int(num_new_computed_tokens, "num_new_computed_tokens", 0)
+        lookahead = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
+        delay = _flag(delay_cache_pages, "delay_cache_pages")
+        if status > LAST_UNFINISHED:
+            raise InvalidArgumentError(f"request {request_id!r} is finished")
+        held = rec if type(rec) is HeldState else None
+        num_tokens = computed + num_hit + external + num_new
+        num_slots = self._checked_slots(request_id, computed, held, num_tokens, num_new, lookahead)
+        stale = self._stale_keys(req, rec)
+        shard, dp = self._shard_of(rec, dp_shard_hint, data_parallel_size)
+        hits = self._checked_hits(req, rec, new_computed_pages, num_hit, shard, dp, stale)
+        if held is not None and self._mamba_align:
+            check_states_move_forward(self.coordinator.single_type_managers, held.pages, computed, num_tokens)
+        cache_keys, cache_tokens = (None, 0) if delay else self._caching(req, rec, held, num_tokens, stale)
+        return AllocationStep(request_id, req, held, computed, num_tokens, num_slots, hits, shard, dp, cache_keys,
+                              cache_tokens, stale)
 
-    def _checked_slots(self, req: Request, held: RequestState | None, num_tokens: int, num_new_tokens: int,
-                       num_lookahead_tokens: int) -> int:
+    def _checked_slots(self, request_id: str, computed: int, held: HeldState | None, num_tokens: int,
+                       num_new_tokens: int, num_lookahead_tokens: int) -> int:
         """The slots to cover: ``num_tokens`` (which must fit ``max_model_len``) plus the
         lookahead, capped at ``max_model_len``. A request holding nothing must have no
         computed tokens (its KV is gone)."""
         max_model_len = self.max_model_len
-        request_id = req._request_id
         if num_tokens > max_model_len:
             raise InvalidArgumentError(
                 f"request {request_id!r}: {describe(num_tokens - num_new_tokens)} computed (local and external) + "
                 f"{describe(num_new_tokens)} new tokens exceed max_model_len {max_model_len}")
-        if req._num_computed_tokens and self.kv_cache_groups and held is None:
+        if computed and self.kv_cache_groups and held is None:
             raise InvalidArgumentError(
                 f"request {request_id!r} holds no pages but has num_computed_tokens="
-                f"{req._num_computed_tokens}: its KV is gone (reset num_computed_tokens to 0 on preemption)")
+                f"{computed}: its KV is gone (reset num_computed_tokens to 0 on preemption)")
         return min(num_tokens + num_lookahead_tokens, max_model_len)
 
-    def _allocate(
-        self, req: Request, held: RequestState | None, num_slots: int, num_new_computed_tokens: int,
-        new_computed_pages: object, dp_shard_hint: object, data_parallel_size: object, stale: bool,
-        num_tokens: int | None = None,
-    ) -> PageIds | None:
-        """The general allocation: resolve the shard, check the hits, let the coordinator plan
-        and apply it; None (nothing changed) when it does not fit. ``stale``: the id's kept
-        keys belong to another object (`_stale_keys`), dropped once the allocation is made.
-        ``num_tokens``: the step's end without lookahead slots (where Mamba states go)."""
-        request_id = req._request_id
-        shard, dp = self._shard_of(request_id, dp_shard_hint, data_parallel_size)
-        hits = None
-        if new_computed_pages is not None or num_new_computed_tokens:
-            if stale:
-                raise InvalidArgumentError(f"these hits were not looked up for this request {request_id!r}")
-            hits = self._checked_hits(req, new_computed_pages, num_new_computed_tokens, shard, dp)
-        if self._mamba_align:  # Mamba states go to the step's end, lookahead slots excluded
-            new = self.coordinator.allocate_slots(request_id, req._num_computed_tokens, num_slots, hits, shard, dp,
-                                                  num_state_tokens=num_tokens)
+    def _caching(self, req: Request, rec: RequestState | None, held: HeldState | None, num_tokens: int,
+                 stale: bool) -> tuple[list[PageKey] | None, int]:
+        """What an allocation to ``num_tokens`` tokens caches: the keys it needs and the computed
+        tokens whose full pages it registers, when those reach the record's next caching point
+        (`HeldState.cache_at`: before it, no group has a new full page); ``(None, 0)`` otherwise."""
+        cache_at = self.coordinator.initial_cache_at if held is None else held.cache_at
+        if num_tokens < cache_at or not self.kv_cache_groups:
+            return None, 0
+        known = len(req.token_array)
+        cached = num_tokens if num_tokens <= known else known  # (lookahead slots hold no computed token)
+        if cached < cache_at:
+            return None, 0
+        return self._new_keys(req, None if stale or rec is None else rec.keys, cached), cached
+
+    # ---- the batched step -------------------------------------------------------------------
+
+    def allocate_slots_batch(
+        self,
+        requests: Sequence[Request],
+        num_new_tokens: int | Sequence[int],
+        num_lookahead_tokens: int = 0,
+        delay_cache_pages: bool = False,
+        *,
+        data_parallel_size: int | None = None,
+    ) -> list[CachePages | None]:
+        """One step for many requests: ``allocate_slots(request, n, 0, None, num_lookahead_tokens,
+        delay_cache_pages, data_parallel_size=data_parallel_size)`` for each pair in order
+        (``num_new_tokens``: one count per request, or one int for all).
+
+        Returns one result per request: its new pages per group, or None when they did not fit,
+        having changed nothing for it (INV-ATOMIC per request; the later requests still run, so
+        a smaller one may fit after a larger one did not). Every argument is checked and every
+        content key computed before anything changes: a bad element raises, as does a failing
+        hash function, and the whole batch changes nothing. Request ids must be distinct. No
+        hits and no DP hint: a request holding no pages gets them from the whole pool (admit new
+        requests with a lookup and a single `allocate_slots`).
+        """
+        fast = None
+        if num_lookahead_tokens is _ZERO and delay_cache_pages is False and data_parallel_size is None:
+            fast = self._fast.batch_steps(requests, num_new_tokens)  # None: not a plain batch
+        if fast is None:
+            reqs, counts = self._checked_batch(requests, num_new_tokens)
+            fast = [(i, None) for i in range(len(reqs))]
+        else:  # a plain batch (`DecodeFastPaths.batch_steps` checked its form): only its uncovered positions run
+            reqs = requests
+            counts = num_new_tokens if isinstance(num_new_tokens, list) else [num_new_tokens] * len(reqs)
+        steps = [(i, step or self._checked_allocation(
+                     reqs[i], self.coordinator.records.get(reqs[i].request_id), counts[i], 0, None,
+                     num_lookahead_tokens, delay_cache_pages, None, data_parallel_size, 0))
+                 for i, step in fast]
+        # every element is checked and every key computed: from here on the state changes
+        results: list[CachePages | None] = [self._no_new_page] * len(reqs)
+        log = self.page_pool.event_log
+        # with KV events, each element is one recorded call, as the single call it stands for
+        apply = self._allocated_element if log is None else log.recording(self._allocated_element, self._describer)
+        for i, step in steps:
+            results[i] = apply(reqs[i], step)
+        return results
+
+    def _allocated_element(self, request: Request, step: AllocationStep) -> CachePages | None:
+        """`_allocated` for one element of a batch (``request``: the element, for KV events)."""
+        return self._allocated(step)
+
+    def _checked_batch(self, requests: object, num_new_tokens: object) -> tuple[Sequence[Request], Sequence[object]]:
+        """The batch's requests and one count per request (each count is checked with its
+        element); distinct ids make each element's check independent of the elements before it,
+        as an allocation changes only its own request's record. Pure."""
+        if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
+            raise InvalidArgumentError(f"requests must be a sequence of verikv.Request, got {describe(requests)}")
+        reqs = [_request(r) for r in requests]
+        if isinstance(num_new_tokens, Sequence) and not isinstance(num_new_tokens, (str, bytes)):
+            counts: Sequence[object] = num_new_tokens
+            if len(counts) != len(reqs):
+                raise InvalidArgumentError(f"{len(reqs)} requests but {len(counts)} token counts")
         else:
-            new = self.coordinator.allocate_slots(request_id, req._num_computed_tokens, num_slots, hits, shard, dp)
-        if new is None:
-            return None
-        self._adopt_dp(dp)
-        if stale:
-            self._drop_keys(request_id)
-        if held is None and self.kv_cache_groups:  # its first pages: the record now describes req
-            rec = self.coordinator.records[request_id]
-            rec.request = req
-            req._holders += 1
-        return new
+            counts = [num_new_tokens] * len(reqs)
+        if len({req.request_id for req in reqs}) != len(reqs):
+            raise InvalidArgumentError("a request appears twice in the batch (one step schedules a request once)")
+        return reqs, counts
+
+    # ---- checks shared by the calls ---------------------------------------------------------
+
+    def _shard_of(self, rec: RequestState | None, dp_shard_hint: object,
+                  data_parallel_size: object) -> tuple[int | None, int | None]:
+        """(shard, dp) for a call: the request's remembered shard while it holds pages, else
+        ``dp_shard_hint % dp`` when the call's DP is active (``data_parallel_size > 1`` divides
+        ``num_pages``; it must then equal the construction value), else (None, None).
+        The arguments are validated in every case, before any change."""
+        held_shard = rec.shard if type(rec) is HeldState else None
+        if dp_shard_hint is None and data_parallel_size is None:  # the common call: no DP arguments
+            return held_shard, (None if held_shard is None else self.data_parallel_size)
+        hint = None if dp_shard_hint is None else checked_int(dp_shard_hint, "dp_shard_hint")
+        shard = None
+        dp_size = self.data_parallel_size
+        if data_parallel_size is not None:
+            dp = checked_int(data_parallel_size, "data_parallel_size", minimum=1)
+            if dp > 1 and self.num_pages % dp == 0:
+                if dp != dp_size and not self._dp_open:
+                    raise InvalidArgumentError(
+                        f"data_parallel_size {dp} differs from this manager's {dp_size}")
+                dp_size = dp  # (adopted by `_adopt_dp` once the call succeeds)
+                if hint is not None:
+                    shard = hint % dp
+        if type(rec) is HeldState:
+            shard = held_shard
+        return shard, (None if shard is None else dp_size)
+
+    def _adopt_dp(self, dp: int | None) -> None:
+        """A manager built without a DP size takes the one its first successful active DP call used."""
+        if dp is not None and self._dp_open:
+            self.data_parallel_size = dp
+            self._dp_open = False
+
+    def _stale_keys(self, req: Request, rec: RequestState | None) -> bool:
+        """True if the id's kept keys were computed for another `Request` object (a reused id) or
+        an older identity of this one, so they are dropped before use. Raises if another object
+        holds pages under the id: one id cannot name two live requests (so while pages are held,
+        their holder owns the id's keys, if any). Pure."""
+        if rec is None:
+            return False
+        if type(rec) is HeldState and rec.request is not req:
+            raise InvalidArgumentError(
+                f"request id {req.request_id!r} belongs to another Request object that holds pages")
+        return rec.keys is not None and (rec.request is not req or rec.keys_version != identity_version(req))
+
+    # ---- keys -------------------------------------------------------------------------------
+
+    def _new_keys(self, req: Request, kept: list[PageKey] | None, num_tokens: int) -> list[PageKey]:
+        """The keys a list holding ``kept`` (None: none) lacks to hold one per full key page of
+        ``num_tokens`` tokens, computed but not stored, so a failing hash function changes
+        nothing. None when no group caches (`CacheCoordinator.keys_needed` is then 0). A step
+        that fills one page hashes it alone (`PageHasher.page_key`)."""
+        size = self._key_page_size
+        if size is None:
+            return []
+        count = num_tokens // size
+        have = 0 if kept is None else len(kept)
+        if count <= have:
+            return []
+        if kept and count == have + 1:
+            return [self.hasher.page_key(req, size, have, kept[-1])]
+        return self.hasher.hash_request(req, size, have, kept[-1] if kept else None, count)
 
     # ---- prefix hits given back to allocate_slots ---------------------------------------------
 
-    def _checked_hits(
-        self, req: Request, pages: object, num_new_computed_tokens: int, shard: int | None, dp: int | None
-    ) -> PageIds | None:
+    def _checked_hits(self, req: Request, rec: RequestState | None, pages: object, num_new_computed_tokens: int,
+                      shard: int | None, dp: int | None, stale: bool) -> PageIds | None:
         """The hit ids if they are a current lookup result for this request covering exactly
         ``num_new_computed_tokens`` tokens; None when there is no hit at all. The shape is
-        always checked; the page-by-page key comparison is skipped only for the request's own
-        last lookup result, unchanged, while no key has changed since (INV-HIT-SAFE)."""
+        always checked; where null placeholders sit and the page-by-page key comparison are
+        skipped only for the request's own last lookup result, unchanged, while no key has
+        changed since (INV-HIT-SAFE)."""
+        if pages is None and num_new_computed_tokens == 0:
+            return None
+        request_id = req.request_id
+        if stale:
+            raise InvalidArgumentError(f"these hits were not looked up for this request {request_id!r}")
         ids = self._hit_ids(pages)
         if num_new_computed_tokens == 0 and not any(ids):
             return None
-        request_id = req._request_id
         if not self.enable_caching:
             raise InvalidArgumentError("prefix caching is off: there can be no computed pages")
-        rec = self.coordinator.records.get(request_id)
-        if rec is not None and rec.pages is not None:
+        if type(rec) is HeldState:
             raise InvalidArgumentError(f"request {request_id!r} already holds pages; hits are only taken first")
         self._check_hit_lengths(ids, num_new_computed_tokens)
         self._check_hit_ids(ids)
-        if rec is None or not self._is_last_lookup(rec, pages, num_new_computed_tokens, shard):
+        if rec is None or not self._is_last_lookup(rec.last_lookup, ids, num_new_computed_tokens, shard):
             self._check_hit_nulls(ids)  # (the last lookup's own ids hold them where its groups' rules put them)
             self._check_hit_keys(ids, () if rec is None or rec.keys is None else rec.keys)
         if shard is not None:
-            self._check_hit_shard(ids, shard, dp)
+            self._check_hit_shard(ids, shard, cast(int, dp))
         return ids
 
-    def _is_last_lookup(self, rec: RequestState, pages: object, num_new_computed_tokens: int,
+    def _is_last_lookup(self, last: LastLookup | None, ids: PageIds, num_new_computed_tokens: int,
                         shard: int | None) -> bool:
-        """``pages`` is the record's last lookup result, for the same length and shard, with
-        the same ids, and no key of the pool has changed since."""
-        last = rec.lookup
-        return (last is not None and last[0] is pages and last[1] == self.page_pool.key_version
-                and last[2] == num_new_computed_tokens and last[3] == shard
-                and last[4] == pages.page_ids)  # type: ignore[attr-defined]  # (it is last[0])
+        """``ids`` are the record's last lookup's, for the same length and shard, and no key of
+        the pool has changed since."""
+        return (last is not None and last.key_version == self.page_pool.key_version
+                and last.num_tokens == num_new_computed_tokens and last.shard == shard and last.page_ids == ids)
 
     def _hit_ids(self, pages: object) -> PageIds:
         """The ids of ``new_computed_pages`` (None: no hit), one list per group of this pool."""
@@ -693,24 +716,19 @@ class CacheManager:
                 raise ForeignPageError(f"page id {describe(page)} is not a page of this pool (0..{self.num_pages - 1})")
 
     def _check_hit_nulls(self, ids: PageIds) -> None:
-        """Null placeholders only lead, in windowed groups (`_check_hit_placeholders`); the ids
-        are exact ints (`_check_hit_ids`)."""
-        for gid, group_ids in enumerate(ids):
-            if NULL_PAGE in group_ids:
-                self._check_hit_placeholders(gid, group_ids)
-
-    def _check_hit_placeholders(self, gid: int, group_ids: Sequence[int]) -> None:
         """Null placeholders in a group's hit only lead, and only where the group's rule makes
         them: a windowed group, or a Mamba align group (placeholders, then one state page)."""
-        first_real = next((j for j, p in enumerate(group_ids) if p != NULL_PAGE), len(group_ids))
-        if first_real and not self._windowed_groups[gid]:
-            raise InvalidArgumentError(f"group {gid}: null page at hit position 0")
-        if NULL_PAGE in group_ids[first_real:]:
-            j = group_ids.index(NULL_PAGE, first_real)
-            raise InvalidArgumentError(f"group {gid}: null page at hit position {j}")
-        if first_real != len(group_ids) - 1 and self._mamba_align \
-                and self.coordinator.single_type_managers[gid].kind == "mamba_align":
-            raise InvalidArgumentError(f"group {gid}: a Mamba hit is null placeholders then one state page")
+        for gid, group_ids in enumerate(ids):
+            if NULL_PAGE_ID not in group_ids:
+                continue
+            first_real = next((j for j, p in enumerate(group_ids) if p != NULL_PAGE_ID), len(group_ids))
+            if first_real and not self._windowed_groups[gid]:
+                raise InvalidArgumentError(f"group {gid}: null page at hit position 0")
+            if NULL_PAGE_ID in group_ids[first_real:]:
+                j = group_ids.index(NULL_PAGE_ID, first_real)
+                raise InvalidArgumentError(f"group {gid}: null page at hit position {j}")
+            if first_real != len(group_ids) - 1 and self.coordinator.single_type_managers[gid].kind == "mamba_align":
+                raise InvalidArgumentError(f"group {gid}: a Mamba hit is null placeholders then one state page")
 
     def _check_hit_keys(self, ids: PageIds, keys: Sequence[PageKey]) -> None:
         """Every real hit page holds this request's key at its position (INV-HIT-SAFE)."""
@@ -721,87 +739,44 @@ class CacheManager:
                     f"group {m.kv_cache_group_id}: page {group_ids[j]} at hit position {j} does not hold "
                     f"this request's content (stale or foreign hit)")
 
-    def _check_hit_shard(self, ids: PageIds, shard: int, dp: int | None) -> None:
+    def _check_hit_shard(self, ids: PageIds, shard: int, dp: int) -> None:
         """Every real hit page lies in the request's DP shard."""
-        lo, hi = dp_shard_page_bounds(shard, self.num_pages // dp)  # type: ignore[operator]
+        lo, hi = dp_shard_page_bounds(shard, self.num_pages // dp)
         for group_ids in ids:
             for page in group_ids:
-                if page != NULL_PAGE and not lo <= page < hi:
+                if page != NULL_PAGE_ID and not lo <= page < hi:
                     raise ForeignPageError(f"hit page {page} is outside DP shard {shard}")
 
     # ---- caching and freeing ------------------------------------------------------------------
-
-    def _caching_keys(self, req: Request, num_tokens: int, stale: bool = False) -> list[PageKey]:
-        """The keys caching up to ``num_tokens`` tokens still needs (computed, not stored): one
-        per full key page when a group caches (`CacheCoordinator.keys_needed`: the key page
-        size is that of a caching group), else none."""
-        return self._pending_keys(req, num_tokens // self._key_page_size if self._caching_key_size else 0, stale)
-
-    def _cache(self, rec: RequestState, req: Request, num_tokens: int, new_keys: list[PageKey]) -> None:
-        """Cache the request's full pages up to ``num_tokens`` tokens (its held pages, caching
-        on), storing the keys `_caching_keys` computed for it first.
-
-        Then caching is next due at the end of the following key page (`RequestState.cache_at`):
-        before that no group has a new full page (every page size is a multiple of the key page
-        size), so allocations skip the call.
-        """
-        keys = self._store_in(rec, req, new_keys)
-        if self._mamba_align:  # a state is keyed at the request's computed count: due at every call
-            self.coordinator.cache_held(rec, keys, num_tokens, req._num_computed_tokens)
-            return
-        self.coordinator.cache_held(rec, keys, num_tokens)
-        self._cached_up_to(rec, num_tokens)
-
-    def _cached_up_to(self, rec: RequestState, num_tokens: int) -> None:
-        """Caching is next due at the end of the key page after ``num_tokens`` tokens, or never
-        (``max_model_len + 1``) when that page ends past ``max_model_len``."""
-        due = (num_tokens // self._key_page_size + 1) * self._key_page_size
-        if due > rec.cache_at:
-            rec.cache_at = due if due <= self.max_model_len else self.max_model_len + 1
-
-    def _cache_batch(self, records: list[RequestState], reqs: list[Request], num_tokens: list[int],
-                     new_keys: list[list[PageKey]]) -> None:
-        """`_cache` for each of distinct records in order, the pages registered together
-        (`CacheCoordinator.cache_held_batch`). Only steps `CacheCoordinator.held_steps` took
-        come here: one group that never drops pages, so never a Mamba align state."""
-        store = self._store_in
-        key_lists = [store(rec, req, keys) for rec, req, keys in zip(records, reqs, new_keys)]
-        self.coordinator.cache_held_batch(records, key_lists, num_tokens)
-        for rec, n in zip(records, num_tokens):
-            self._cached_up_to(rec, n)
 
     def cache_pages(self, request: Request, num_computed_tokens: int) -> None:
         """Register the request's full pages up to ``num_computed_tokens`` tokens (e.g. after a
         delayed allocation). A lower count than already cached is a no-op; no-op without caching."""
         req = _request(request)
-        rec = self.coordinator.holding(req.request_id)
-        if rec is None:
-            raise UnknownRequestError(f"request {req.request_id!r} holds no pages")
-        self._stale_keys(req)  # raises if the pages belong to another object with this id
+        request_id, computed = req.request_id, req.num_computed_tokens
+        rec = self.coordinator.records.get(request_id)  # the snapshot
+        if type(rec) is not HeldState:
+            raise UnknownRequestError(f"request {request_id!r} holds no pages")
+        self._stale_keys(req, rec)  # raises if the pages belong to another object with this id
         n = _int(num_computed_tokens, "num_computed_tokens", 0)
         if n > req.num_tokens:
             raise InvalidArgumentError(
                 f"num_computed_tokens {describe(n)} exceeds the request's {req.num_tokens} tokens")
-        for gid, (ps, pages) in enumerate(zip(self._page_sizes, rec.pages)):  # type: ignore[arg-type]
+        for gid, (ps, pages) in enumerate(zip(self._page_sizes, rec.pages)):
             if n // ps > len(pages):
                 raise InvalidArgumentError(
                     f"group {gid}: {n} tokens span {n // ps} pages, the request holds {len(pages)}")
         if self.enable_caching:
-            self._cache(rec, req, n, self._caching_keys(req, n))
+            self.coordinator.cache(rec, self._new_keys(req, rec.keys, n), n, computed)
 
     def free(self, request: Request) -> None:
         """Release all the request's pages (each group last page first). Its keys are kept for
         a resumption (`free_page_hashes` drops them). No-op for a request without pages."""
-        request_id = _request(request).request_id
-        rec = self.coordinator.holding(request_id)
-        if rec is not None:
-            if rec.request is not None:
-                rec.request._holders -= 1
-            self.coordinator.free(request_id)
+        self.coordinator.free(_request(request).request_id)
 
     def free_page_hashes(self, request: Request) -> None:
         """Forget the request's content keys (on finish). No-op if it has none."""
-        self._drop_keys(_request(request).request_id)
+        self.coordinator.drop_keys(_request(request).request_id)
 
     def reset_prefix_cache(self) -> bool:
         """Drop every cached key, only when no page is held (returns False and changes nothing
@@ -831,7 +806,7 @@ class CacheManager:
             if self.coordinator.holding(request_id) is not None and req.status is not RequestStatus.RUNNING:
                 raise InvalidArgumentError(f"request {request_id!r} is {req.status.name}, not RUNNING")
         if num_running_requests is None:
-            n = sum(1 for rec in self.coordinator.records.values() if rec.pages is not None)
+            n = len(self.request_ids())
         else:
             n = _int(num_running_requests, "num_running_requests", 1)
         if self.coordinator.holding(request_id) is None:
@@ -851,7 +826,7 @@ class CacheManager:
 
     def request_ids(self) -> list[str]:
         """Ids of the requests that hold pages."""
-        return [rid for rid, rec in self.coordinator.records.items() if rec.pages is not None]
+        return [rid for rid, rec in self.coordinator.records.items() if type(rec) is HeldState]
 
     def num_cached_pages(self, request_id: str) -> list[int]:
         """Per group, how many leading pages of the request are registered in the cache."""
@@ -882,186 +857,3 @@ class CacheManager:
         if held is None:
             raise UnknownRequestError(f"request {describe(request_id)} holds no pages")
         return held.shard
-
-    # ---- the batched decode step ----------------------------------------------------------------
-
-    def allocate_slots_batch(
-        self,
-        requests: Sequence[Request],
-        num_new_tokens: int | Sequence[int],
-        num_lookahead_tokens: int = 0,
-        delay_cache_pages: bool = False,
-        *,
-        data_parallel_size: int | None = None,
-    ) -> list[CachePages | None]:
-        """One step for many requests: ``allocate_slots(request, n, 0, None, num_lookahead_tokens,
-        delay_cache_pages, data_parallel_size=data_parallel_size)`` for each pair in order
-        (``num_new_tokens``: one count per request, or one int for all).
-
-        Returns one result per request: its new pages per group, or None when they did not fit,
-        having changed nothing for it (INV-ATOMIC per request; the later requests still run, so
-        a smaller one may fit after a larger one did not). Every argument is checked and every
-        content key computed before anything changes: a bad element raises, as does a failing
-        hash function, and the whole batch changes nothing. Request ids must be distinct. No
-        hits and no DP hint: a request holding no pages gets them from the whole pool (admit new
-        requests with a lookup and a single `allocate_slots`).
-        """
-        work = None
-        if num_lookahead_tokens is _ZERO and delay_cache_pages is False and data_parallel_size is None:
-            work = self._decode_work(requests, num_new_tokens)
-            done = None if work is None else self._decode_steps(requests, num_new_tokens, work)  # type: ignore[arg-type]
-            if done is not None:
-                return done
-        if work is None:  # not a plain decode step: check every element; each is work
-            reqs, counts = self._checked_batch(requests, num_new_tokens, num_lookahead_tokens, delay_cache_pages,
-                                               data_parallel_size)
-            work = list(range(len(reqs)))
-            lookahead = _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
-        else:  # (`_decode_work` checked the types and the ids; `_planned_calls` checks the work)
-            reqs = requests  # type: ignore[assignment]
-            counts = [num_new_tokens] * len(reqs) if type(num_new_tokens) is int else num_new_tokens  # type: ignore[assignment]
-            lookahead = 0
-        calls = self._planned_calls(reqs, counts, work, lookahead, delay_cache_pages is True, data_parallel_size)
-        # every element is checked and every key computed: from here on the state changes
-        results: list[CachePages | None] = [self._no_new_page] * len(reqs)
-        log = self.page_pool.event_log
-        # with KV events, each element is one recorded call, as the single call it stands for
-        make = self._make_call if log is None else log.recording(self._make_call, self._describer)
-        for i, call in zip(work, calls):
-            results[i] = make(call[0], call, data_parallel_size)
-        return results
-
-    def _decode_work(self, requests: object, num_new_tokens: object) -> list[int] | None:
-        """For a batch in its plain form (a list of `Request`, plain int counts >= 1, distinct
-        ids), the positions whose single call may do something or raises (a finished request:
-        `CacheCoordinator.decode_work`); every other call returns the shared "no new page"
-        result and changes nothing. None when the batch is not in that form (the checked path
-        then decides). Pure."""
-        if type(requests) is not list or countOf(map(type, requests), Request) != len(requests):
-            return None
-        n = len(requests)
-        counts = num_new_tokens
-        if type(counts) is list:
-            if len(counts) != n or countOf(map(type, counts), int) != n:
-                return None
-            if counts and counts.count(counts[0]) == n:  # one count for all: the coordinator's cheaper scan
-                counts = counts[0]
-        if type(counts) is int:
-            if counts < 1:
-                return None
-        elif type(counts) is not list or (counts and min(counts) < 1):
-            return None
-        if len({req._request_id for req in requests}) != n:  # (a comprehension: faster than map)
-            return None
-        return self.coordinator.decode_work(requests, counts)
-
-    def _planned_calls(self, reqs: list[Request], counts: list[int], work: list[int], num_lookahead_tokens: int,
-                       delay_cache_pages: bool, data_parallel_size: int | None) -> list[_Call]:
-        """What ``allocate_slots(reqs[i], counts[i], 0, None, num_lookahead_tokens,
-        delay_cache_pages, data_parallel_size=...)`` will do for each ``i`` of ``work``, each
-        checked (status, ids and types are already) and with the content keys its caching
-        needs computed. Pure."""
-        records, max_model_len, initial_cache_at = self.coordinator.records, self.max_model_len, \
-            self.coordinator.initial_cache_at
-        caching = not delay_cache_pages and bool(self.kv_cache_groups)
-        calls: list[_Call] = []
-        for i in work:
-            req, n = reqs[i], counts[i]
-            rec = records.get(req._request_id)
-            num_tokens = req._num_computed_tokens + n
-            if (rec is not None and rec.pages is not None and rec.request is req and num_tokens <= max_model_len
-                    and req._status <= _PREEMPTED and data_parallel_size is None):  # running, within bounds
-                held: RequestState | None = rec
-                stale, cache_at = rec.keys is not None and rec.keys_version != req._identity_version, rec.cache_at
-            else:
-                self._check_extension(req, n, data_parallel_size)
-                held = self.coordinator.holding(req._request_id)
-                stale = self._stale_keys(req)
-                cache_at = initial_cache_at if held is None else held.cache_at
-            cached = min(num_tokens, len(req._tokens))
-            keys = self._step_keys(req, held, cached, stale) if caching and cached >= cache_at else None
-            calls.append((req, held, num_tokens, min(num_tokens + num_lookahead_tokens, max_model_len), cached,
-                          keys, stale))
-        return calls
-
-    def _make_call(self, request: Request, call: _Call, data_parallel_size: int | None) -> CachePages | None:
-        """Apply the planned call of ``request``: the coordinator's decode step when it decides it
-        alone (as `allocate_slots` does), else the general allocation; then cache."""
-        req, held, num_tokens, num_slots, cached, keys, stale = call
-        new = (self.coordinator.extend_held(held, num_tokens)
-               if held is not None and num_slots == num_tokens and data_parallel_size is None else None)
-        if new is not None:
-            result = CachePages._of((new,), self.page_pool) if new else self._no_new_page
-        else:
-            ids = self._allocate(req, held, num_slots, 0, None, None, data_parallel_size, stale)
-            if ids is None:
-                return None
-            result = CachePages._of(ids, self.page_pool)
-        if keys is not None:
-            self._cache(self.coordinator.records[req._request_id], req, cached, keys)
-        return result
-
-    def _decode_steps(self, reqs: list[Request], counts: int | list[int], work: list[int]
-                      ) -> list[CachePages | None] | None:
-        """The results of a plain batch whose work positions (`_decode_work`) are all steps the
-        coordinator takes alone (`CacheCoordinator.held_steps`): the keys of the pages they fill
-        first, in order (a failing hash function raises with nothing changed, as the calls would),
-        then their new pages in one pool call (`CacheCoordinator.decode_steps`), then the filled
-        pages registered in order (`_cache_batch`). None (nothing changed) otherwise."""
-        steps = self.coordinator.held_steps(reqs, counts, work)
-        if steps is None:
-            return None
-        records, num_tokens, needs, due = steps
-        due_reqs = [reqs[work[j]] for j in due]
-        cached = [min(num_tokens[j], len(req._tokens)) for j, req in zip(due, due_reqs)]  # (caching's end)
-        keys = [self._step_keys(req, records[j], n, False) for j, req, n in zip(due, due_reqs, cached)]
-        # every key is computed: from here on the state changes
-        results: list[CachePages | None] = [self._no_new_page] * len(reqs)
-        pool = self.page_pool
-        for i, new in zip(work, self.coordinator.decode_steps(records, needs)):
-            if new:
-                results[i] = CachePages._of((new,), pool)
-        if due:
-            self._cache_batch([records[j] for j in due], due_reqs, cached, keys)
-        return results
-
-    def _checked_batch(
-        self, requests: object, num_new_tokens: object, num_lookahead_tokens: object, delay_cache_pages: object,
-        data_parallel_size: object,
-    ) -> tuple[list[Request], list[int]]:
-        """The batch's requests and counts, every element checked as `allocate_slots` would
-        check it (pure). Distinct ids make each check independent of the elements before it:
-        an allocation changes only its own request's record."""
-        if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
-            raise InvalidArgumentError(f"requests must be a sequence of verikv.Request, got {describe(requests)}")
-        reqs = [_request(r) for r in requests]
-        if isinstance(num_new_tokens, Sequence) and not isinstance(num_new_tokens, (str, bytes)):
-            counts = [_int(n, "num_new_tokens", 1) for n in num_new_tokens]
-            if len(counts) != len(reqs):
-                raise InvalidArgumentError(f"{len(reqs)} requests but {len(counts)} token counts")
-        else:
-            counts = [_int(num_new_tokens, "num_new_tokens", 1)] * len(reqs)
-        _int(num_lookahead_tokens, "num_lookahead_tokens", 0)
-        if delay_cache_pages is not False and delay_cache_pages is not True:
-            raise InvalidArgumentError(f"delay_cache_pages must be a bool, got {describe(delay_cache_pages)}")
-        if len({req._request_id for req in reqs}) != len(reqs):
-            raise InvalidArgumentError("a request appears twice in the batch (one step schedules a request once)")
-        for req, n in zip(reqs, counts):
-            self._check_extension(req, n, data_parallel_size)
-        return reqs, counts
-
-    def _check_extension(self, req: Request, num_new_tokens: int, data_parallel_size: object) -> None:
-        """Raise what ``allocate_slots(req, num_new_tokens, data_parallel_size=...)`` (no hits)
-        would raise; pure."""
-        if req._status > _PREEMPTED:
-            raise InvalidArgumentError(f"request {req._request_id!r} is finished")
-        self._checked_slots(req, self.coordinator.holding(req._request_id), req._num_computed_tokens + num_new_tokens,
-                            num_new_tokens, 0)
-        self._stale_keys(req)  # raises if another Request object holds pages under this id
-        self._shard_of(req._request_id, None, data_parallel_size)  # checks the DP size
-
-
-_Call = tuple[Request, "RequestState | None", int, int, int, "list[PageKey] | None", bool]
-"""One planned element of a batch (`CacheManager._planned_calls`): the request, its record
-while it holds pages, its token and slot counts, the tokens to cache up to, the keys that
-caching needs (None: no caching due) and whether its kept keys are stale."""

@@ -18,13 +18,11 @@ import numpy as np
 
 from verikv.dp_sharding import checked_int
 from verikv.errors import InvalidArgumentError, describe
-from verikv.free_queue import CachePage, check_key, page_list
+from verikv.free_queue import NULL_PAGE_ID, CachePage, check_key, page_list
 from verikv.hashing import PageHasher, PageKey, default_hasher, group_pool_key
 
 if TYPE_CHECKING:
     from verikv.page_pool import PagePool
-
-NULL_PAGE_ID = 0
 
 
 class ESurgePoolMethods:

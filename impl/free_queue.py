@@ -26,6 +26,7 @@ import numpy as np
 from verikv import errors
 from verikv.dp_sharding import checked_int
 from verikv.errors import describe
+from verikv.hashing import PageHashWithGroupId
 from verikv.typed_property import Field
 
 UNLINKED = -1
@@ -34,6 +35,8 @@ _BULK_POP = 256
 #: `IdLinks.link_back` (and `link_front`) of a list of at least this many ids links it with NumPy
 #: scatters (`IdLinks.link_back_array`)
 _BULK_LINK = 128
+#: the null page: never free, never hashed, never handed out (a pool's page 0)
+NULL_PAGE_ID = 0
 MAX_PAGE_ID = 2**29 - 1
 """Largest page id: ids and the free-list links (ids plus two sentinels per list, one list per
 data-parallel shard, so up to three times the pool size) are stored as int32."""
@@ -67,7 +70,7 @@ class PageRecords:
         item costs no int boxing, as an ``array`` item does. ``owned=True`` is for a
         `PagePool`'s own table (read-only views and queue).
         """
-        return cls([0] * num_pages, [None] * num_pages, 0, owned=owned)
+        return cls([0] * num_pages, [None] * num_pages, NULL_PAGE_ID, owned=owned)
 
 
 def check_key(key: Any) -> None:
@@ -108,12 +111,15 @@ def int_array(values: np.ndarray) -> array[int]:
     return out
 
 
-def _record_field(table: str, checked: Callable[[Any, Any], object]) -> Any:
-    """A `CachePage` property over its records' per-page ``table`` (``"ref"`` or ``"key"``): an
-    assignment checks that the page may change (a lone page, not a pool's), then stores what
+def _record_field(table: str, checked: Callable[[Any, Any], object],
+                  shown: Callable[[CachePage, Any], Any] | None = None) -> Any:
+    """A `CachePage` property over its records' per-page ``table`` (``"ref"`` or ``"key"``): a
+    read gives the stored value (or what ``shown(page, value)`` makes of it); an assignment
+    checks that the page may change (a lone page, not a pool's), then stores what
     ``checked(page, value)`` returns (it raises for a bad value)."""
     def read(page: CachePage) -> Any:
-        return getattr(page._records, table)[page.page_id]
+        value = getattr(page._records, table)[page.page_id]
+        return value if shown is None else shown(page, value)
 
     def write(page: CachePage, value: object) -> None:
         page._check_mutable()
@@ -158,8 +164,17 @@ class CachePage:
             raise errors.PageStateError(f"page {self.page_id} already has a hash; reset it first")
         return value
 
+    def _shown_hash(self, key: Any) -> Any:
+        """The key as eSurge shows a pool page's: a `PageHashWithGroupId` in every group. A pool
+        stores the key of a page of group 0 as the bare content key (a ``bytes`` key is group 0's:
+        `verikv.hashing.group_pool_key`), so that one is paired with its group here. A lone page
+        shows the value it was given."""
+        if type(key) is bytes and self._records.owned:
+            return PageHashWithGroupId(key, 0)
+        return key
+
     ref_cnt: Field[int, int] = _record_field("ref", lambda page, value: checked_int(value, "ref_cnt", minimum=0))
-    page_hash: Field[Any, Any] = _record_field("key", _checked_hash)
+    page_hash: Field[Any, Any] = _record_field("key", _checked_hash, _shown_hash)
 
     @property
     def is_null(self) -> bool:
@@ -423,7 +438,7 @@ class FreeCachePageQueue:
         pages, null_id = self._checked_new_pages(pages)
         ids = [p.page_id for p in pages]
         records = PageRecords({p.page_id: p.ref_cnt for p in pages},
-                              {p.page_id: p.page_hash for p in pages}, null_id, owned=False)
+                              {p.page_id: p._records.key[p.page_id] for p in pages}, null_id, owned=False)
         by_id = {p.page_id: p for p in pages}
         for page in pages:
             page._records = records

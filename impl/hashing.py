@@ -537,6 +537,35 @@ class PageHasher:
         extras = None if _plain(request) else _ExtraKeys(request)
         return self._chain(parent_key, pages, extras, first, ps)
 
+    def page_key(self, request: Any, page_size: int, index: int, parent: PageKey | PageHash | int | None) -> PageKey:
+        """The key of full page ``index`` of ``request`` from ``parent``, the key of page
+        ``index - 1`` (None for page 0): ``hash_request(request, page_size, index, parent,
+        index + 1)[0]``, without that call's set-up for a run of pages when ``request`` is a
+        `verikv.Request` with no extra keys and ``parent`` a key (a decode step fills one page at a
+        time)."""
+        if (type(request) is _REQUEST and type(page_size) is int and type(index) is int and page_size > 0
+                and index >= 0 and type(parent) is bytes and _plain(request)):
+            packed: array[int] = request.token_array
+            if (index + 1) * page_size <= len(packed):
+                page = _page_bytes(packed, index, index + 1, page_size)[0] if _BIG_ENDIAN else \
+                    packed[index * page_size:(index + 1) * page_size].tobytes()
+                if self._width:  # a digest key: its width is all there is to check
+                    return self._page_key(parent if len(parent) == self._width else self._parent_key(parent), page,
+                                          None, b"")
+                return self._tuple_page_key(parent, page)
+        first = checked_int(index, "index", minimum=0)
+        return self.hash_request(request, page_size, first, parent, first + 1)[0]
+
+    def _tuple_page_key(self, parent: bytes, page: bytes) -> PageKey:
+        """`_page_key` of a builtin/callable scheme, which decodes ``parent`` (the value it
+        starts with) itself: a parent that does not start with one is the error `_parent_key`
+        raises, without decoding it twice."""
+        try:
+            return self._page_key(parent, page, None, b"")
+        except (ValueError, IndexError, struct.error):
+            self._parent_key(parent)  # raises, as for any malformed parent
+            raise
+
     def _chain(self, parent: PageKey, pages: list[bytes], extras: _ExtraKeys | None,
                first: int, page_size: int) -> list[PageKey]:
         """The one path from pages to keys: the keys of ``pages`` (the pages ``first ..`` of a

@@ -9,7 +9,7 @@ raised error (from `verikv.errors`) means the pool is unchanged.
 Representation (docs/architecture.md): per-page ``ref`` and ``key`` lists
 indexed by id, the free list as flat links, and the cached map ``key -> id`` (promoted to an
 insertion-ordered ``dict`` of ids when several pages hold equal content). Data-parallel
-shards get their own free sub-lists, built on the first shard-aware call and kept in the
+shards get their own free sub-lists, built by the first allocation from a shard and kept in the
 global list's relative order, so allocating from a shard is O(1) per page.
 """
 
@@ -39,13 +39,21 @@ from verikv.errors import (
 )
 from verikv.esurge_pool import ESurgePoolMethods
 from verikv.events import EventLog, KVEvent, PrefixCacheStats
-from verikv.free_queue import MAX_PAGE_ID, CachePage, FreeCachePageQueue, IdLinks, PageRecords, check_key, page_list
+from verikv.free_queue import (
+    MAX_PAGE_ID,
+    NULL_PAGE_ID,
+    CachePage,
+    FreeCachePageQueue,
+    IdLinks,
+    PageRecords,
+    check_key,
+    page_list,
+)
 
 FREE_ORDERS: tuple[str, ...] = ("esurge", "unhashed-first")
 #: a touch that revives at least this many free pages (a long prefix hit) unlinks them with NumPy
 #: when they are one run of the free list (`PagePool._unlink_revived`)
 _BULK_TOUCH = 128
-NULL_PAGE_ID = 0
 _log = logging.getLogger(__name__)
 _log.addHandler(logging.NullHandler())  # a library logs only where the application asks it to
 _is_entry = partial(is_not, None)  # a cached-map get that hit (C-level predicate for takewhile)
@@ -159,12 +167,19 @@ class PagePool(ESurgePoolMethods):
 
     def get_num_free_pages(self, *, dp_shard_hint: int | None = None,
                            data_parallel_size: int | None = None) -> int:
-        """How many pages are free (O(1)); with an active DP hint, in that shard only."""
+        """How many pages are free; with an active DP hint, in that shard only. O(1), except for a
+        shard before the first allocation from one (a count over the free list: counting builds
+        no shard lists, so a refused call leaves the DP size open)."""
+        if dp_shard_hint is None and data_parallel_size is None:  # (the common call: nothing to check)
+            return self._free.lengths[0]
         active = self._active_shard(dp_shard_hint, data_parallel_size)
         if active is None:  # no DP: the whole pool
             return self._free.lengths[0]
-        shard, size, pps = active
-        return self._shard_lists(size, pps).lengths[shard]
+        shard, _, pps = active
+        if self._shards is None:  # a count builds nothing: the first allocation from a shard fixes the DP size
+            low, high = dp_shard_page_bounds(shard, pps)
+            return sum(1 for pid in self._free.ids(0) if low <= pid < high)
+        return self._shards.lengths[shard]
 
     def get_usage(self) -> float:
         """Fraction of usable pages (the null page excluded) that are not free; idle pool: 0.0."""
@@ -769,12 +784,6 @@ class PagePool(ESurgePoolMethods):
     def _shard_bounds(self, hint: object, dp: object) -> tuple[int, int] | None:
         active = self._active_shard(hint, dp)
         return None if active is None else dp_shard_page_bounds(active[0], active[2])
-
-    def _shard_lists(self, dp: int, pps: int) -> IdLinks:
-        """The shard free sub-lists, built on first use from the free list's order."""
-        if self._shards is None:
-            self._dp, self._pps, self._shards = dp, pps, self._new_shards(dp, pps)
-        return self._shards
 
     def _new_shards(self, dp: int, pps: int) -> IdLinks:
         """Shard sub-lists mirroring the current free list (not installed: the caller keeps them)."""

@@ -42,7 +42,8 @@ from verikv.typed_property import Field, ReadOnly
 
 
 class RequestStatus(enum.IntEnum):
-    """Lifecycle of a request, eSurge's order: every value above PREEMPTED is a finished state."""
+    """Lifecycle of a request, eSurge's order: every value above PREEMPTED is a finished state
+    (`LAST_UNFINISHED`)."""
 
     WAITING = enum.auto()
     WAITING_FOR_FSM = enum.auto()
@@ -60,6 +61,10 @@ class RequestStatus(enum.IntEnum):
         if not isinstance(status, RequestStatus):
             raise InvalidArgumentError(f"status must be a RequestStatus, got {describe(status)}")
         return status > RequestStatus.PREEMPTED
+
+
+#: every status above this one is a finished request's
+LAST_UNFINISHED = RequestStatus.PREEMPTED
 
 
 class TokenView(Sequence[int]):
@@ -212,8 +217,11 @@ def _identity_field(slot: str, checked: Callable[[Any], object], doc: str) -> An
 class Request:
     """A generation request: prompt, generated tokens, progress, status, cache identity.
 
-    ``num_computed_tokens`` is set by the scheduler (tokens whose KV is in the cache or being
-    computed this step); ``append_output_token_ids`` adds sampled tokens. ``cache_salt``
+    ``request_id`` (a non-empty str, fixed while a manager holds pages for the request),
+    ``status`` (a `RequestStatus`, where the request is in its lifecycle) and
+    ``num_computed_tokens`` (an int >= 0: tokens whose KV is in the cache or being computed this
+    step, set by the scheduler) are plain attributes, read as fast as any, and validated as they
+    are assigned (`__setattr__`). ``append_output_token_ids`` adds sampled tokens. ``cache_salt``
     (per-tenant isolation), the LoRA adapter and ``mm_features`` enter page keys, so requests
     that differ in them never share pages. The adapter is named as vLLM's ``LoRARequest``
     names it: ``lora_name`` and ``lora_path`` (both enter the keys, so pointing a name at other
@@ -221,22 +229,27 @@ class Request:
     number for the adapter), or by ``lora_id`` alone.
     """
 
-    __slots__ = (
-        "_cache_salt",
-        "_holders",
-        "_identity_version",
-        "_lora_id",
-        "_lora_name",
-        "_lora_path",
-        "_mm_features",
-        "_num_computed_tokens",
-        "_num_prompt_tokens",
-        "_prompt_logprobs",
-        "_request_id",
-        "_status",
-        "_tokens",
-        "_view",
-    )
+    __slots__ = {
+        "_cache_salt": None,
+        "_holders": None,
+        "_identity_version": None,
+        "_lora_id": None,
+        "_lora_name": None,
+        "_lora_path": None,
+        "_mm_features": None,
+        "_num_prompt_tokens": None,
+        "_prompt_logprobs": None,
+        "_tokens": None,
+        "_view": None,
+        "num_computed_tokens": "Tokens whose KV is computed (or scheduled this step); set by the scheduler "
+                               "(validated).",
+        "request_id": "The request's id (a non-empty str); fixed while it holds pages (validated).",
+        "status": "Where the request is in its lifecycle, a RequestStatus (validated).",
+    }
+    # (slots: a read costs what reading any attribute costs; assignments go through `__setattr__`)
+    request_id: str
+    status: RequestStatus
+    num_computed_tokens: int
 
     def __init__(
         self,
@@ -264,13 +277,14 @@ class Request:
         features = () if type(mm_features) is tuple and not mm_features else _checked_features(mm_features, len(tokens))
         if not isinstance(prompt_logprobs, bool):
             raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(prompt_logprobs).__name__}")
-        self._request_id = rid
+        # the plain fields, stored as they are (valid): `__setattr__` checks later assignments
+        object.__setattr__(self, "request_id", rid)
+        object.__setattr__(self, "num_computed_tokens", 0)
+        object.__setattr__(self, "status", RequestStatus.WAITING)
         #: every token id, prompt then output: the one store of them (``array('Q')``, 8 bytes
         #: per id and no int objects; page hashing reads its bytes, the views read its items)
         self._tokens = tokens
         self._num_prompt_tokens = len(tokens)
-        self._num_computed_tokens = 0
-        self._status = RequestStatus.WAITING
         self._cache_salt = salt
         self._lora_id = lora
         self._lora_name = name
@@ -287,16 +301,37 @@ class Request:
 
     # ---- identity: what names the request and what enters its page keys ----------------------
 
+    def __setattr__(self, name: str, value: object) -> None:
+        """Assign a field: the plain fields (``request_id``, ``status``, ``num_computed_tokens``)
+        are validated here; the other public fields by their properties."""
+        if name == "num_computed_tokens" and type(value) is int and value >= 0:
+            _store_num_computed_tokens(self, value)  # the scheduler's write at every step: checked, stored at C level
+            return
+        checked = _CHECKED_FIELDS.get(name)
+        if checked is None:
+            object.__setattr__(self, name, value)
+        else:
+            checked(self, value)
+
+    def __delattr__(self, name: str) -> None:
+        """The plain fields cannot be deleted (as the other fields, properties without a deleter)."""
+        if name in _CHECKED_FIELDS:
+            raise AttributeError(f"cannot delete the field {name!r} of a Request")
+        object.__delattr__(self, name)
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        """Restore a pickled or copied request as it was (its fields were valid when it was saved)."""
+        for name, value in state[1].items():
+            object.__setattr__(self, name, value)
+
     def _set_identity(self, slot: str, value: object) -> None:
         """Store an (already validated) identity field, unless a manager holds pages for us."""
         if self._holders:
             raise InvalidArgumentError(
-                f"request {self._request_id!r} holds pages: its {slot.lstrip('_')} cannot change until it is freed")
-        setattr(self, slot, value)
+                f"request {self.request_id!r} holds pages: its {slot.lstrip('_')} cannot change until it is freed")
+        object.__setattr__(self, slot, value)
         self._identity_version += 1
 
-    request_id: Field[str, str] = _identity_field(
-        "_request_id", _checked_request_id, "The request's id (a non-empty str); fixed while it holds pages.")
     cache_salt: Field[str | bytes | None, str | bytes | None] = _identity_field(
         "_cache_salt", _checked_salt,
         "Per-tenant isolation salt (str, bytes or None), mixed into the first page's key.")
@@ -368,28 +403,23 @@ class Request:
         """Number of generated tokens."""
         return len(self._tokens) - self._num_prompt_tokens
 
-    def _set_num_computed_tokens(self, value: int) -> None:
-        if type(value) is not int:
-            value = checked_int(value, "num_computed_tokens")
-        if value < 0:
-            raise InvalidArgumentError(f"num_computed_tokens must be >= 0, got {describe(value)}")
-        self._num_computed_tokens = value
+    def _set_num_computed_tokens(self, value: object) -> None:
+        count = value if type(value) is int else checked_int(value, "num_computed_tokens")
+        if count < 0:
+            raise InvalidArgumentError(f"num_computed_tokens must be >= 0, got {describe(count)}")
+        object.__setattr__(self, "num_computed_tokens", count)
 
-    num_computed_tokens: Field[int, int] = _field(
-        "_num_computed_tokens", _set_num_computed_tokens,
-        "Tokens whose KV is computed (or scheduled this step); set by the scheduler (validated).")
-
-    def _set_status(self, value: RequestStatus) -> None:
+    def _set_status(self, value: object) -> None:
         if not isinstance(value, RequestStatus):
             raise InvalidArgumentError(f"status must be a RequestStatus, got {describe(value)}")
-        self._status = value
+        object.__setattr__(self, "status", value)
 
-    status: Field[RequestStatus, RequestStatus] = _field(
-        "_status", _set_status, "Where the request is in its lifecycle (validated).")
+    def _set_request_id(self, value: object) -> None:
+        self._set_identity("request_id", _checked_request_id(value))
 
     def is_finished(self) -> bool:
         """True once the request reached a FINISHED_* status."""
-        return self._status > RequestStatus.PREEMPTED
+        return self.status > LAST_UNFINISHED
 
     def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
         """Append one sampled token or several; all are validated before any is added."""
@@ -413,5 +443,29 @@ class Request:
     def __repr__(self) -> str:
         return (
             f"Request({self.request_id!r}, num_tokens={self.num_tokens}, "
-            f"num_computed_tokens={self._num_computed_tokens}, status={self._status.name})"
+            f"num_computed_tokens={self.num_computed_tokens}, status={self.status.name})"
         )
+
+
+# ---- what a cache manager reads and counts (not part of the scheduler's API) ---------------------
+
+#: the store of a checked ``num_computed_tokens`` (its slot's own setter)
+_store_num_computed_tokens: Callable[[Request, int], None] = Request.__dict__["num_computed_tokens"].__set__
+#: the plain fields' checks (`Request.__setattr__`): each validates and stores its value
+_CHECKED_FIELDS: dict[str, Callable[[Request, object], None]] = {
+    "request_id": Request._set_request_id,
+    "status": Request._set_status,
+    "num_computed_tokens": Request._set_num_computed_tokens,
+}
+
+
+def identity_version(request: Request) -> int:
+    """The version of ``request``'s identity fields, bumped whenever one of them changes: content
+    keys a manager kept for the object are valid only at the version they were computed at."""
+    return request._identity_version
+
+
+def count_holder(request: Request, change: int) -> None:
+    """A cache manager starts (``change=1``) or stops (``-1``) holding pages for ``request``; its
+    identity fields are frozen while any manager does."""
+    request._holders += change

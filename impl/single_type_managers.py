@@ -43,12 +43,12 @@ from verikv.errors import (
     OutOfPagesError,
     describe,
 )
+from verikv.free_queue import NULL_PAGE_ID as NULL_PAGE
 from verikv.hashing import PageHashWithGroupId, PageKey, PoolKey, group_pool_key
 
 if TYPE_CHECKING:
     from verikv.page_pool import PagePool
 
-NULL_PAGE = 0
 #: runs of at least this many new full pages are registered with one `PagePool.cache_page_ids`
 _BATCH_FROM = 32
 
@@ -265,9 +265,15 @@ class SingleTypeCacheManager:
 
     def pages_needed(self, pages: Sequence[int], num_tokens: int, new_computed_pages: Sequence[int]) -> int:
         """`get_num_pages_to_allocate` for arguments the coordinator has checked."""
-        need = cdiv(num_tokens, self.page_size) - len(new_computed_pages) - len(pages)
         revived = self.page_pool.count_free_ids(new_computed_pages) if new_computed_pages else 0
-        return (need if need > 0 else 0) + revived
+        return self.new_pages(len(pages), num_tokens, len(new_computed_pages)) + revived
+
+    def new_pages(self, num_held: int, num_tokens: int, num_hits: int) -> int:
+        """Pages a request holding ``num_held`` pages takes from the free list to cover
+        ``num_tokens`` slots after ``num_hits`` hit pages, the hits themselves not counted (the
+        free ones among them leave the free list too: `pages_needed`)."""
+        need = -(-num_tokens // self.page_size) - num_held - num_hits  # (cdiv, inlined: once per group and step)
+        return need if need > 0 else 0
 
     def get_num_common_prefix_pages(self, pages: Sequence[int], num_running_requests: int) -> int:
         """Leading pages shared by all running requests (cascade attention); 0 unless full attention."""
@@ -297,11 +303,17 @@ class SingleTypeCacheManager:
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = checked_int(num_tokens, "num_tokens", minimum=0)
         need = -(-num_tokens // self.page_size) - len(_page_list(pages))  # cdiv, inlined
-        if need <= 0:
-            return []
         if need > self.page_pool.num_pages:
             raise OutOfPagesError(f"{describe(num_tokens)} tokens need more pages than the pool has")
-        new = self.page_pool.get_new_page_ids(need, dp_shard_hint=shard, data_parallel_size=dp)
+        return self.take_new_pages(pages, need, shard, dp) if need > 0 else []
+
+    def take_new_pages(self, pages: list[int], count: int, shard: int | None = None, dp: int | None = None
+                       ) -> list[int]:
+        """Take ``count`` pages (``new_pages`` planned them) from the pool, or the DP shard, and
+        append them to ``pages``; returns them."""
+        pool = self.page_pool
+        new = pool.get_new_page_ids(count) if shard is None else pool.get_new_page_ids(
+            count, dp_shard_hint=shard, data_parallel_size=dp)
         pages += new
         return new
 
@@ -618,12 +630,10 @@ class MambaAlignManager(MambaManager):
             pages[j] = NULL_PAGE
         states[:] = [j for j in states if j not in gone]
 
-    def pages_needed(self, pages: Sequence[int], num_tokens: int, new_computed_pages: Sequence[int]) -> int:
+    def new_pages(self, num_held: int, num_tokens: int, num_hits: int) -> int:
         """One page when the state after ``num_tokens`` tokens moves past the list's last page
-        (the hits start the list of a new request), plus the hit pages that are currently free."""
-        length = len(pages) if pages else len(new_computed_pages)
-        revived = self.page_pool.count_free_ids(new_computed_pages) if new_computed_pages else 0
-        return (1 if cdiv(num_tokens, self.page_size) > length else 0) + revived
+        (the hits start the list of a new request), else none."""
+        return 1 if cdiv(num_tokens, self.page_size) > (num_held or num_hits) else 0
 
     def check_state_moves_forward(self, pages: Sequence[int], num_computed_tokens: int, state_end: int) -> None:
         """`InvalidArgumentError` unless the state after ``state_end`` tokens goes to a new page,

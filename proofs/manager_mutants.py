@@ -45,13 +45,12 @@ def free_skips_last_page(manager: Any) -> None:
 
 def hits_touched_twice(manager: Any) -> None:
     """A successful allocation takes two references on each prefix-hit page instead of one."""
-    def allocate_slots(self: Any, request_id: str, num_computed: int, num_slots: int,
-                       hits: Any, *args: Any) -> Any:
-        new = _base(self).allocate_slots(self, request_id, num_computed, num_slots, hits, *args)
-        if new is not None and hits is not None:
-            self.page_pool.touch_ids([p for group in hits for p in group])
+    def allocate(self: Any, step: Any) -> Any:
+        new = _base(self).allocate(self, step)
+        if new is not None and step.hits is not None:
+            self.page_pool.touch_ids([p for group in step.hits for p in group])
         return new
-    _override(manager.coordinator, allocate_slots=allocate_slots)
+    _override(manager.coordinator, allocate=allocate)
 
 
 def lookup_returns_foreign_page(manager: Any) -> None:
@@ -114,26 +113,26 @@ def partial_allocation_kept(manager: Any) -> None:
     """When the plan does not fit, the first group still takes what it can (eSurge Q2)."""
     from verikv.errors import OutOfPagesError
 
-    def allocate_slots(self: Any, request_id: str, num_computed: int, num_slots: int, *args: Any) -> Any:
-        new = _base(self).allocate_slots(self, request_id, num_computed, num_slots, *args)
+    def allocate(self: Any, step: Any) -> Any:
+        new = _base(self).allocate(self, step)
         first = self.single_type_managers[0]
-        rec = self.holding(request_id)
+        rec = self.holding(step.request_id)
         if new is None and rec is not None:
             try:
-                first.allocate_new_pages(rec.pages[0], num_slots)
+                first.allocate_new_pages(rec.pages[0], step.num_slots)
             except OutOfPagesError:
                 pass
         return new
-    _override(manager.coordinator, allocate_slots=allocate_slots)
+    _override(manager.coordinator, allocate=allocate)
 
 
 def window_freed_before_failing(manager: Any) -> None:
     """Out-of-window pages are freed before the plan is checked (eSurge Q16)."""
-    def allocate_slots(self: Any, request_id: str, num_computed: int, *args: Any) -> Any:
-        if self.holding(request_id) is not None:
-            self.remove_skipped_pages(request_id, num_computed)
-        return _base(self).allocate_slots(self, request_id, num_computed, *args)
-    _override(manager.coordinator, allocate_slots=allocate_slots)
+    def allocate(self: Any, step: Any) -> Any:
+        if self.holding(step.request_id) is not None:
+            self.remove_skipped_pages(step.request_id, step.num_computed_tokens)
+        return _base(self).allocate(self, step)
+    _override(manager.coordinator, allocate=allocate)
 
 
 def num_cached_decreases(manager: Any) -> None:
@@ -156,10 +155,9 @@ def free_in_forward_order(manager: Any) -> None:
 
 def shard_ignored(manager: Any) -> None:
     """Allocation ignores the request's DP shard and takes pages from the whole pool."""
-    def allocate_slots(self: Any, request_id: str, num_computed: int, num_slots: int, hits: Any,
-                       shard: Any = None, dp: Any = None) -> Any:
-        return _base(self).allocate_slots(self, request_id, num_computed, num_slots, hits, None, None)
-    _override(manager.coordinator, allocate_slots=allocate_slots)
+    def allocate(self: Any, step: Any) -> Any:
+        return _base(self).allocate(self, step._replace(shard=None, dp=None))
+    _override(manager.coordinator, allocate=allocate)
 
 
 def eagle_drops_twice(manager: Any) -> None:

@@ -88,22 +88,22 @@ def eagle_ignored_single_group(manager: Any) -> None:
 def window_reclaim_counts_shared(manager: Any) -> None:
     """The plan counts every out-of-window page as reclaimed, also those another request still
     holds (ref > 1), so a plan that does not fit is started."""
-    def allocate_slots(self: Any, request_id: str, num_computed_tokens: int, *args: Any) -> Any:
+    def allocate(self: Any, step: Any) -> Any:
         pool = self.page_pool
         shared = 0
-        rec = self.holding(request_id)
+        rec = self.holding(step.request_id)
         for m, pages in zip(self.single_type_managers, () if rec is None else rec.pages):
-            start, stop = m.skipped_range(pages, num_computed_tokens)
+            start, stop = m.skipped_range(pages, step.num_computed_tokens)
             shared += sum(1 for j in range(start, stop) if pool.ref_count(pages[j]) > 1)
         if not shared:
-            return _base(self).allocate_slots(self, request_id, num_computed_tokens, *args)
+            return _base(self).allocate(self, step)
         real = type(pool)
         _override(pool, get_num_free_pages=lambda p, **kw: real.get_num_free_pages(p, **kw) + shared)
         try:
-            return _base(self).allocate_slots(self, request_id, num_computed_tokens, *args)
+            return _base(self).allocate(self, step)
         finally:
             pool.__class__ = real
-    _override(manager.coordinator, allocate_slots=allocate_slots)
+    _override(manager.coordinator, allocate=allocate)
 
 
 def partial_page_cached(manager: Any) -> None:
@@ -176,8 +176,7 @@ def fast_path_ignores_dp_shard(manager: Any) -> None:
             return _base(self).allocate_slots(self, request, *args, **kw)
         coordinator = self.coordinator
         real = type(coordinator)
-        _override(coordinator, allocate_slots=lambda c, rid, computed, slots, hits, shard=None, dp=None:
-                  real.allocate_slots(c, rid, computed, slots, hits, None, None))
+        _override(coordinator, allocate=lambda c, step: real.allocate(c, step._replace(shard=None, dp=None)))
         try:
             return _base(self).allocate_slots(self, request, *args, **kw)
         finally:
@@ -215,10 +214,12 @@ def groups_freed_in_reverse(manager: Any) -> None:
         rec = self.holding(request_id)
         if rec is None:
             return
-        pages, rec.pages, rec.num_cached, rec.shard = rec.pages, None, [], None
-        for m, group_pages in reversed(list(zip(self.single_type_managers, pages))):
-            m.free(group_pages)
-        self.forget_if_idle(request_id)
+        managers = self.single_type_managers
+        self.single_type_managers, rec.pages = managers[::-1], rec.pages[::-1]
+        try:
+            _base(self).free(self, request_id)
+        finally:
+            self.single_type_managers = managers
     _override(manager.coordinator, free=free)
 
 

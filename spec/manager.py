@@ -359,7 +359,10 @@ def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
     e = s.entry(req.request_id)
     bounds = shard_bounds(s, e.shard if e is not None else shard)
     cap = req.num_tokens - 1 if max_cache_hit_length is None else min(req.num_tokens - 1, max_cache_hit_length)
-    cached = [tuple(pool.lookup(s.pool, page_key(s, req, g, j), bounds) for j in range(cap // layout.page_size))
+    # vLLM's EAGLE rule reads up to the request's last full base page, past the cap
+    peek = req.num_tokens // cfg.base_page_size * cfg.base_page_size if cfg.vllm_eagle else 0
+    cached = [tuple(pool.lookup(s.pool, page_key(s, req, g, j), bounds)
+                    for j in range(max(cap, peek) // layout.page_size))
               for g, layout in enumerate(cfg.groups)]
 
     def found(g: int, max_length: int) -> tuple[int | None, ...]:
@@ -371,9 +374,7 @@ def lookup(s: ManagerState, req: RequestView, dp_shard_hint: int | None = None,
         hit = tuple(p is not None for p in found(g, max_length))
         return group_rule(layout.kind, layout.span, hit, layout.page_size, max_length)
 
-    cap = req.num_tokens - 1 if max_cache_hit_length is None else min(req.num_tokens - 1, max_cache_hit_length)
     if cfg.vllm_eagle:
-        peek = req.num_tokens // cfg.base_page_size * cfg.base_page_size
         groups = [LookupGroup(layout.kind, layout.page_size, layout.span, tuple(p is not None for p in found(g, peek)))
                   for g, layout in enumerate(cfg.groups)]
         length, spans = vllm_eagle_hit(groups, cap, peek)

@@ -42,25 +42,24 @@ class GroupByGroupAllocation:
     """Coordinator mixin: plans only the first group, then allocates group by group; a later
     group's shortfall returns None and the earlier groups keep their new pages (eSurge Q2)."""
 
-    def allocate_slots(self: Any, request_id: str, num_computed_tokens: int, num_slots: int,
-                       new_computed_pages: Any, shard: int | None = None, dp: int | None = None) -> Any:
+    def allocate(self: Any, step: Any) -> Any:
         managers = self.single_type_managers
-        hits = new_computed_pages or tuple([] for _ in managers)
-        free = self.page_pool.get_num_free_pages() if shard is None else self.page_pool.get_num_free_pages(
-            dp_shard_hint=shard, data_parallel_size=dp)
-        rec = self.holding(request_id)
-        held = tuple([] for _ in managers) if rec is None else rec.pages
-        if managers[0].get_num_pages_to_allocate(held[0], num_slots, hits[0]) > free:
+        hits = step.hits or tuple([] for _ in managers)
+        free = self.page_pool.get_num_free_pages() if step.shard is None else self.page_pool.get_num_free_pages(
+            dp_shard_hint=step.shard, data_parallel_size=step.dp)
+        held = tuple([] for _ in managers) if step.held is None else step.held.pages
+        if managers[0].get_num_pages_to_allocate(held[0], step.num_slots, hits[0]) > free:
             return None
-        self.remove_skipped_pages(request_id, num_computed_tokens)
-        if rec is None:  # the record's first pages: the hits (touched), or empty lists
-            held = self._start(request_id, new_computed_pages, shard)
+        self.remove_skipped_pages(step.request_id, step.num_computed_tokens)
+        record = step.held if step.held is not None else self._start(step)  # first pages: the hits, or none
         new = []
-        for m, pages in zip(managers, held):
+        for m, pages in zip(managers, record.pages):
             try:
-                new.append(m.allocate_new_pages(pages, num_slots, shard, dp))
+                new.append(m.allocate_new_pages(pages, step.num_slots, step.shard, step.dp))
             except OutOfPagesError:
                 return None
+        if step.cache_keys is not None:
+            self._cache_held(record, step.cache_keys, step.cache_tokens, step.num_computed_tokens)
         return tuple(new)
 
 

@@ -340,15 +340,16 @@ def _pool_snapshot(pool: Any) -> Any:
 
 
 def _request_state_snapshot(state: Any) -> Any:
-    """Every field of one `RequestState` record (the object by identity, the last lookup without
-    its result object, whose identity is what the manager compares)."""
-    last = state.lookup
+    """Every field of one record (a `RequestState`, or a `HeldState` holding pages; the request
+    object by identity)."""
     request = state.request
+    held = type(state).__name__ == "HeldState"
     return (
-        id(request), None if state.keys is None else list(state.keys), state.keys_version,
-        None if last is None else (id(last[0]), *last[1:]),
-        None if state.pages is None else [list(p) for p in state.pages], list(state.num_cached),
-        state.shard, state.cache_at,
+        type(state).__name__, id(request), None if state.keys is None else list(state.keys), state.keys_version,
+        state.last_lookup,
+        [list(p) for p in state.pages] if held else None, list(state.num_cached) if held else None,
+        state.shard if held else None, state.cache_at if held else None,
+        [list(s) for s in state.states] if held else None,
         None if request is None else (request._holders, request._identity_version),
     )
 
@@ -427,9 +428,10 @@ def _manager_table_problems(m: Any) -> list[str]:
     problems = []
     groups = len(m.coordinator.single_type_managers)
     for rid, state in m.coordinator.records.items():
-        if state.pages is None and state.keys is None:
+        pages = state.pages if type(state).__name__ == "HeldState" else None
+        if pages is None and state.keys is None:
             problems.append(f"manager: the record of {rid!r} holds neither pages nor keys")
-        if state.pages is not None and (len(state.pages) != groups or len(state.num_cached) != groups):
+        if pages is not None and (len(pages) != groups or len(state.num_cached) != groups):
             problems.append(f"manager: the record of {rid!r} has no page list per group")
     return problems
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from hypothesis import event, given, settings, strategies as st
+from layouts import full, mamba
 
 from verikv import CacheManager, HashingError, InvalidArgumentError, PageRemoved, PageStored, Request, RequestStatus
 from verikv.spec import invariants as inv, manager as spec
@@ -44,6 +45,8 @@ LAYOUTS: dict[str, spec.ManagerConfig] = {
     "full+sliding+chunked": config(FULL4, spec.GroupLayout("sliding", 4, 6), spec.GroupLayout("chunked", 4, 8)),
     "full(page 8)+sliding(page 4)": config(spec.GroupLayout("full", 8), spec.GroupLayout("sliding", 4, 5)),
     "full+mamba": config(FULL4, spec.GroupLayout("mamba", 48)),
+    "full+mamba(align)": config(FULL4, spec.GroupLayout("mamba_align", 4)),
+    "full+sliding(eagle)": config(FULL4, spec.GroupLayout("sliding", 4, 6), use_eagle=True),
     "full+sliding(unhashed-first)": config(FULL4, spec.GroupLayout("sliding", 4, 5), free_order="unhashed-first"),
     "no-caching": config(FULL4, enable_caching=False),
     "no-groups": config(),
@@ -441,3 +444,29 @@ def test_a_key_computation_that_fails_rejects_the_whole_batch(failing: int) -> N
     results = twin.manager.allocate_slots_batch(reqs, counts)
     assert [len(ids[0]) for ids in ids_of(results) if ids is not None] == [3, 0, 0, 0]
     assert snapshot(twin.manager) != before
+
+
+def _mamba_align_after_a_prompt_of_three() -> tuple[CacheManager, Request]:
+    """A full group and a Mamba align group of 4-token pages; request "r0" holds the pages of its
+    3 computed tokens and has a fourth token to compute."""
+    m = CacheManager(64, [full(4), mamba(4)], 64, mamba_cache_mode="align", hash_seed=1)
+    req = Request("r0", [0, 1, 2])
+    assert m.allocate_slots(req, 3) is not None
+    req.num_computed_tokens = 3
+    req.append_output_token_ids(3)
+    return m, req
+
+
+def test_a_mamba_align_step_with_lookahead_takes_the_same_pages_batched_or_single() -> None:
+    """One token and 3 lookahead slots: the full group's second page, and no state page (the state
+    after 4 tokens stays in the Mamba group's first page: lookahead slots hold no state). The batch
+    once put a state page at the end of the lookahead slots."""
+    single_m, single_r = _mamba_align_after_a_prompt_of_three()
+    batch_m, batch_r = _mamba_align_after_a_prompt_of_three()
+    single = single_m.allocate_slots(single_r, 1, 0, None, 3)
+    (batch,) = batch_m.allocate_slots_batch([batch_r], 1, 3)
+    assert single is not None and batch is not None
+    assert single.get_page_ids() == batch.get_page_ids() == ([3], [])
+    assert single_m.get_page_ids("r0") == batch_m.get_page_ids("r0") == ([1, 3], [2])
+    assert abstract_manager(single_m) == abstract_manager(batch_m)
+    assert single_m.page_pool.free_list_ids() == batch_m.page_pool.free_list_ids()

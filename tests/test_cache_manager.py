@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from layouts import KW, full, sliding
 
@@ -24,6 +25,7 @@ from verikv import (
     Request,
     RequestStatus,
 )
+from verikv.coordinators import LastLookup
 from verikv.free_queue import CachePage
 from verikv.hashing import PageHasher
 from verikv.sizing import get_preset, plan_kv_cache
@@ -387,13 +389,13 @@ def test_one_id_names_one_live_request_even_without_keys():
 @pytest.mark.parametrize("caching", [True, False])
 def test_decode_fast_path_plans_what_the_general_path_plans(caching: bool):
     # Two managers see the same decode steps; one takes the fast path, the other is forced
-    # through the general one (the private method every non-plain call reaches). They must
-    # agree on every result and on the abstract state after every step: steps with no new
-    # page, with one, on an exhausted pool (None), past max_model_len and after finishing.
+    # through the pipeline (a NumPy count is not the plain int the fast path's guard wants).
+    # They must agree on every result and on the abstract state after every step: steps with no
+    # new page, with one, on an exhausted pool (None), past max_model_len and after finishing.
     from verikv.spec.abstraction import abstract_manager
 
     def general_path(m: CacheManager, r: Request, n: int) -> CachePages | None:
-        return m._allocate_slots(r, n, 0, None, 0, False, None, None)
+        return m.allocate_slots(r, np.int64(n))  # type: ignore[arg-type]  # (an int the API accepts)
 
     seen = set()
     for num_pages in (7, 16):  # a tight pool runs out of pages, a roomy one reaches max_model_len
@@ -442,7 +444,8 @@ def _looked_up_after_a_cached_twin() -> tuple[CacheManager, Request, CachePages,
 
 def _forge_last_lookup(m: CacheManager, pages: CachePages, n: int) -> None:
     """Make ``pages`` request "b"'s last lookup result, as a wrong lookup would leave it."""
-    m.coordinator.records["b"].lookup = (pages, m.page_pool.key_version, n, None, tuple(map(list, pages.page_ids)))
+    m.coordinator.records["b"].last_lookup = LastLookup(m.page_pool.key_version, n, None,
+                                                        tuple(map(list, pages.page_ids)))
 
 
 def _pool_state(m: CacheManager) -> tuple[Any, ...]:
@@ -513,3 +516,46 @@ def test_a_decode_step_past_max_model_len_raises_even_inside_the_last_page(batch
         step()
     assert (m.get_page_ids("r"), m.num_cached_pages("r"), m.page_hashes_of("r")) == before
     assert before[:2] == (([1, 2, 3],), [2]) and len(before[2]) == 2
+
+
+def test_a_refused_dp_allocation_changes_nothing_and_leaves_the_dp_size_open() -> None:
+    """A manager built without a DP size: a first DP call that does not fit (40 tokens need 10
+    pages, shard 0 of 2 has 3) returns None with every part of the manager as it was, the pool's
+    shard lists included; a later call may still choose another DP size, as on a fresh manager."""
+    from hostile import snapshot
+
+    m = CacheManager(8, [full(4)], 64)
+    before = snapshot(m)
+    assert m.allocate_slots(Request("big", list(range(40))), 40, dp_shard_hint=0, data_parallel_size=2) is None
+    assert snapshot(m) == before
+    assert m.data_parallel_size == 1
+    assert m.allocate_slots(Request("a", [1, 2]), 2, dp_shard_hint=1, data_parallel_size=4) is not None
+    assert m.data_parallel_size == 4 and m.request_shard("a") == 1 and m.get_page_ids("a") == ([2],)
+
+
+@pytest.mark.parametrize("groups", [[full(4)], [full(4), sliding(4, 8)], [full(4), full(8)]],
+                         ids=["full", "full+sliding", "full+full(page 8)"])
+def test_every_cached_page_shows_its_key_and_group_as_esurge_does(groups: list[CacheGroupSpec]) -> None:
+    """`CachePage.page_hash` of a cached page is a `PageHashWithGroupId` in every group, group 0
+    included: ``.page_hash`` is the request's key of the page's last small page, ``.group_id``
+    its group (whatever key the pool stores); pages without a key show None."""
+    from verikv import PageHashWithGroupId
+
+    m = CacheManager(32, groups, 64, hash_seed=1)
+    req = Request("a", list(range(17)))
+    new = m.allocate_slots(req, 17)
+    assert new is not None
+    keys = m.page_hashes_of("a")
+    seen = 0
+    for gid, (group_pages, views) in enumerate(zip(m.get_page_ids("a"), new.pages)):
+        stride = m.kv_cache_groups[gid].kv_cache_spec.page_size // 4
+        for j, (page_id, view) in enumerate(zip(group_pages, views)):
+            assert view is m.page_pool.page(page_id)
+            if (j + 1) * stride > len(keys):  # the partial last page has no key
+                assert view.page_hash is None
+                continue
+            shown = view.page_hash
+            assert type(shown) is PageHashWithGroupId
+            assert shown.group_id == gid and shown.page_hash == keys[(j + 1) * stride - 1]
+            seen += 1
+    assert seen == sum(17 // g.kv_cache_spec.page_size for g in groups)

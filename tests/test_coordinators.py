@@ -29,7 +29,7 @@ def state(c) -> tuple:
     pool = c.page_pool
     return (pool.free_list_ids(), [pool.ref_count(p) for p in range(pool.num_pages)],
             sorted(map(repr, pool.cached_items())),
-            {rid: (rec.pages and [list(p) for p in rec.pages], list(rec.num_cached)) for rid, rec in c.records.items()})
+            {rid: (c.get_pages(rid), c.holding(rid) and list(c.holding(rid).num_cached)) for rid in c.records})
 
 
 def test_dispatch():
@@ -223,3 +223,82 @@ def test_a_plan_whose_new_pages_alone_do_not_fit_is_refused_with_nothing_changed
     before = state(c)
     assert c.allocate_slots("b", 0, 4 * 18, hits) is None  # 16 new pages > 15 free
     assert state(c) == before
+
+
+# --- the records: a keys-only `RequestState`, or a `HeldState` while pages are held ----------------
+
+
+def test_a_record_keeps_keys_only_until_pages_are_held_and_again_after_free() -> None:
+    from verikv import CacheManager
+    from verikv.coordinators import HeldState, RequestState
+
+    m = CacheManager(16, [full(4)], 64, hash_seed=1)
+    c, req = m.coordinator, Request("a", list(range(9)))
+    hits, n = m.get_computed_pages(req)
+    rec = c.records["a"]
+    assert type(rec) is RequestState and rec.request is req and len(rec.keys or ()) == 2
+    assert c.holding("a") is None and c.holding(3) is None
+    assert rec.last_lookup is not None and rec.last_lookup.num_tokens == n == 0
+    assert m.allocate_slots(req, 9, n, hits) is not None
+    held = c.holding("a")
+    assert type(held) is HeldState and held is c.records["a"] and held.keys == rec.keys
+    assert held.pages == ([1, 2, 3],) and held.num_cached == [2] and held.shard is None and held.cache_at == 12
+    m.free(req)
+    kept = c.records["a"]
+    assert type(kept) is RequestState and kept.keys == held.keys and c.holding("a") is None
+    m.free_page_hashes(req)
+    assert "a" not in c.records
+
+
+def test_a_record_without_keys_goes_when_its_pages_are_freed() -> None:
+    c = get_kv_cache_coordinator(16, [full(4)], 64, False, True)
+    assert c.allocate_slots("a", 0, 8, None) == ([1, 2],)
+    c.free("a")
+    assert "a" not in c.records
+
+
+def test_the_retired_coordinator_entry_points_warn_and_keep_their_contracts() -> None:
+    """Each names its replacement in a `DeprecationWarning` and still does what it promised."""
+    from verikv.coordinators import HeldState, RequestState
+
+    c = get_kv_cache_coordinator(32, [full(4), sliding(4, 8)], 64, False, True)
+    req = Request("x", [1, 2])
+    with pytest.deprecated_call(match="CacheCoordinator.records"):
+        rec = c.record_for("x", req)
+    assert type(rec) is RequestState and rec.request is req and c.records["x"] is rec
+    with pytest.deprecated_call(match="drop_keys"):
+        c.forget_if_idle("x")
+    assert "x" not in c.records
+    with pytest.deprecated_call(match="allocate_slots"):
+        assert c.decode_step(req, 1) is None and c.extend_held(rec, 2) is None
+    with pytest.deprecated_call(match="allocate_slots_batch"):
+        assert c.decode_work([req, req], 1) == [0, 1]
+        c.held_steps([req], 1, [0])
+    keys = {}
+    for k, rid in enumerate("ab"):
+        assert c.allocate_slots(rid, 0, 8, None) is not None
+        keys[rid] = HASHER.hash_request(Request(rid, list(range(10 * k, 10 * k + 8))), 4)
+    records = [c.holding(rid) for rid in "ab"]
+    assert all(type(r) is HeldState for r in records)
+    with pytest.deprecated_call(match="CacheManager.cache_pages"):
+        c.cache_held_batch(records, [keys["a"], keys["b"]], [8, 8])  # type: ignore[arg-type]
+    assert [r.num_cached for r in records if r is not None] == [[2, 2], [2, 2]]
+    head = c.page_pool.free_list_ids()[0]
+    with pytest.deprecated_call(match="allocate_slots_batch"):
+        assert c.decode_steps(records, [1, 0]) == [[head], []]  # type: ignore[arg-type]
+    assert c.get_pages("a") == ([1, 2, head], [3, 4]) and c.get_pages("b") == ([5, 6], [7, 8])
+
+
+def test_a_retired_record_field_warns_and_reads_as_before() -> None:
+    from verikv import CacheManager
+
+    m = CacheManager(16, [full(4)], 64, hash_seed=1)
+    req = Request("a", list(range(9)))
+    m.get_computed_pages(req)
+    rec = m.coordinator.records["a"]
+    with pytest.deprecated_call(match="last_lookup"):
+        assert rec.lookup == (None, *rec.last_lookup)  # type: ignore[attr-defined, misc]
+    with pytest.deprecated_call(match="HeldState"):
+        assert rec.pages is None and rec.num_cached == [] and rec.shard is None  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        rec.anything_else  # type: ignore[attr-defined]  # noqa: B018

@@ -394,6 +394,10 @@ def _hashing_targets() -> list[Case]:
                                     request=P(W("r"), "object"), page_size=P(4, COUNT1),
                                     start=P(0, COUNT0), parent=P(None, "opt_count0", either={"neg1", "np_neg"}),
                                     stop=P(None, "opt_count0")))
+    cases += substitution_cases("PageHasher.page_key", hasher,
+                                lambda w, **k: w["h"].page_key(**resolve(w, k)), dict(
+                                    request=P(W("r"), "object"), page_size=P(4, COUNT1), index=P(0, COUNT0),
+                                    parent=P(None, "opt_count0", either={"neg1", "np_neg"})))
     cases += substitution_cases("PageHasher.extend", lambda: {**hasher(), "hashes": []},
                                 lambda w, **k: w["h"].extend(**resolve(w, k)), dict(
                                     request=P(W("r"), "object"), page_size=P(4, COUNT1),

@@ -1051,11 +1051,11 @@ def test_skip_unreachable_sliding_pages_leaves_only_those_pages_unkeyed(skip: bo
         assert unkeyed == sliding_pages[-1:]  # only the partial page
 
 
-# --- caching's next due point (RequestState.cache_at, rebuilt on febc211) -----------------------------
+# --- caching's next due point (HeldState.cache_at) ----------------------------------------------------
 
 
 def test_caching_is_next_due_at_the_end_of_the_key_page_after_the_cached_tokens() -> None:
-    # RequestState: cache_at is the end of the first key page not yet covered by a caching
+    # HeldState: cache_at is the end of the first key page not yet covered by a caching
     # call, at most max_model_len + 1 ("never": that page ends past max_model_len)
     m = CacheManager(32, [full(4)], 16, hash_seed=1)
     req = Request("a", list(range(16)))
@@ -1064,7 +1064,8 @@ def test_caching_is_next_due_at_the_end_of_the_key_page_after_the_cached_tokens(
     for num_tokens, due in expected.items():
         req.num_computed_tokens = computed
         assert m.allocate_slots(req, num_tokens - computed) is not None
-        assert m.coordinator.records["a"].cache_at == due
+        held = m.coordinator.holding("a")
+        assert held is not None and held.cache_at == due
         computed = num_tokens
         req.status = RequestStatus.RUNNING
 

@@ -37,6 +37,7 @@ from verikv import (
 from verikv.coordinators import (
     MAX_MODEL_LEN,
     CacheCoordinator,
+    HeldState,
     HybridCacheCoordinator,
     UnitaryCacheCoordinator,
     sliding_page_can_hit,
@@ -50,6 +51,13 @@ def held(c: CacheCoordinator, rid: str) -> tuple[list[int], ...]:
     pages = c.get_pages(rid)
     assert pages is not None
     return pages
+
+
+def record(c: CacheCoordinator, rid: str) -> HeldState:
+    """The record of ``rid``, which holds pages."""
+    rec = c.holding(rid)
+    assert rec is not None
+    return rec
 
 
 def cache_prompt(c: CacheCoordinator, rid: str, tokens: list[int]) -> list[Any]:
@@ -279,7 +287,7 @@ def test_an_allocation_of_a_dp_shard_counts_only_that_shards_free_pages() -> Non
     assert c.allocate_slots("a", 0, 12, None, shard=0, dp=2) == ([1, 2, 3],)
     assert c.allocate_slots("b", 0, 4, None, shard=0, dp=2) is None  # shard 0 is full
     assert c.allocate_slots("b", 0, 16, None, shard=1, dp=2) == ([4, 5, 6, 7],)
-    assert c.records.get("b") is not None and c.records["b"].shard == 1
+    assert record(c, "b").shard == 1
 
 
 # --- caching, freeing, queries ---------------------------------------------------------------------
@@ -295,9 +303,9 @@ def test_caching_needs_the_keys_of_every_groups_full_pages() -> None:
         c.cache_pages("a", keys[:3], 16)
     with pytest.raises(InvalidArgumentError):
         c.cache_pages("a", "not keys", 4)  # type: ignore[arg-type]
-    assert c.page_pool.cached_items() == before and c.records["a"].num_cached == [0, 0]
+    assert c.page_pool.cached_items() == before and record(c, "a").num_cached == [0, 0]
     c.cache_pages("a", keys, 16)
-    assert c.records["a"].num_cached == [4, 2]
+    assert record(c, "a").num_cached == [4, 2]
 
 
 def test_caching_more_tokens_than_a_group_holds_pages_for_changes_nothing() -> None:
@@ -306,9 +314,9 @@ def test_caching_more_tokens_than_a_group_holds_pages_for_changes_nothing() -> N
     assert c.allocate_slots("a", 0, 8, None) is not None  # 2 + 1 pages
     with pytest.raises(InvalidArgumentError, match="too few pages"):
         c.cache_pages("a", keys, 12)  # group 0 would need 3 pages
-    assert c.page_pool.cached_items() == [] and c.records["a"].num_cached == [0, 0]
+    assert c.page_pool.cached_items() == [] and record(c, "a").num_cached == [0, 0]
     c.cache_pages("a", keys, 8)  # exactly what it holds
-    assert c.records["a"].num_cached == [2, 1]
+    assert record(c, "a").num_cached == [2, 1]
 
 
 def test_caching_a_request_that_holds_nothing_is_an_unknown_request() -> None:
@@ -351,17 +359,6 @@ def test_common_prefix_pages_are_those_every_running_request_holds() -> None:
         c.get_num_common_prefix_pages("a", 0)
     with pytest.raises(UnknownRequestError):
         c.get_num_common_prefix_pages("nobody", 1)
-
-
-def test_holding_and_record_for_describe_records() -> None:
-    c = get_kv_cache_coordinator(16, [full(4)], 64, False, True)
-    assert c.holding("a") is None and c.holding(3) is None
-    req = Request("a", [1, 2])
-    rec = c.record_for("a", req)
-    assert rec.request is req and rec.pages is None and c.record_for("a", Request("a", [3])) is rec
-    assert c.holding("a") is None  # a record without pages holds nothing
-    c.forget_if_idle("a")
-    assert "a" not in c.records
 
 
 # --- the decode step and the batched decode step ------------------------------------------------
@@ -854,7 +851,7 @@ def test_caching_a_partial_last_page_caches_the_whole_ones() -> None:
     keys = HASHER.hash_request(Request("a", list(range(9))), 4)
     assert c.allocate_slots("a", 0, 8, None) is not None  # 2 pages per group
     c.cache_pages("a", keys, 9)  # 9 tokens: 2 whole pages in each group
-    assert c.records["a"].num_cached == [2, 2]
+    assert record(c, "a").num_cached == [2, 2]
 
 
 def test_eagle_drops_a_one_token_hit() -> None:
@@ -976,27 +973,7 @@ def test_skipping_unreachable_sliding_pages_keys_the_pages_a_hit_needs(window: i
     assert all(c.page_pool.key_of(p) is not None for p in pages[0])  # full attention: every page
 
 
-def test_caching_held_records_in_a_batch_caches_every_group_of_each() -> None:
-    c = get_kv_cache_coordinator(32, [full(4), sliding(4, 8)], 64, False, True)
-    keys = {}
-    for k, rid in enumerate("ab"):
-        tokens = list(range(10 * k, 10 * k + 8))
-        assert c.allocate_slots(rid, 0, 8, None) is not None
-        keys[rid] = HASHER.hash_request(Request(rid, tokens), 4)
-    c.cache_held_batch([c.records["a"], c.records["b"]], [keys["a"], keys["b"]], [8, 8])
-    assert c.records["a"].num_cached == [2, 2] and c.records["b"].num_cached == [2, 2]
-    pages = [c.get_pages(rid) for rid in "ab"]
-    assert all(c.page_pool.key_of(p) is not None for held in pages if held for group in held for p in group)
-
-
-def test_the_decode_steps_of_no_record_take_no_page() -> None:
-    c = get_kv_cache_coordinator(16, [full(4)], 32, False, True)
-    free = c.page_pool.get_num_free_pages()
-    assert c.decode_steps([], []) == []  # `decode_step` for each of no record
-    assert c.page_pool.get_num_free_pages() == free
-
-
-# --- the decode batch's work list (CacheCoordinator.decode_work, through the manager's batch) -----
+# --- the decode batch's work list (DecodeFastPaths.batch_work, through the manager's batch) -----
 # Every position whose single call may do something or raises is in the work list; leaving one
 # out returns "no new page" for it without the call.
 
@@ -1083,14 +1060,6 @@ def test_the_coordinators_cache_pages_keys_no_mamba_align_state() -> None:
 
 
 # --- the decode work list as rebuilt on febc211 ----------------------------------------------------
-
-
-@pytest.mark.parametrize("counts", COUNTS)
-def test_the_work_list_holds_another_object_under_a_held_id(counts: Any) -> None:
-    m, imposter = _held_and_imposter()
-    # decode_work: every position not held by this very object is one whose call may do something
-    assert m.coordinator.decode_work([imposter], counts(1)) == [0]
-
 
 
 def test_a_failed_plans_hit_id_equal_to_the_pool_size_is_the_pools_error() -> None:

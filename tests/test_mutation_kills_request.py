@@ -9,6 +9,7 @@ preempted request is not finished. Expected values come from the arguments.
 
 from __future__ import annotations
 
+import inspect
 import re
 from array import array
 from collections.abc import Callable
@@ -169,8 +170,9 @@ def test_fields_built_at_import_read_assign_check_and_are_documented() -> None:
     assert (req.request_id, req.lora_id) == ("b", 2)
     for name in ("request_id", "cache_salt", "lora_id", "lora_name", "lora_path", "num_computed_tokens", "status"):
         # help(Request) shows each field's own text (the source's, as the first import built it)
-        assert getattr(fresh, name).__doc__ == getattr(Request, name).__doc__, name
-        assert not getattr(fresh, name).__doc__.startswith("attrgetter"), name
+        doc = inspect.getdoc(getattr(fresh, name))
+        assert doc and doc == inspect.getdoc(getattr(Request, name)), name
+        assert not doc.startswith("attrgetter"), name
 
 
 @pytest.mark.parametrize("field", ["lora_name", "lora_path"])
