@@ -226,6 +226,11 @@ class CachePage:
                 f"page_hash={describe(self.page_hash)}, is_null={self.is_null})")
 
 
+def is_view_of(page: object, records: PageRecords) -> bool:
+    """Whether ``page`` is a `CachePage` that reads ``records`` (a page of that pool or queue)."""
+    return isinstance(page, CachePage) and page._records is records
+
+
 class IdLinks:
     """``num_lists`` disjoint doubly linked lists over ids ``0..capacity-1``, plus lengths.
 
@@ -617,7 +622,7 @@ class FreeCachePageQueue:
         return [page_of(pid) for pid in self.links.ids(0)]
 
     def _own_id(self, page: CachePage) -> int:
-        if not isinstance(page, CachePage) or page._records is not self._records:
+        if not is_view_of(page, self._records):
             raise errors.ForeignPageError(f"{describe(page)} is not a page of this queue")
         return page.page_id
 

@@ -449,14 +449,20 @@ def _page_bytes(packed: array[int], first: int, last: int, page_size: int) -> li
 
 def _request_type() -> type[Request]:
     """`verikv.request.Request` (imported on first use: that module imports this one)."""
-    global _REQUEST
+    global _REQUEST, _has_extra_keys
     if _REQUEST is None:
-        from verikv.request import Request
-        _REQUEST = Request
+        from verikv.request import Request, has_extra_keys
+        _REQUEST, _has_extra_keys = Request, has_extra_keys
     return _REQUEST
 
 
+def _extra_keys_unknown(request: Request) -> bool:
+    """Stands for `verikv.request.has_extra_keys` until `_request_type` imports it."""
+    raise RuntimeError("verikv.request is not imported yet")
+
+
 _REQUEST: type[Request] | None = None
+_has_extra_keys: Callable[[Request], bool] = _extra_keys_unknown
 
 
 def _packed_tokens(request: Any) -> array[int]:
@@ -717,11 +723,8 @@ def _guarded(fn: Callable[[Any], object]) -> Callable[[Any], int]:
 def _plain(request: Any) -> bool:
     """True if the request has no per-page extra keys (no LoRA, salt or multimodal items); a
     stray ``lora_path`` is not plain, so `_ExtraKeys` reports it."""
-    if type(request) is _REQUEST:  # a `verikv.Request`: its slots, read without the properties'
-        # cost (~180 ns less; a decode step asks at every page it fills). Its lora_path is
-        # never set without its lora_name.
-        return (request._lora_id is None and request._lora_name is None and request._cache_salt is None
-                and not request._mm_features)
+    if type(request) is _REQUEST:  # a `verikv.Request` answers without its properties' checks
+        return not _has_extra_keys(request)
     return (getattr(request, "lora_id", None) is None and getattr(request, "lora_name", None) is None
             and getattr(request, "lora_path", None) is None and getattr(request, "cache_salt", None) is None
             and not getattr(request, "mm_features", None))

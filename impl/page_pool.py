@@ -47,6 +47,7 @@ from verikv.free_queue import (
     IdLinks,
     PageRecords,
     check_key,
+    is_view_of,
     page_list,
 )
 
@@ -663,7 +664,7 @@ class PagePool(ESurgePoolMethods):
         records = self._records
         ids: list[int] = []
         for page in page_list(pages, "pages"):
-            if not isinstance(page, CachePage) or page._records is not records:
+            if not is_view_of(page, records):
                 raise ForeignPageError(f"{describe(page)} is not a page of this pool")
             ids.append(page.page_id)
         return ids

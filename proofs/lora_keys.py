@@ -101,10 +101,12 @@ def _with_patched(module: Any, attribute: str, make: Callable[[Any], Any]) -> li
     """Run the check with ``module.attribute`` replaced by ``make(original)``; failed checks."""
     original = getattr(module, attribute)
     setattr(module, attribute, make(original))
+    spec.forget_memoized_contents()
     try:
         return [] if run().ok else [f"{NAME}: INV-HIT-SAFE"]
     finally:
         setattr(module, attribute, original)
+        spec.forget_memoized_contents()
 
 
 def _key_ignores_path(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
