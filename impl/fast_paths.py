@@ -41,7 +41,7 @@ Equivalence with the single call's pipeline:
   distinct) and the pool, which a covered call does not touch.
 
 The refinement checker and the Hypothesis machine drive both paths and the pipeline
-(`verikv.proofs.refinement`, `verikv.testing.manager_machine`).
+(`verikv.proofs.refinement.exhaustive`, `verikv.testing.manager_machine`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The scheduler-shaped machine with named LoRA adapters, KV events and the sliding-window skip option.
 
 The machine draws named LoRA identities (the adapter ``sql`` at one of two paths) beside
-adapter ids; the events machine of `verikv.proofs.events_refinement` judges every call's KV
+adapter ids; the events machine of `verikv.proofs.refinement.events` judges every call's KV
 events (EVENTS-PER-CALL, INV-EVENTS-REPLAY) on a manager built with events on; the layout
 ``full+sliding(skip-unreachable)`` runs the manager with ``skip_unreachable_sliding_pages``.
 Each feature is shown to matter: a manager broken in it fails the machine.
@@ -18,8 +18,8 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 import verikv.hashing as hashing
-from verikv.proofs import events_refinement
-from verikv.proofs.lora_keys import _key_ignores_path
+from verikv.proofs.refinement import events as events_refinement
+from verikv.proofs.refinement.lora_keys import _key_ignores_path
 from verikv.spec import events as spec_events, manager as spec
 from verikv.testing.adapter import CacheManagerAdapter, build_cache_manager
 from verikv.testing.manager_machine import LAYOUTS, ManagerMachine, find_manager_failure, machine_factory

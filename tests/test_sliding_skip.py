@@ -84,8 +84,8 @@ def test_the_option_must_be_a_bool() -> None:
 
 
 def test_the_checks_pass_and_the_mutants_are_caught() -> None:
-    from verikv.proofs import sliding_skip
-    from verikv.proofs.registry import discover_checks, discover_mutants
+    from verikv.proofs.refinement import sliding_skip
+    from verikv.proofs.runner.registry import discover_checks, discover_mutants
 
     no_hit_lost = next(c for c in sliding_skip.checks() if c.name == sliding_skip.NO_HIT_NAME)
     assert no_hit_lost.run().ok

@@ -56,7 +56,7 @@ from verikv.testing.adapter import (
     AdapterFactory,
     CacheManagerAdapter,
     KeyFailure,
-    build_cache_manager,  # noqa: F401  (re-exported: verikv.proofs.manager_mutants imports it from here)
+    build_cache_manager,  # noqa: F401  (re-exported: verikv.proofs.mutants.manager imports it from here)
     page_ids_of,
 )
 
