@@ -9,7 +9,8 @@ chosen scheme:
 - ``"sha256"`` (default): the key is the 32-byte SHA-256 digest of one canonical message,
   ``parent key || tokens || suffix`` (no pickle, no ``repr``): token ids as little-endian
   uint64, and for a page with extra keys a suffix that holds their tagged, length-prefixed
-  encoding (`page_suffix`). Collisions are not a practical concern (eSurge §3 Q14).
+  encoding (`page_suffix`). Collisions are not a practical concern (unlike eSurge's
+  builtin-hash chain: docs/differences.md, Q14).
 - ``"xxh3_128"``: the same message through xxHash3-128 (a 16-byte key); much cheaper, not
   adversary-proof.
 - ``"builtin"``: eSurge's ``hash((parent value, tokens, extra_keys))``, for compatibility

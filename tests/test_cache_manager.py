@@ -46,7 +46,7 @@ def admit(m: CacheManager, req: Request, **kw) -> CachePages | None:
 
 
 def test_lru_order_of_a_freed_request_esurge_example():
-    # eSurge §1.3: pool of 8, request holds [1,2,3,4], 5,6,7 free -> free list 5,6,7,4,3,2,1.
+    # eSurge's free order: pool of 8, request holds [1,2,3,4], 5,6,7 free -> free list 5,6,7,4,3,2,1.
     m = manager(8)
     r = Request("a", list(range(16)))
     assert admit(m, r).get_page_ids() == ([1, 2, 3, 4],)
@@ -454,7 +454,7 @@ def _pool_state(m: CacheManager) -> tuple[Any, ...]:
 
 
 def test_the_last_lookup_shortcut_never_skips_the_hit_shape():
-    # issue 18: a hit equal to the request's own last lookup skips only the per-page key
+    # a hit equal to the request's own last lookup skips only the per-page key
     # comparison; its length and ids are checked every time (here the record's last lookup is
     # forged to be a malformed hit).
     m, r, hits, n = _looked_up_after_a_cached_twin()

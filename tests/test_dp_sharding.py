@@ -107,7 +107,7 @@ def test_checked_int_reports_name_and_bounds() -> None:
 
 
 def test_error_messages_survive_hostile_values() -> None:
-    """Issue 12: a deeply nested list or a raising __repr__ still yields the typed error."""
+    """A deeply nested list or a raising __repr__ still yields the typed error."""
     from verikv.dp_sharding import checked_int
 
     value: list = [1]

@@ -238,7 +238,7 @@ def test_reports_and_helpers_refuse_bad_values() -> None:
 #
 # They pin what `PrefixCacheStats`' docstrings promise: counters reject bad fields with an error
 # naming the field, accept NumPy integers, and ``take`` restarts the interval. (The kill tests for
-# the event records were written against the per-page events that issue 17 replaced; the new
+# the event records were written against the per-page events that the run events replaced; the new
 # records are covered by tests/test_events.py and tests/test_kv_events*.py, and the module's
 # mutation score must be measured again: tools/mutation/RESULTS.md.)
 
@@ -287,7 +287,7 @@ def test_take_restarts_the_interval_without_the_reset_flag() -> None:
     assert (stats.requests, stats.queries, stats.hits) == (0, 0, 0)
 
 
-# --- third session: the event records' fields, the log's runs (docs/events.md) -----------------
+# --- the event records' fields, the log's runs (docs/events.md) -----------------
 
 KEY1, KEY2 = bytes(range(32)), bytes(range(1, 33))
 

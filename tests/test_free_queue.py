@@ -255,7 +255,7 @@ def _queue_state(q: FreeCachePageQueue) -> tuple:
 
 
 def test_append_of_an_id_the_queue_does_not_hold_is_foreign() -> None:
-    """Issue 12 item 7: page 0 is in range but not one of the queue's pages."""
+    """Page 0 is in range but not one of the queue's pages."""
     q = FreeCachePageQueue([CachePage(1), CachePage(2), CachePage(5)])
     q.popleft()
     before = _queue_state(q)
@@ -670,7 +670,7 @@ def test_a_lone_pages_record_fields_read_and_assign_through_their_checks() -> No
     assert (page.ref_cnt, page.page_hash) == (2, b"key")
 
 
-# --- IdLinks.unlink_runs (febc211; several runs since the seventh session) --------------------------
+# --- IdLinks.unlink_runs ----------------------------------------------------------------------
 
 
 def test_unlink_runs_unlinks_ids_around_an_id_a_former_run_held() -> None:

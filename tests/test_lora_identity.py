@@ -1,4 +1,4 @@
-"""LoRA identity by name and path, as vLLM 0.33's ``LoRARequest`` gives it (issue 17 item 4):
+"""LoRA identity by name and path, as vLLM 0.33's ``LoRARequest`` gives it:
 re-pointing a name at other weights changes the page keys; the int id alone still works."""
 
 from __future__ import annotations

@@ -296,7 +296,7 @@ def test_mamba_align_manager_lookup_is_the_spec_rule_on_every_small_pattern() ->
     assert cases == 4 * 31 * 13
 
 
-# --- the mutants of issue 17's acceptance are caught ------------------------------------------
+# --- the planted Mamba bugs are caught ------------------------------------------
 
 @pytest.mark.parametrize("name", ["impl:mamba_state_cached_unaligned", "impl:mamba_state_cached_for_next_prefix",
                                   "impl:mamba_hit_under_attention_key", "impl:mamba_start_state_freed",

@@ -466,7 +466,7 @@ def test_key_version_moves_exactly_when_the_cached_map_changes() -> None:
     assert seen[0] < seen[1] == seen[2] < seen[3] < seen[4]
 
 
-# --- issue 12: hostile input on the pool (typed errors, nothing changed) -----------------------
+# --- hostile input on the pool (typed errors, nothing changed) -----------------------
 
 def _deep(depth: int = 5000) -> list:
     value: list = [1]
@@ -503,7 +503,7 @@ def test_pool_size_is_bounded_and_free_order_checked() -> None:
 
 
 def test_failed_dp_calls_build_no_shard_lists() -> None:
-    """Issue 12 item 7: a DP allocation or lookup that fails leaves the pool as it was."""
+    """A DP allocation or lookup that fails leaves the pool as it was."""
     pool = PagePool(16)
     before = _full_state(pool)
     with pytest.raises(OutOfPagesError):  # enough pages in the pool, not in shard 0 (7 usable)
@@ -539,7 +539,7 @@ def test_bool_and_int_subclass_keys_are_described_as_plain_ints() -> None:
 
 
 class _HashFlip(str):
-    """A key whose hash and equality change when ``flip`` is set (issue 12, defect 1)."""
+    """A key whose hash and equality change when ``flip`` is set."""
 
     flip = 0
 
@@ -1186,7 +1186,7 @@ def test_a_numpy_shard_hint_is_taken_as_its_int() -> None:
     assert pool.get_new_page_ids(2, dp_shard_hint=np.int64(3), data_parallel_size=np.int64(2)) == [4, 5]  # type: ignore[arg-type]
 
 
-# --- third session: argument names and shapes of every id-level call --------------------------
+# --- argument names and shapes of every id-level call --------------------------
 
 
 @pytest.mark.parametrize(("call", "name"), [

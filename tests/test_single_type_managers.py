@@ -1,6 +1,7 @@
 """Single-type managers on a real pool: hit rules, window drops, allocation, caching, freeing.
 
-Numbers marked "eSurge" are the worked examples of reference/esurge-core.md §1.4.
+Numbers marked "eSurge" replay eSurge's worked examples of its hit rules (EasyDeL commit
+`090a03b`).
 """
 
 from __future__ import annotations
@@ -248,7 +249,7 @@ def test_free_reverse_order_and_common_prefix():
     assert m.get_num_common_prefix_pages(a, 2) == 2 and m.get_num_common_prefix_pages(a, 1) == 4
     m.free(b)
     m.free(a)
-    assert pool.free_list_ids() == [5, 6, 7, 4, 3, 2, 1]  # eSurge §1.3 rule 2
+    assert pool.free_list_ids() == [5, 6, 7, 4, 3, 2, 1]  # eSurge's free order
     m.free([])  # nothing held: no-op
     assert SlidingWindowManager(sliding(4, 4), pool, 0).get_num_common_prefix_pages([], 1) == 0
 
@@ -310,7 +311,7 @@ def test_a_lookup_rejects_keys_that_are_not_page_keys(keys: Any) -> None:
         _manager().find_longest_cache_hit(keys, 8, (0,))
 
 
-# --- third session: windows, chunks, DP shards, Mamba align states, hit checks ------------------
+# --- windows, chunks, DP shards, Mamba align states, hit checks ------------------
 #
 # Expected values follow the rules the docstrings state: a sliding window ``sw`` needs the
 # rightmost run of ``ceil((sw - 1) / ps)`` hits, and the next token (position n) attends to

@@ -1,4 +1,4 @@
-"""``skip_unreachable_sliding_pages`` (issue 17 item 5): vLLM 0.33's policy of not caching the
+"""``skip_unreachable_sliding_pages``: vLLM 0.33's policy of not caching the
 sliding-window pages that can never serve a hit, as an option that is off by default.
 
 vLLM 0.33 (``SlidingWindowManager.reachable_block_mask``, dense retention, no EAGLE): with the

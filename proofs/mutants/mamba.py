@@ -1,8 +1,8 @@
 """Mamba prefix-caching bugs (align mode), planted in a real `CacheManager` and in the spec, and
 shown to make the exhaustive refinement check ``refine:full+mamba(align)`` fail.
 
-Issue 17's acceptance: a Mamba state restored at an unaligned position or for a different
-prefix is caught. Each bug changes one rule of `verikv.single_type_managers.MambaAlignManager`
+What they show: a Mamba state restored at an unaligned position or for a different prefix is
+caught. Each bug changes one rule of `verikv.single_type_managers.MambaAlignManager`
 (or of the spec's Mamba block) the way a plausible off-by-one would; the refinement checker
 drives the real manager beside the spec and judges hits by the harness' own record of which
 state each page holds (`verikv.testing.manager_machine.ManagerMachine.record_mamba_state`),
