@@ -9,8 +9,12 @@ Each feature is shown to matter: a manager broken in it fails the machine.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -71,11 +75,29 @@ def test_events_and_named_lora_refine_the_spec(name: str) -> None:
         assert seen[path] > 0, seen
 
 
-def test_machine_catches_a_lora_key_without_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
+def lora_path_failures_here() -> list[str]:
+    """`find_manager_failure` on the ``full`` layout with keys that leave a named adapter's path out."""
+    original = hashing._lora_key
+    hashing._lora_key = _key_ignores_path(original)  # type: ignore[assignment]  # a planted bug
+    try:
+        return find_manager_failure(build_cache_manager, LAYOUTS["full"])
+    finally:
+        hashing._lora_key = original
+
+
+def test_machine_catches_a_lora_key_without_the_path() -> None:
     """A manager whose keys leave a named adapter's path out serves KV of the old weights after
-    the name is re-pointed: the machine sees the hit the spec does not give."""
-    monkeypatch.setattr(hashing, "_lora_key", _key_ignores_path(hashing._lora_key))
-    names = find_manager_failure(build_cache_manager, LAYOUTS["full"])
+    the name is re-pointed: the machine sees the hit the spec does not give. The derandomized
+    search runs in a fresh interpreter: Hypothesis also draws from constants it collects in the
+    modules a process has imported, so in a pytest worker what it generates depends on the tests
+    that ran before (after the Mamba mutant tests, this search once found nothing)."""
+    script = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+              "from test_manager_machine_features import lora_path_failures_here; "
+              "print(json.dumps(lora_path_failures_here()))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=900)
+    if out.returncode != 0:
+        raise AssertionError(f"the detection run failed:\n{out.stderr[-4000:]}")
+    names = json.loads(out.stdout.strip().splitlines()[-1])
     assert "REFINEMENT" in names, names
 
 

@@ -12,7 +12,9 @@ Operations (per node, all of them are tried): admit a new request from a tiny pr
 (lookup, then allocate the prefill with the hit, or a first chunk without it), resume a
 waiting request the same two ways, step a running request (next prefill chunk, or decode: append
 a token and allocate its slot, with the layout's lookahead / delayed caching / DP variants),
-preempt, finish (free + free_page_hashes), cache_pages, reset_prefix_cache, and bad calls (zero
+a scheduler step of every running request as one ``allocate_slots_batch`` (with lookahead
+slots; compared with the same single calls in order on a copy), preempt, finish (free +
+free_page_hashes), cache_pages, reset_prefix_cache, and bad calls (zero
 tokens, past ``max_model_len``, caching past the request's tokens) and, in one layout, an
 admission while the hash backend fails (the spec's transitions are pure, so a key computation
 that raises leaves its state unchanged: the implementation must do the same, INV-ATOMIC).
@@ -344,9 +346,17 @@ def _operations(case: Case, node: _Parked) -> Iterator[Op]:
             yield ("bad-too-long", rid)
             yield ("bad-cache-too-far", rid)
         yield ("finish", rid)
+    if len(_batchable(node.views, node.shell.waiting)) >= 2:
+        yield ("batch",)
     yield ("reset",)
     if node.views:
         yield ("bad-zero", min(node.views))
+
+
+def _batchable(views: dict[str, spec.RequestView], waiting: list[str]) -> list[str]:
+    """The running requests a scheduler step can grow: a prefill chunk left, or room to decode."""
+    return [rid for rid, view in sorted(views.items()) if rid not in waiting
+            and (view.num_computed_tokens < view.num_tokens or view.num_tokens < MAX_MODEL_LEN)]
 
 
 def _new_request(node: Any, prompt: int) -> str:
@@ -401,6 +411,21 @@ def _step(case: Case, node: Any, rid: str, token: int | None, variant: str) -> N
         done = node.allocate(rid, num_new, lookahead=case.lookahead, delay=case.delay, hint=hint)
     if done:
         node.set_computed(rid, request.num_computed_tokens + num_new)
+
+
+def _batch(case: Case, node: Any) -> None:
+    """One ``allocate_slots_batch`` over every running request that can grow (its next prefill
+    chunk, or one decoded token ``TOKENS[0]``), compared with the same single calls in order on a
+    copy and with the spec's batch (`ManagerMachine.allocate_batch`). It always takes lookahead
+    slots (the layout's, else one), where a batch and its single calls can differ most."""
+    rids, counts = [], []
+    for rid in _batchable({rid: tracked.view for rid, tracked in node.requests.items()}, node.waiting):
+        tracked = node.requests[rid]
+        if tracked.view.num_computed_tokens == tracked.view.num_tokens:
+            tracked.view = replace(tracked.view, tokens=tracked.view.tokens + (TOKENS[0],))
+        rids.append(rid)
+        counts.append(min(CHUNK, tracked.view.num_tokens - tracked.view.num_computed_tokens))
+    node.allocate_batch(rids, counts, case.lookahead or 1, case.delay)
 
 
 def _allocate_plain(node: Any, rid: str, num_new: int) -> bool:
@@ -534,6 +559,8 @@ def apply(case: Case, node: Any, op: Op) -> None:
         node.finish_request(op[1], aborted=False)
     elif kind == "cache":
         _cache(node, op[1], op[2])
+    elif kind == "batch":
+        _batch(case, node)
     elif kind == "reset":
         node.apply_reset()
     else:

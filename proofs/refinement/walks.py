@@ -131,9 +131,6 @@ class World:
     use_eagle: bool = False
     data_parallel_size: int = 1
     lookahead: bool = True
-    batch_lookahead: bool = True
-    """Batched steps take lookahead slots too (off where the batch does not yet equal the single
-    calls with them: a Mamba align group)."""
     external: bool = True
     """Admissions may load tokens through a KV connector (not with a Mamba align group)."""
     floor: Floor = Floor()
@@ -163,8 +160,7 @@ WORLDS: tuple[World, ...] = (
     World("full", (FULL,), 1200),
     World("sliding", (SLIDING,), 1200, floor=Floor(hit=32, sharers=2)),
     World("full+sliding", (FULL, SLIDING), 2400),
-    World("full+mamba(align)", (FULL, spec.GroupLayout("mamba_align", PAGE)), 1400, external=False,
-          batch_lookahead=False),
+    World("full+mamba(align)", (FULL, spec.GroupLayout("mamba_align", PAGE)), 1400, external=False),
     World("dp2", (FULL,), 2400, data_parallel_size=2, floor=Floor(hit=64)),
     World("eagle(full+sliding)", (FULL, SLIDING), 2400, use_eagle=True),
 )
@@ -520,7 +516,7 @@ def batch(w: Walk) -> None:
     rids, counts = [r for r, n in zip(rids, counts) if n], [n for n in counts if n]
     if not rids:
         return
-    lookahead = rng.choice((0, 0, 3)) if w.world.batch_lookahead else 0
+    lookahead = rng.choice((0, 0, 3)) if w.world.lookahead else 0
     delay = rng.random() < 0.15
     before = {rid: _held(w, rid) for rid in rids}
     node.allocate_batch(rids, counts, lookahead, delay)
