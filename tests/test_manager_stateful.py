@@ -152,7 +152,7 @@ def test_decode_steps_under_data_parallelism_come_without_dp_arguments_too() -> 
 def test_malformed_own_hits_are_sent() -> None:
     """The manager's own lookup result comes back with a wrong count, or with a page id removed
     from it (a shortcut for the manager's own result could skip validation)."""
-    seen = count_paths("full", 60)
+    seen = count_paths("full", 100)
     for case in ("own-hit-miscounted", "own-hit-edited"):
         assert seen[f"bad input {case}"] > 0, seen
 

@@ -967,7 +967,7 @@ class ManagerMachine(RuleBasedStateMachine):
         manager = getattr(self.impl, "manager", None)
         return manager if callable(getattr(manager, "allocate_slots_batch", None)) else None
 
-    @precondition(lambda self: self.running and self.batch_manager() is not None)
+    @precondition(lambda self: len(self.running) >= 2 and self.batch_manager() is not None)
     @rule(data=st.data(), lookahead=st.sampled_from((0, 0, 2, 3)), delay=st.sampled_from((False, False, True)))
     def batch_step(self, data: st.DataObject, lookahead: int, delay: bool) -> None:
         """A scheduler step as one ``allocate_slots_batch`` call over some running requests (each
@@ -1008,6 +1008,18 @@ class ManagerMachine(RuleBasedStateMachine):
             results.append(result)
         return tuple(results)
 
+    def spec_batch_like_impl(self, views: list[spec.RequestView], counts: list[int],
+                             got: tuple[tuple[tuple[int, ...], ...] | None, ...], lookahead: int, delay: bool
+                             ) -> tuple[spec.ManagerState, tuple[tuple[tuple[int, ...], ...] | None, ...]]:
+        """The spec's batch as the fold of its `allocate_slots`, each element taking the pages the
+        implementation chose for it (`choose_like_impl`): the policy-free comparison of a batch."""
+        s, want = self.spec, []
+        for view, n, new in zip(views, counts, got):
+            pre = s if new is None else self.choose_like_impl(s, view.request_id, new)
+            s, one = spec.allocate_slots(pre, view, n, 0, None, lookahead, delay, None, self.dp)
+            want.append(one)
+        return s, tuple(want)
+
     def allocate_batch(self, rids: list[str], counts: list[int], lookahead: int, delay: bool) -> None:
         """``allocate_slots_batch`` on the manager and, on a copy of it, the same single calls in
         order: their results, states and key lists must be equal, and equal to the spec's batch
@@ -1027,6 +1039,8 @@ class ManagerMachine(RuleBasedStateMachine):
             return
         singles, twin = self.singles_on_a_copy(natives, counts, lookahead, delay)
         got = tuple(page_ids_or_none(result) for result in batch_call())
+        if self.follow_choice:
+            want_state, want = self.spec_batch_like_impl(views, counts, got, lookahead, delay)
         if got != singles:
             self.fail("REFINEMENT", f"allocate_slots_batch({rids}, {counts}) returned {got}; "
                                     f"the single calls {singles}")
