@@ -9,8 +9,8 @@ range over the rounds of each verikv kind's ratio to each peer (a peer's CPU tim
 higher is faster), and the candidate's median against the baseline's. Run it with the anchors
 venv::
 
-    pip install --no-deps --target /tmp/baseline-site /path/to/baseline/checkout
-    /path/to/anchors-venv/bin/python -m benchmarks.alternate --baseline /tmp/baseline-site \\
+    pip install --no-deps --target build/baseline-site /path/to/baseline/checkout
+    /path/to/anchors-venv/bin/python -m benchmarks.alternate --baseline build/baseline-site \\
         --anchors ../shared/anchors --profile long --rounds 4 --json alternate-long.json
 """
 

@@ -20,7 +20,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _prove(args: argparse.Namespace) -> int:
-    from verikv.proofs import runner
+    from verikv.proofs.runner import prove as runner
 
     return runner.run(args)
 
@@ -33,7 +33,7 @@ def _size(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """``verikv`` with one subparser per command; ``verikv COMMAND --help`` documents each."""
-    from verikv.proofs import runner  # standard library only at import time
+    from verikv.proofs.runner import prove as runner  # standard library only at import time
     from verikv.sizing import cli as sizing_cli  # no optional dependency (transformers loads lazily)
 
     parser = argparse.ArgumentParser(

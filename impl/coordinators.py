@@ -718,7 +718,7 @@ class CacheCoordinator:
         rec = self.holding(request_id)
         return None if rec is None else tuple(list(pages) for pages in rec.pages)
 
-    # ---- deprecated: the entry points of the decode lanes the manager's pipeline replaced ------
+    # ---- deprecated: the decode entry points the manager's pipeline replaced ------
 
     def decode_step(self, request: Request, num_new_tokens: int) -> list[int] | None:
         """Deprecated: always None ("not decided here"); `CacheManager.allocate_slots` decides."""

@@ -7,9 +7,10 @@ read of the request and its record, a few comparisons, the keys caching needs. I
 
 - ``True``: the step is *covered*: it takes no page, frees none and caches nothing (the manager
   returns its shared "no new page" result without planning);
-- a checked `verikv.coordinators.AllocationStep`, the very step the general check stage
-  (`CacheManager._checked_allocation`) builds for these arguments, which the coordinator then
-  plans and applies as any other;
+- a `DecodeStep`: the fields of the very step the general check stage
+  (`CacheManager._checked_allocation`) builds for these arguments, and its plan, which the
+  coordinator carries out with `CacheCoordinator.extend`, the part of `CacheCoordinator.apply`
+  that follows the frees (a decode step of this shape frees nothing);
 - ``False``: another shape (not held by this very object, finished, past ``max_model_len``, a DP
   shard, several groups or a group that drops pages): the general check stage decides, and
   raises where it must.
@@ -40,7 +41,7 @@ Equivalence with the single call's pipeline:
   distinct) and the pool, which a covered call does not touch.
 
 The refinement checker and the Hypothesis machine drive both paths and the pipeline
-(`verikv.proofs.refinement`, `verikv.testing.manager_machine`).
+(`verikv.proofs.refinement.exhaustive`, `verikv.testing.manager_machine`).
 """
 
 from __future__ import annotations

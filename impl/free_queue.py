@@ -226,6 +226,11 @@ class CachePage:
                 f"page_hash={describe(self.page_hash)}, is_null={self.is_null})")
 
 
+def is_view_of(page: object, records: PageRecords) -> bool:
+    """Whether ``page`` is a `CachePage` that reads ``records`` (a page of that pool or queue)."""
+    return isinstance(page, CachePage) and page._records is records
+
+
 class IdLinks:
     """``num_lists`` disjoint doubly linked lists over ids ``0..capacity-1``, plus lengths.
 
@@ -292,12 +297,12 @@ class IdLinks:
             out = [nxt[head]]
             # The walk at C speed: the map reads the successor of each id as the list iterator
             # reaches it, and extend appends it behind the iterator, which reads it next.
-            # (`getitem` is a C function: ~15 ns per id less than the array's ``__getitem__``
-            # slot wrapper, which packs its argument in a tuple.)
+            # (`getitem` is a C function, cheaper per id than the array's ``__getitem__`` slot
+            # wrapper, which packs its argument in a tuple.)
             out.extend(islice(map(getitem, repeat(nxt), out), n - 1))
             following = nxt[out[-1]]
             popped = np.fromiter(out, np.intp, n)  # (NumPy's index type: no conversion per scatter)
-            self.next_np[popped] = UNLINKED  # (one scatter each: an array item store costs ~40 ns)
+            self.next_np[popped] = UNLINKED  # one scatter each, not an item store per id
             self.prev_np[popped] = UNLINKED
         nxt[head] = following
         prev[following] = head
@@ -322,7 +327,7 @@ class IdLinks:
         (a cached prefix freed together, stored in reverse) ends at the one id whose successor
         is outside; several are paired with their ends by `_run_ends`. The ids are converted
         once to NumPy's index type, which each gather and scatter would otherwise convert them
-        to (~9 us less for 600 ``uint32`` ids)."""
+        to."""
         ids = ids.astype(np.intp, copy=False)
         inside = self._inside
         if inside is None:
@@ -367,8 +372,8 @@ class IdLinks:
 
     def link_back_array(self, li: int, ids: np.ndarray, *, end: int | None = None) -> None:
         """`link_back` of a non-empty NumPy array of unlinked, distinct ids (int32 or uint32):
-        the inner links are two scatters (an ``array`` item store costs ~40 ns, a scattered one
-        a few)."""
+        the inner links are two scatters (a scattered store costs a fraction of an ``array``
+        item store from Python)."""
         nxt, prev = self.next, self.prev
         if end is None:
             end = self.capacity + 2 * li + 1
@@ -617,7 +622,7 @@ class FreeCachePageQueue:
         return [page_of(pid) for pid in self.links.ids(0)]
 
     def _own_id(self, page: CachePage) -> int:
-        if not isinstance(page, CachePage) or page._records is not self._records:
+        if not is_view_of(page, self._records):
             raise errors.ForeignPageError(f"{describe(page)} is not a page of this queue")
         return page.page_id
 

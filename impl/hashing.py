@@ -9,7 +9,8 @@ chosen scheme:
 - ``"sha256"`` (default): the key is the 32-byte SHA-256 digest of one canonical message,
   ``parent key || tokens || suffix`` (no pickle, no ``repr``): token ids as little-endian
   uint64, and for a page with extra keys a suffix that holds their tagged, length-prefixed
-  encoding (`page_suffix`). Collisions are not a practical concern (eSurge §3 Q14).
+  encoding (`page_suffix`). Collisions are not a practical concern (unlike eSurge's
+  builtin-hash chain: docs/differences.md, Q14).
 - ``"xxh3_128"``: the same message through xxHash3-128 (a 16-byte key); much cheaper, not
   adversary-proof.
 - ``"builtin"``: eSurge's ``hash((parent value, tokens, extra_keys))``, for compatibility
@@ -359,12 +360,12 @@ def _tuple_key_value(key: bytes) -> Any:
 #: body is its tokens as little-endian uint64 bytes followed by its `page_suffix` (nothing for a
 #: page without extra keys), so a digest scheme's message ``parent || tokens || suffix`` is
 #: ``parent + body``. The loop over pages lives in these functions, one per scheme, so a page
-#: costs no Python call of its own (measured: ~140 ns per page less with sha256, ~75 with xxh3).
+#: costs no Python call of its own (a call per page would cost more than the digest of a page).
 ChainFunction: TypeAlias = Callable[[bytes, Iterable[bytes], Iterable[Any], Iterable[tuple[int, ...]] | None],
                                     list[bytes]]
 #: a scheme's page-key function: (parent key, the page's body, its extra keys, its token ids as a
 #: tuple or None) -> its key; the chain function's step for one page, called as such when one
-#: page is keyed (a decode step's filled page: ~0.5 µs less than a chain call over one page).
+#: page is keyed (a decode step's filled page), without the chain call's set-up.
 PageKeyFunction: TypeAlias = Callable[[bytes, bytes, Any, "tuple[int, ...] | None"], bytes]
 _sha256 = hashlib.sha256
 _xxh3_128 = xxhash.xxh3_128_digest
@@ -449,14 +450,20 @@ def _page_bytes(packed: array[int], first: int, last: int, page_size: int) -> li
 
 def _request_type() -> type[Request]:
     """`verikv.request.Request` (imported on first use: that module imports this one)."""
-    global _REQUEST
+    global _REQUEST, _has_extra_keys
     if _REQUEST is None:
-        from verikv.request import Request
-        _REQUEST = Request
+        from verikv.request import Request, has_extra_keys
+        _REQUEST, _has_extra_keys = Request, has_extra_keys
     return _REQUEST
 
 
+def _extra_keys_unknown(request: Request) -> bool:
+    """Stands for `verikv.request.has_extra_keys` until `_request_type` imports it."""
+    raise RuntimeError("verikv.request is not imported yet")
+
+
 _REQUEST: type[Request] | None = None
+_has_extra_keys: Callable[[Request], bool] = _extra_keys_unknown
 
 
 def _packed_tokens(request: Any) -> array[int]:
@@ -717,11 +724,8 @@ def _guarded(fn: Callable[[Any], object]) -> Callable[[Any], int]:
 def _plain(request: Any) -> bool:
     """True if the request has no per-page extra keys (no LoRA, salt or multimodal items); a
     stray ``lora_path`` is not plain, so `_ExtraKeys` reports it."""
-    if type(request) is _REQUEST:  # a `verikv.Request`: its slots, read without the properties'
-        # cost (~180 ns less; a decode step asks at every page it fills). Its lora_path is
-        # never set without its lora_name.
-        return (request._lora_id is None and request._lora_name is None and request._cache_salt is None
-                and not request._mm_features)
+    if type(request) is _REQUEST:  # a `verikv.Request` answers without its properties' checks
+        return not _has_extra_keys(request)
     return (getattr(request, "lora_id", None) is None and getattr(request, "lora_name", None) is None
             and getattr(request, "lora_path", None) is None and getattr(request, "cache_salt", None) is None
             and not getattr(request, "mm_features", None))

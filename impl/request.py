@@ -465,6 +465,13 @@ def identity_version(request: Request) -> int:
     return request._identity_version
 
 
+def has_extra_keys(request: Request) -> bool:
+    """Whether ``request``'s pages are keyed with more than their tokens: a LoRA adapter, a cache
+    salt or multimodal items (its ``lora_path`` is never set without its ``lora_name``)."""
+    return not (request._lora_id is None and request._lora_name is None and request._cache_salt is None
+                and not request._mm_features)
+
+
 def count_holder(request: Request, change: int) -> None:
     """A cache manager starts (``change=1``) or stops (``-1``) holding pages for ``request``; its
     identity fields are frozen while any manager does."""

@@ -376,8 +376,8 @@ class SingleTypeCacheManager:
         """Register ``pages[first:stop]`` (null placeholders skipped) under their group keys.
 
         A long run goes to the pool as one batch (all or nothing); a short one, such as the one
-        page a decode step fills, as per-page calls: the batch's fixed cost (~2 µs) is more than
-        it saves per page (~80 ns) below `_BATCH_FROM` pages (measured, benchmarks/RESULTS.md).
+        page a decode step fills, as per-page calls: below `_BATCH_FROM` pages the batch's fixed
+        cost is more than it saves per page (measured: docs/performance.md).
         """
         stride = self._stride
         if stop - first < _BATCH_FROM:

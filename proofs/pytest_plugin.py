@@ -7,13 +7,13 @@ unless asked:
 - ``--verikv-proofs`` adds one item per registry check, ``verikv-proofs::<check name>``;
 - ``--verikv-mutants`` adds one item per mutant, ``verikv-mutants::<mutant name>``, which
   passes when at least one check catches the mutant;
-- ``--verikv-only PATTERN`` (repeatable) keeps the entries it selects (`verikv.proofs.selection`):
+- ``--verikv-only PATTERN`` (repeatable) keeps the entries it selects (`verikv.proofs.runner.selection`):
   an exact name, a glob on the name or the invariant, a plain substring of the name, or an
   invariant name (``INV-ATOMIC``);
 - ``--verikv-cpu-budget SECONDS``: CPU seconds per check process (default 300).
 
 Without the ``proofs`` extra, asking for the items is a one-line usage error with the install
-hint. Each item runs its entry in a clean child process (`verikv.proofs.isolation`), so ``-k``,
+hint. Each item runs its entry in a clean child process (`verikv.proofs.runner.isolation`), so ``-k``,
 ``--junitxml``, ``-n`` (pytest-xdist) and ``--timeout`` (pytest-timeout) apply as to any test.
 The item records its result in ``user_properties`` (``verikv_status``, ``verikv_detail``, ...),
 which `verikv prove` reads back to draw its table and JSON.
@@ -34,9 +34,9 @@ from typing import Any
 
 import pytest
 
-from verikv.proofs import isolation, registry, selection
-from verikv.proofs.isolation import CPU_BUDGET, RegistryEntry, StartMethod, Verdict, run_isolated
-from verikv.proofs.runner import INSTALL_HINT, missing_extra
+from verikv.proofs.runner import isolation, registry, selection
+from verikv.proofs.runner.isolation import CPU_BUDGET, RegistryEntry, StartMethod, Verdict, run_isolated
+from verikv.proofs.runner.prove import INSTALL_HINT, missing_extra
 
 PROPERTY_PREFIX = "verikv_"
 START_METHOD: StartMethod = "forkserver"  # clean children; tests of fake registries switch to "fork"

@@ -40,7 +40,7 @@ MANAGER_INVARIANTS: Mapping[str, Callable[[manager.ManagerState], bool]] = {
 INV-HIT-SAFE's state form (`manager.inv_hit_safe_state`), INV-KEYED-COMPUTED and
 INV-WINDOW-LIVE read ghost state, so they are listed in `GHOST_INVARIANTS` and only apply to
 spec states (a checker of an implementation evaluates INV-WINDOW-LIVE with the requests' own
-computed counts, and keyed-implies-computed per held page: see `verikv.proofs.refinement`)."""
+computed counts, and keyed-implies-computed per held page: see `verikv.proofs.refinement.exhaustive`)."""
 
 GHOST_INVARIANTS: Mapping[str, Callable[[manager.ManagerState], bool]] = {
     "INV-HIT-SAFE": manager.inv_hit_safe_state,

@@ -288,6 +288,12 @@ def _base_pages(req: RequestView, base_page_size: int) -> tuple[Any, ...]:
     return tuple(pages)
 
 
+def forget_memoized_contents() -> None:
+    """Drop the memo of `_base_pages`: a check that replaces one of the functions a content is
+    made of (`lora_identity`) must not read contents made by the other."""
+    _base_pages.cache_clear()
+
+
 def request_keys(req: RequestView, base_page_size: int) -> tuple[Content, ...]:
     """The request's key list: one key per full base page of its current tokens."""
     return tuple(content_of(req, (i + 1) * base_page_size, base_page_size)

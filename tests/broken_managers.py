@@ -2,7 +2,7 @@
 
 Each factory builds a `verikv.CacheManager` with one plausible bug reintroduced and wraps it in
 the harness' ready adapter. ``BROKEN`` maps a short name to (factory, the invariant it breaks).
-The page-in-use bug reuses a pool mutant of `verikv.proofs.pool_mutants`.
+The page-in-use bug reuses a pool mutant of `verikv.proofs.mutants.pool`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from verikv.cache_manager import CachePages
 from verikv.errors import OutOfPagesError
 from verikv.hashing import PageHasher
 from verikv.page_pool import PagePool
-from verikv.proofs.pool_mutants import RevivedPageStaysFree
+from verikv.proofs.mutants.pool import RevivedPageStaysFree
 from verikv.spec.manager import ManagerConfig
 from verikv.testing.adapter import build_cache_manager
 from verikv.testing.conformance import AdapterFactory, CacheManagerAdapter

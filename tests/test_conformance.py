@@ -18,7 +18,7 @@ from hypothesis import settings
 
 from verikv.errors import InvalidArgumentError
 from verikv.page_pool import PagePool
-from verikv.proofs.pool_mutants import DoubleFreeAccepted, FreedPagesReversed, UsageCountsNullPage
+from verikv.proofs.mutants.pool import DoubleFreeAccepted, FreedPagesReversed, UsageCountsNullPage
 from verikv.spec.manager import GroupLayout, Hit, ManagerConfig
 from verikv.testing import live
 from verikv.testing.conformance import (

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from verikv.page_pool import PagePool
-from verikv.proofs import crosshair_common, crosshair_impl, crosshair_targets
-from verikv.proofs.crosshair_common import Verdict, check_outcome, declared_conditions, parse_check
-from verikv.proofs.registry import discover_checks, discover_mutants
+from verikv.proofs.crosshair import common as crosshair_common, impl as crosshair_impl, targets as crosshair_targets
+from verikv.proofs.crosshair.common import Verdict, check_outcome, declared_conditions, parse_check
+from verikv.proofs.runner.registry import discover_checks, discover_mutants
 
 CHECKS = crosshair_impl.checks()
 MUTANTS = crosshair_impl.mutants()
@@ -43,14 +43,14 @@ def test_bounded_is_a_failure_when_confirmation_is_required() -> None:
 
 
 def test_declared_conditions_count_posts_and_class_invariants_once() -> None:
-    assert len(declared_conditions("verikv.proofs.crosshair_targets.full_hit")) == 1
+    assert len(declared_conditions("verikv.proofs.crosshair.targets.full_hit")) == 1
     queue = [declared_conditions(f"verikv.free_queue.FreeCachePageQueue.{m}") for m in ("popleft_ids", "popleft")]
     assert len(queue[0]) == len(queue[1]) == 3 and len(queue[0] | queue[1]) == 4  # 2 invariants, shared
 
 
 def test_a_missing_target_is_an_error_not_a_pass() -> None:
     budget = crosshair_common.Budget(per_condition=1, iterations=1)
-    assert crosshair_common.run_check(["verikv.proofs.crosshair_targets.MUTANTS"], budget).status == "error"
+    assert crosshair_common.run_check(["verikv.proofs.crosshair.targets.MUTANTS"], budget).status == "error"
 
 
 def test_targets_hold_on_concrete_examples() -> None:
@@ -76,7 +76,7 @@ def test_mutant_is_caught(mutant) -> None:
     assert mutant.detect(), f"{mutant.name} survived every CrossHair check"
 
 
-# --- the manager drivers of verikv.proofs.crosshair_manager ------------------------------------
+# --- the manager drivers of verikv.proofs.crosshair.manager ------------------------------------
 
 MANAGER_DRIVER_ARGS = {
     "manager_lookup": (4, True, 4, 0, 1, 0, 1),
@@ -89,7 +89,7 @@ MANAGER_DRIVER_ARGS = {
 
 @pytest.mark.parametrize("driver", sorted(MANAGER_DRIVER_ARGS))
 def test_manager_driver_agrees_on_a_warm_cache(driver: str) -> None:
-    from verikv.proofs import crosshair_manager
+    from verikv.proofs.crosshair import manager as crosshair_manager
 
     assert getattr(crosshair_manager, driver)(*MANAGER_DRIVER_ARGS[driver]) is True
 
@@ -98,8 +98,8 @@ def test_manager_driver_agrees_on_a_warm_cache(driver: str) -> None:
 def test_manager_driver_catches_a_colliding_hash(driver: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every page key the same number: the manager hits pages of another content (a false hit
     the spec, which keys by content, never makes), and the driver reports it."""
-    from verikv.proofs import crosshair_manager
-    from verikv.proofs.crosshair_targets import Mismatch
+    from verikv.proofs.crosshair import manager as crosshair_manager
+    from verikv.proofs.crosshair.targets import Mismatch
 
     monkeypatch.setattr(crosshair_manager, "HASH_SCHEME", lambda: (lambda message: 7))
     args = (4, True, 4, 1, 1, 1, 1) + MANAGER_DRIVER_ARGS[driver][7:]
@@ -108,7 +108,7 @@ def test_manager_driver_catches_a_colliding_hash(driver: str, monkeypatch: pytes
 
 
 def test_manager_checks_report_a_budget_not_a_proof() -> None:
-    from verikv.proofs import crosshair_manager
+    from verikv.proofs.crosshair import manager as crosshair_manager
 
     checks = crosshair_manager.checks()
     assert {c.transition for c in checks} >= {"manager.lookup", "manager.allocate_slots", "manager.cache_pages",
@@ -132,7 +132,7 @@ def test_queue_remove_id_driver_sees_a_stale_back_link() -> None:
 
 def test_exhaustive_manager_checks_catch_a_colliding_hash() -> None:
     """The CrossHair runs themselves (not only the drivers) find the false hit of a colliding hash."""
-    from verikv.proofs import crosshair_manager
+    from verikv.proofs.crosshair import manager as crosshair_manager
 
     (mutant,) = crosshair_manager.mutants()
     assert mutant.name in {m.name for m in discover_mutants()}
@@ -140,8 +140,8 @@ def test_exhaustive_manager_checks_catch_a_colliding_hash() -> None:
 
 
 def test_an_enumerating_target_that_confirms_is_reported_bounded_exhaustive() -> None:
-    from verikv.proofs.crosshair_common import bounded_exhaustive
-    from verikv.proofs.registry import Outcome
+    from verikv.proofs.crosshair.common import bounded_exhaustive
+    from verikv.proofs.runner.registry import Outcome
 
     confirmed = check_outcome([_verdict(1, "info", "Confirmed over all paths.")], 1, 0, "")
     outcome = bounded_exhaustive(confirmed, "queues of up to 3 ids")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from verikv.proofs.registry import discover_checks, discover_mutants
+from verikv.proofs.runner.registry import discover_checks, discover_mutants
 from verikv.spec import invariants
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""eSurge's reproduced bugs Q1-Q6 (reference/esurge-core.md §3): each scenario replayed here,
+"""eSurge's reproduced bugs Q1-Q6 (docs/differences.md): each scenario replayed here,
 asserting the safe outcome. The comment above each test says what eSurge does."""
 
 from __future__ import annotations

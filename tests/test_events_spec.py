@@ -1,5 +1,5 @@
 """KV events in the spec (`verikv.spec.events`): what a call emits, INV-EVENTS-REPLAY, and the
-exhaustive check of the real manager's events (`verikv.proofs.events_refinement`) with its
+exhaustive check of the real manager's events (`verikv.proofs.refinement.events`) with its
 mutants."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from verikv import CacheGroupSpec, CacheManager, FullAttentionSpec, PageStored, Request
-from verikv.proofs import events_refinement
-from verikv.proofs.refinement import explore
-from verikv.proofs.registry import Mutant, discover_checks, discover_mutants
+from verikv.proofs.refinement import events as events_refinement
+from verikv.proofs.refinement.exhaustive import explore
+from verikv.proofs.runner.registry import Mutant, discover_checks, discover_mutants
 from verikv.spec import events, manager as spec
 
 FULL = spec.GroupLayout("full", 2)

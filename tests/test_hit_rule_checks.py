@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from verikv.proofs import hit_rule_checks
-from verikv.proofs.registry import Check, Mutant
+from verikv.proofs.refinement import hit_rules as hit_rule_checks
+from verikv.proofs.runner.registry import Check, Mutant
 
 CHECKS = hit_rule_checks.checks()
 MUTANTS = hit_rule_checks.mutants()

@@ -790,7 +790,7 @@ def _no_argument_cases() -> list[Case]:
 
 
 def _hash_flip_then_evict(w: World) -> None:
-    """Issue 12 defect 1: a salt whose hash changes after its pages were cached."""
+    """A salt whose hash changes after its pages were cached."""
     m = w["m"]
     salt = HashFlipStr("t")
     r = Request("hf", list(range(13)), cache_salt=salt)

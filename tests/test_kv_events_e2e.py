@@ -1,4 +1,4 @@
-"""Issue 17 acceptance: a subscriber PROCESS on loopback receives verikv's KV events in vLLM's
+"""A subscriber PROCESS on loopback receives verikv's KV events in vLLM's
 wire format and rebuilds the exact cached-key set of the manager after a scheduling run.
 
 The subscriber (tests/kv_events_subscriber.py) is a separate Python process that does not

@@ -1,4 +1,4 @@
-"""LoRA identity by name and path, as vLLM 0.33's ``LoRARequest`` gives it (issue 17 item 4):
+"""LoRA identity by name and path, as vLLM 0.33's ``LoRARequest`` gives it:
 re-pointing a name at other weights changes the page keys; the int id alone still works."""
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def test_the_spec_identity_is_name_and_path_else_the_id() -> None:
 
 
 def test_the_lora_keys_check_passes_and_covers_hits_across_identities() -> None:
-    from verikv.proofs import lora_keys
+    from verikv.proofs.refinement import lora_keys
 
     (check,) = lora_keys.checks()
     outcome = check.run()
@@ -118,8 +118,8 @@ def test_the_lora_keys_check_passes_and_covers_hits_across_identities() -> None:
 @pytest.mark.parametrize("name", ["impl:lora_key_ignores_path", "impl:lora_key_keeps_id",
                                   "spec:lora-identity-ignores-path"])
 def test_each_lora_key_mutant_is_caught(name: str) -> None:
-    from verikv.proofs import lora_keys
-    from verikv.proofs.registry import discover_mutants
+    from verikv.proofs.refinement import lora_keys
+    from verikv.proofs.runner.registry import discover_mutants
 
     (mutant,) = [m for m in lora_keys.mutants() if m.name == name]
     assert mutant.detect() == [f"{lora_keys.NAME}: INV-HIT-SAFE"]

@@ -277,7 +277,7 @@ def test_sliding_window_attention_with_mamba_hits_too() -> None:
 def test_mamba_align_manager_lookup_is_the_spec_rule_on_every_small_pattern() -> None:
     import itertools
 
-    from verikv.proofs.crosshair_targets import _HitPool
+    from verikv.proofs.crosshair.targets import _HitPool
     from verikv.single_type_managers import MambaAlignManager
 
     cases = 0
@@ -296,13 +296,13 @@ def test_mamba_align_manager_lookup_is_the_spec_rule_on_every_small_pattern() ->
     assert cases == 4 * 31 * 13
 
 
-# --- the mutants of issue 17's acceptance are caught ------------------------------------------
+# --- the planted Mamba bugs are caught ------------------------------------------
 
 @pytest.mark.parametrize("name", ["impl:mamba_state_cached_unaligned", "impl:mamba_state_cached_for_next_prefix",
                                   "impl:mamba_hit_under_attention_key", "impl:mamba_start_state_freed",
                                   "spec:mamba-state-keyed-unaligned"])
 def test_mamba_mutant_is_caught_by_the_refinement_check(name: str) -> None:
-    from verikv.proofs.mamba_mutants import mutants
+    from verikv.proofs.mutants.mamba import mutants
 
     (mutant,) = [m for m in mutants() if m.name == name]
     caught = mutant.detect()
@@ -315,7 +315,7 @@ def test_mamba_mutant_is_caught_by_the_refinement_check(name: str) -> None:
 
 def test_refinement_of_the_real_manager_passes_on_the_mamba_align_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     """The exhaustive check passes, and its lookups do restore Mamba states (not vacuous)."""
-    from verikv.proofs.refinement import CASES_BY_NAME, run_case
+    from verikv.proofs.refinement.exhaustive import CASES_BY_NAME, run_case
 
     state_hits = []
     lookup = ManagerMachine.lookup
@@ -378,7 +378,7 @@ def test_hit_safety_alone_catches_a_state_restored_at_an_unaligned_position(bug:
     from hypothesis import settings
     from hypothesis.stateful import run_state_machine_as_test
 
-    from verikv.proofs import mamba_mutants
+    from verikv.proofs.mutants import mamba as mamba_mutants
     from verikv.testing.adapter import CacheManagerAdapter, build_cache_manager
     from verikv.testing.manager_machine import ConformanceFailure, MachineOptions, detection_settings
 
@@ -399,7 +399,7 @@ def test_hit_safety_alone_catches_a_state_restored_at_an_unaligned_position(bug:
 # --- the Z3 theorem: a state is hit only at an aligned position, with its exact prefix ----------
 
 def test_the_mamba_state_theorem_proves_unbounded_with_reachable_branches() -> None:
-    from verikv.proofs import z3_mamba
+    from verikv.proofs.z3 import mamba as z3_mamba
 
     outcomes = {c.name: c.run() for c in z3_mamba.checks()}
     assert outcomes["manager.mamba_align/INV-HIT-SAFE"].status == "proved"
@@ -410,8 +410,8 @@ def test_the_mamba_state_theorem_proves_unbounded_with_reachable_branches() -> N
 
 @pytest.mark.parametrize("fault", ["mamba-state-keyed-unaligned", "mamba-hit-next-prefix", "mamba-hit-unaligned"])
 def test_the_mamba_state_theorem_catches_each_spec_mutant(fault: str) -> None:
-    from verikv.proofs import z3_mamba
-    from verikv.proofs.registry import discover_mutants
+    from verikv.proofs.runner.registry import discover_mutants
+    from verikv.proofs.z3 import mamba as z3_mamba
 
     (mutant,) = [m for m in z3_mamba.mutants() if m.name == f"spec:z3-{fault}"]
     assert "manager.mamba_align/INV-HIT-SAFE" in mutant.detect()

@@ -1,7 +1,7 @@
 """The scheduler-shaped machine with named LoRA adapters, KV events and the sliding-window skip option.
 
 The machine draws named LoRA identities (the adapter ``sql`` at one of two paths) beside
-adapter ids; the events machine of `verikv.proofs.events_refinement` judges every call's KV
+adapter ids; the events machine of `verikv.proofs.refinement.events` judges every call's KV
 events (EVENTS-PER-CALL, INV-EVENTS-REPLAY) on a manager built with events on; the layout
 ``full+sliding(skip-unreachable)`` runs the manager with ``skip_unreachable_sliding_pages``.
 Each feature is shown to matter: a manager broken in it fails the machine.
@@ -9,8 +9,12 @@ Each feature is shown to matter: a manager broken in it fails the machine.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -18,8 +22,8 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 import verikv.hashing as hashing
-from verikv.proofs import events_refinement
-from verikv.proofs.lora_keys import _key_ignores_path
+from verikv.proofs.refinement import events as events_refinement
+from verikv.proofs.refinement.lora_keys import _key_ignores_path
 from verikv.spec import events as spec_events, manager as spec
 from verikv.testing.adapter import CacheManagerAdapter, build_cache_manager
 from verikv.testing.manager_machine import LAYOUTS, ManagerMachine, find_manager_failure, machine_factory
@@ -71,11 +75,29 @@ def test_events_and_named_lora_refine_the_spec(name: str) -> None:
         assert seen[path] > 0, seen
 
 
-def test_machine_catches_a_lora_key_without_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
+def lora_path_failures_here() -> list[str]:
+    """`find_manager_failure` on the ``full`` layout with keys that leave a named adapter's path out."""
+    original = hashing._lora_key
+    hashing._lora_key = _key_ignores_path(original)  # type: ignore[assignment]  # a planted bug
+    try:
+        return find_manager_failure(build_cache_manager, LAYOUTS["full"])
+    finally:
+        hashing._lora_key = original
+
+
+def test_machine_catches_a_lora_key_without_the_path() -> None:
     """A manager whose keys leave a named adapter's path out serves KV of the old weights after
-    the name is re-pointed: the machine sees the hit the spec does not give."""
-    monkeypatch.setattr(hashing, "_lora_key", _key_ignores_path(hashing._lora_key))
-    names = find_manager_failure(build_cache_manager, LAYOUTS["full"])
+    the name is re-pointed: the machine sees the hit the spec does not give. The derandomized
+    search runs in a fresh interpreter: Hypothesis also draws from constants it collects in the
+    modules a process has imported, so in a pytest worker what it generates depends on the tests
+    that ran before (after the Mamba mutant tests, this search once found nothing)."""
+    script = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+              "from test_manager_machine_features import lora_path_failures_here; "
+              "print(json.dumps(lora_path_failures_here()))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=900)
+    if out.returncode != 0:
+        raise AssertionError(f"the detection run failed:\n{out.stderr[-4000:]}")
+    names = json.loads(out.stdout.strip().splitlines()[-1])
     assert "REFINEMENT" in names, names
 
 

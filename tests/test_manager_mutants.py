@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from verikv.proofs.manager_mutants import mutants
-from verikv.proofs.registry import Mutant, discover_mutants
+from verikv.proofs.mutants.manager import mutants
+from verikv.proofs.runner.registry import Mutant, discover_mutants
 
 MUTANTS = mutants()
 

@@ -1,7 +1,8 @@
 """The manager-level spec on worked examples: hit rules, allocation, atomicity, windows, reset.
 
-The examples with eSurge numbers come from reference/esurge-core.md (§1.4, §1.5); the others
-are computed by hand from the semantics in the module docstrings.
+The examples with eSurge numbers replay eSurge's own worked examples of its hit rules and
+window drops (EasyDeL commit `090a03b`); the others are computed by hand from the semantics in
+the module docstrings.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def test_sliding_rule_falls_back_to_the_prefix_run_and_window_one_takes_one_hit(
 
 
 def test_chunked_rule_reports_earlier_chunks_even_with_an_empty_cache() -> None:
-    # ps 4, C 8, 20-token prompt: 16 tokens "hit", all null placeholders (esurge-core §1.4).
+    # ps 4, C 8, 20-token prompt: 16 tokens "hit", all null placeholders (eSurge's sliding-window example).
     assert hr.chunked_rule((), 4, 19, 8) == hr.Span(4, 4)
     assert hr.chunked_rule((True,) * 5, 4, 19, 8) == hr.Span(4, 4)
     assert hr.chunked_rule((False,) * 4 + (True,), 4, 23, 8) == hr.Span(4, 5)
@@ -282,7 +283,7 @@ HITS = st.lists(st.booleans(), max_size=8).map(tuple)
 
 
 def esurge_sliding_scan(hit: tuple[bool, ...], ps: int, max_length: int, window: int) -> hr.Span:
-    """eSurge's procedure as described in esurge-core §1.4: scan from the right, count the run,
+    """eSurge's sliding-window hit procedure: scan from the right, count the run,
     stop when it reaches cdiv(window - 1, ps) (tested after a hit), else keep the run at 0."""
     need = -(-(window - 1) // ps)
     run = 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from verikv.proofs.pool_mutants import mutants
-from verikv.proofs.registry import discover_mutants
+from verikv.proofs.mutants.pool import mutants
+from verikv.proofs.runner.registry import discover_mutants
 from verikv.spec.invariants import POOL_INVARIANTS
 
 MUTANTS = mutants()

@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from verikv.proofs import z3_pool
-from verikv.proofs.registry import Mutant, discover_checks, discover_mutants
+from verikv.proofs.runner.registry import Mutant, discover_checks, discover_mutants
+from verikv.proofs.z3 import pool as z3_pool
 
 CHECKS = discover_checks()
 SPEC_MUTANTS = [m for m in discover_mutants() if m.kind == "spec"]

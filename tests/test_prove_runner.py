@@ -12,9 +12,10 @@ from xml.etree import ElementTree
 
 import pytest
 
-from verikv.proofs import isolation, pytest_plugin, runner
-from verikv.proofs.registry import SUCCESS, Check, Mutant, Outcome, Status, matches, select
-from verikv.proofs.selection import current_patterns, select as select_entries
+from verikv.proofs import pytest_plugin
+from verikv.proofs.runner import isolation, prove as runner
+from verikv.proofs.runner.registry import SUCCESS, Check, Mutant, Outcome, Status, matches, select
+from verikv.proofs.runner.selection import current_patterns, select as select_entries
 
 
 def _check(name: str, run, kind: str = "fake", invariant: str = "INV-FAKE") -> Check:  # type: ignore[no-untyped-def]

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from verikv.proofs import refinement, refinement_walks as walks
-from verikv.proofs.refinement_mutants import mutants
-from verikv.proofs.registry import Mutant, discover_checks, discover_mutants
+from verikv.proofs.mutants.refinement import mutants
+from verikv.proofs.refinement import exhaustive as refinement, walks
+from verikv.proofs.runner.registry import Mutant, discover_checks, discover_mutants
 
 MUTANTS = mutants()
 
@@ -92,7 +92,7 @@ def test_states_are_spelled_the_same_under_any_string_hash_seed() -> None:
     import subprocess
     import sys
 
-    code = ("from dataclasses import replace; from verikv.proofs import refinement as r; "
+    code = ("from dataclasses import replace; from verikv.proofs.refinement import exhaustive as r; "
             "x = r.explore(replace(r.CASES_BY_NAME['full+sliding'], depth=3)); print(x.states, x.transitions)")
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}

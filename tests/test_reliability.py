@@ -1,4 +1,4 @@
-"""Issue 12 regressions (manager side): a rejected call changes nothing, for every input.
+"""Regressions (manager side): a rejected call changes nothing, for every input.
 
 Each test reproduces one finding of the hostile-input run and checks the typed error and an
 unchanged full snapshot (abstract state, key lists, statistics, pending events, DP size).
@@ -374,7 +374,7 @@ def test_cache_pages_added_to_something_else_is_typed() -> None:
         CachePages([[1]]) + 5  # type: ignore[operator]
 
 
-# ---- issue 15: eSurge-style data parallelism ----------------------------------------------------
+# ---- eSurge-style data parallelism ----------------------------------------------------
 
 
 def test_an_untouched_manager_adopts_the_dp_size_of_its_first_dp_call() -> None:

@@ -359,7 +359,7 @@ def test_any_plan_fits_is_maximal_and_even(platform, layers, kv_heads, head_dim,
 
 
 def test_workspace_option_reproduces_the_vllm_side_budget():
-    """Issue 16: Llama-3-70B on H200, TP 4, FlashInfer: 75,953 pages with the 256 MiB workspace
+    """Llama-3-70B on H200, TP 4, FlashInfer: 75,953 pages with the 256 MiB workspace
     subtracted, 76,158 without it (the vLLM-side figure)."""
     memory = get_accelerator("h200").memory_bytes
     weights = 2 * 70_553_706_496 // 4               # bf16 weights split over 4 ranks

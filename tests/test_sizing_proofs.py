@@ -7,8 +7,9 @@ import textwrap
 
 import pytest
 
-from verikv.proofs import crosshair_sizing, sizing_theorems
-from verikv.proofs.registry import discover_checks, discover_mutants
+from verikv.proofs.crosshair import sizing as crosshair_sizing
+from verikv.proofs.runner.registry import discover_checks, discover_mutants
+from verikv.proofs.z3 import sizing as sizing_theorems
 from verikv.sizing import arith, budget
 
 THEOREMS = sizing_theorems.checks()

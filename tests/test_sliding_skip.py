@@ -1,4 +1,4 @@
-"""``skip_unreachable_sliding_pages`` (issue 17 item 5): vLLM 0.33's policy of not caching the
+"""``skip_unreachable_sliding_pages``: vLLM 0.33's policy of not caching the
 sliding-window pages that can never serve a hit, as an option that is off by default.
 
 vLLM 0.33 (``SlidingWindowManager.reachable_block_mask``, dense retention, no EAGLE): with the
@@ -84,8 +84,8 @@ def test_the_option_must_be_a_bool() -> None:
 
 
 def test_the_checks_pass_and_the_mutants_are_caught() -> None:
-    from verikv.proofs import sliding_skip
-    from verikv.proofs.registry import discover_checks, discover_mutants
+    from verikv.proofs.refinement import sliding_skip
+    from verikv.proofs.runner.registry import discover_checks, discover_mutants
 
     no_hit_lost = next(c for c in sliding_skip.checks() if c.name == sliding_skip.NO_HIT_NAME)
     assert no_hit_lost.run().ok

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from verikv import CacheGroupSpec, CacheManager, FullAttentionSpec, InvalidArgumentError, Request, SlidingWindowSpec
-from verikv.proofs import vllm_eagle_checks
-from verikv.proofs.registry import discover_checks, discover_mutants
+from verikv.proofs.refinement import vllm_eagle as vllm_eagle_checks
+from verikv.proofs.runner.registry import discover_checks, discover_mutants
 from verikv.spec import hit_rules as hr, manager as m
 from verikv.spec.pool import PreconditionError
 from verikv.testing.adapter import build_cache_manager

@@ -1,13 +1,13 @@
-"""The unbounded counting theorems of `verikv.proofs.z3_conserve`: they prove for every pool size,
+"""The unbounded counting theorems of `verikv.proofs.z3.conserve`: they prove for every pool size,
 every way the held set moves is reachable, and the broken relations are refuted."""
 
 from __future__ import annotations
 
 import pytest
 
-from verikv.proofs import z3_conserve
-from verikv.proofs.registry import discover_checks
-from verikv.proofs.z3_common import Theorem
+from verikv.proofs.runner.registry import discover_checks
+from verikv.proofs.z3 import conserve as z3_conserve
+from verikv.proofs.z3.common import Theorem
 
 THEOREMS = z3_conserve.theorems()
 REGISTERED = {check.name: check for check in discover_checks()}

@@ -7,7 +7,7 @@ the encoded precondition is satisfiable exactly when the Python precondition hol
 every successor the relation admits equals the Python successor (its negation is unsat).
 Whole calls are used (the relation unrolled over every element), not single elements. The
 same comparison runs inside `verikv prove` over every small reachable state
-(`verikv.proofs.z3_encoding`); this test adds random, larger states and arguments.
+(`verikv.proofs.z3.encoding`); this test adds random, larger states and arguments.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import z3
 from hypothesis import given, settings, strategies as st
 
-from verikv.proofs.z3_common import NONE
-from verikv.proofs.z3_encoding import (
+from verikv.proofs.z3.common import NONE
+from verikv.proofs.z3.encoding import (
     ExpectedResult,
     Run,
     SetArgs,

@@ -1,13 +1,13 @@
-"""The layout theorems of `verikv.proofs.z3_layouts`: each proves, each branch is reachable, each
+"""The layout theorems of `verikv.proofs.z3.layouts`: each proves, each branch is reachable, each
 fault planted in an encoding is caught by its own theorem, and the encodings agree with the spec."""
 
 from __future__ import annotations
 
 import pytest
 
-from verikv.proofs import z3_layouts, z3_layouts_encoding
-from verikv.proofs.registry import discover_checks
-from verikv.proofs.z3_layouts import LayoutTheorem
+from verikv.proofs.runner.registry import discover_checks
+from verikv.proofs.z3 import layouts as z3_layouts, layouts_encoding as z3_layouts_encoding
+from verikv.proofs.z3.layouts import LayoutTheorem
 
 THEOREMS = z3_layouts.THEOREMS
 REGISTERED = {check.name: check for check in discover_checks()}

@@ -2,7 +2,7 @@
 
 Encoding = spec: for random reachable `verikv.spec.manager` states within the bound (built by
 running spec transitions from `init`) and random, sometimes invalid, arguments, the encoded
-relation is instantiated on the concrete state and checked (`verikv.proofs.z3_manager_encoding`,
+relation is instantiated on the concrete state and checked (`verikv.proofs.z3.manager_encoding`,
 whose exhaustive small-bound run is a `verikv prove` check): its precondition is satisfiable
 exactly when the Python call succeeds, and then the only successor and result it admits are
 the Python ones (stamps compared by order within a key, the only thing the spec keeps).
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from verikv.proofs import z3_manager as zm, z3_manager_encoding as enc
-from verikv.proofs.z3_manager_encoding import PROMPT, RIDS, config, request
+from verikv.proofs.z3 import manager as zm, manager_encoding as enc
+from verikv.proofs.z3.manager_encoding import PROMPT, RIDS, config, request
 from verikv.spec import manager as spec_manager
 from verikv.spec.pool import PreconditionError
 

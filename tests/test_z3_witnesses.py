@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from verikv.proofs import z3_witnesses
-from verikv.proofs.registry import Check, Mutant
+from verikv.proofs.runner.registry import Check, Mutant
+from verikv.proofs.z3 import witnesses as z3_witnesses
 
 CHECKS = z3_witnesses.checks()
 MUTANTS = z3_witnesses.mutants()

@@ -64,7 +64,7 @@ from verikv.testing.adapter import (
     AdapterFactory,
     CacheManagerAdapter,
     KeyFailure,
-    build_cache_manager,  # noqa: F401  (re-exported: verikv.proofs.manager_mutants imports it from here)
+    build_cache_manager,  # noqa: F401  (re-exported: verikv.proofs.mutants.manager imports it from here)
     page_ids_of,
 )
 
@@ -1005,8 +1005,6 @@ class ManagerMachine(RuleBasedStateMachine):
         """A scheduler step as one ``allocate_slots_batch`` call over some running requests (each
         a prefill chunk, or one decoded token when its tokens are all computed)."""
         ready = [rid for rid in self.running if self.view(rid).num_tokens < self.config.max_model_len]
-        if any(g.kind == "mamba_align" for g in self.config.groups):
-            lookahead = 0  # with lookahead slots there, the batch does not yet equal the single calls
         if ready:
             rids = data.draw(st.lists(st.sampled_from(ready), min_size=1, unique=True), label="batch")
             counts = []

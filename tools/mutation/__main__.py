@@ -50,8 +50,8 @@ RECHECK_TIMEOUT = 300
 def stage(module: Module, source: Path) -> Path:
     """A fresh staged copy of ``source`` (a checkout of the repository) for ``module``'s run.
 
-    This repository's kill tests are laid over the source's tests, so another checkout (e.g. a
-    newer main) is measured with the checks written here.
+    This repository's unit-test file of the module (where its kill tests live) is laid over the
+    source's, so another checkout (e.g. a newer main) is measured with the checks written here.
     """
     root = STAGE / module.name
     if root.exists():
@@ -61,8 +61,7 @@ def stage(module: Module, source: Path) -> Path:
     shutil.copytree(source / "spec", root / "verikv" / "spec", ignore=ignore)
     shutil.copytree(source / "proofs", root / "verikv" / "proofs", ignore=ignore)
     shutil.copytree(source / "tests", root / "tests", ignore=ignore)
-    for kill_tests in (REPO / "tests").glob("test_mutation_kills_*.py"):
-        shutil.copy2(kill_tests, root / "tests" / kill_tests.name)
+    shutil.copy2(REPO / module.kill_tests, root / module.kill_tests)
     (root / "pyproject.toml").write_text(staged_pyproject(module))
     return root
 
@@ -108,16 +107,15 @@ def restage(module: Module, source: Path) -> Path:
             for old in target.rglob("*.py"):  # files deleted since are removed, the rest rewritten
                 old.unlink()
         shutil.copytree(source / sub, target, ignore=ignore, copy_function=shutil.copyfile, dirs_exist_ok=True)
-    for kill_tests in (REPO / "tests").glob("test_mutation_kills_*.py"):
-        shutil.copyfile(kill_tests, root / "tests" / kill_tests.name)
+    shutil.copyfile(REPO / module.kill_tests, root / module.kill_tests)
     (root / "pyproject.toml").write_text(staged_pyproject(module))
     (root / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     return root
 
 
 def killers(module: Module) -> list[str]:
-    """The module's killer test files that exist here (its kill-test file may not be written yet)."""
-    return [k for k in (*module.killers, module.kill_tests) if (REPO / k).exists()]
+    """The module's killer test files that exist here (its unit-test file first)."""
+    return [k for k in dict.fromkeys((module.kill_tests, *module.killers)) if (REPO / k).exists()]
 
 
 def staged_pyproject(module: Module) -> str:

@@ -1,8 +1,8 @@
 """The core modules under mutation and the tests that must kill their mutants.
 
 Each module has a killer set: the test files that exercise it directly (its unit tests, the
-tests of the layer above it, and the new ``test_mutation_kills_<module>.py`` written for its
-survivors). They are a fast subset of the suite, chosen so one mutant costs seconds: mutmut
+tests of the layer above it; the checks written for its survivors live in its unit-test file,
+``tests/test_<module>.py``). They are a fast subset of the suite, chosen so one mutant costs seconds: mutmut
 then runs, for each mutant, only the tests of that set that call the mutated function. The slow
 model-based tests (``test_manager_stateful.py`` runs for minutes) and the proof items are left
 out, and so are the model-checking tests of the few killer files that hold some (``SLOW``): one
@@ -30,8 +30,8 @@ class Module:
 
     @property
     def kill_tests(self) -> str:
-        """The file of new tests written to kill this module's survivors."""
-        return f"tests/test_mutation_kills_{self.name}.py"
+        """The module's unit-test file, where the checks written to kill its survivors go."""
+        return f"tests/test_{self.name}.py"
 
 
 SLOW: tuple[str, ...] = (
@@ -65,8 +65,7 @@ MODULES: tuple[Module, ...] = (
             "reliability", "bad_input"),
     _module("cache_manager", "cache_manager", "bad_input", "esurge_regressions", "reliability",
             "allocate_slots_batch", "coordinators", "mamba_prefix_caching", "external_computed_tokens",
-            "lookup_options", "lora_identity", "events", "sizing_planner",
-            "mutation_kills_coordinators"),
+            "lookup_options", "lora_identity", "events", "sizing_planner"),
 )
 
 BY_NAME = {m.name: m for m in MODULES}

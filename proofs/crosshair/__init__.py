@@ -1,0 +1,1 @@
+"""CrossHair checks of the implementation's and the spec's contracts, and their drivers."""

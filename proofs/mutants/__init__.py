@@ -1,0 +1,1 @@
+"""Deliberately broken pools, managers and spec transitions, and the checks that catch each."""

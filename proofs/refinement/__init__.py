@@ -1,0 +1,1 @@
+"""The real `CacheManager` against the spec: exhaustive refinement, random walks, events, keys."""
