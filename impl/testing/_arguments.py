@@ -63,6 +63,14 @@ def checked_names(value: Any, name: str, known: Collection[str]) -> frozenset[st
     return frozenset(value)
 
 
+def checked_choices(value: Any, name: str, known: Collection[str]) -> tuple[str, ...]:
+    """``value`` if it is a non-empty tuple of names, each one of ``known``."""
+    if (not isinstance(value, tuple) or not value
+            or not all(isinstance(item, str) and item in known for item in value)):
+        raise InvalidArgumentError(f"{name} must be a non-empty tuple of {sorted(known)}, got {describe(value)}")
+    return value
+
+
 def lacking(built: Any, methods: Sequence[str], protocol: str) -> None:
     """`InvalidArgumentError` naming the ``methods`` that ``built`` lacks, if any."""
     missing = [m for m in methods if not callable(getattr(built, m, None))]

@@ -46,21 +46,14 @@ try:
 except ModuleNotFoundError as missing:  # pragma: no cover - exercised in a subprocess
     raise _missing_extra(missing) from missing
 
-from verikv.errors import (
-    DoubleFreeError,
-    ForeignPageError,
-    InvalidArgumentError,
-    NullPageError,
-    OutOfPagesError,
-    PageStateError,
-    describe,
-)
+from verikv.errors import DoubleFreeError, ForeignPageError, NullPageError, OutOfPagesError, PageStateError
 from verikv.hashing import PageHash, PageHashWithGroupId
 from verikv.spec import pool as spec
 from verikv.spec.abstraction import abstract_pool
 from verikv.spec.invariants import POOL_INVARIANTS
 from verikv.testing._arguments import (
     built_with,
+    checked_choices,
     checked_count,
     checked_factory,
     checked_flag,
@@ -140,7 +133,7 @@ def make_pool_machine(factory: PoolFactory, free_orders: tuple[str, ...] = tuple
     A ``factory`` that cannot be called or builds something without the pool methods (one pool
     is built to see), an unknown policy or waiver are an `InvalidArgumentError`; a factory that
     raises is left to the run."""
-    free_orders = _checked_orders(free_orders)
+    free_orders = checked_choices(free_orders, "free_orders", spec.FREE_ORDERS)
     waivers = checked_names(waivers, "waivers", POOL_WAIVERS)
     built_with(checked_factory(factory, "factory"), (_PROBE_PAGES, free_orders[0]), _POOL_METHODS, "pool")
     check_usage = "usage-formula" not in waivers
@@ -353,15 +346,6 @@ def make_pool_machine(factory: PoolFactory, free_orders: tuple[str, ...] = tuple
 
     PoolMachine.__name__ = PoolMachine.__qualname__ = f"PoolMachine[{getattr(factory, '__name__', 'factory')}]"
     return PoolMachine
-
-
-def _checked_orders(free_orders: Any) -> tuple[str, ...]:
-    """``free_orders`` if it is a non-empty tuple of policies of `verikv.spec.pool.FREE_ORDERS`."""
-    if (not isinstance(free_orders, tuple) or not free_orders
-            or not all(isinstance(order, str) and order in spec.FREE_ORDERS for order in free_orders)):
-        raise InvalidArgumentError(f"free_orders must be a non-empty tuple of {sorted(spec.FREE_ORDERS)}, "
-                                   f"got {describe(free_orders)}")
-    return free_orders
 
 
 def detection_settings(max_examples: int = 300, steps: int = 50) -> settings:
