@@ -70,6 +70,10 @@ def harness_cases() -> list[Case]:
     cases += substitution_cases("testing.page_ids_of", empty_world, lambda w, **k: page_ids_of(**k),
                                 {"result": P(lambda: [[1, 2]], "object", either=frozenset({"list", "empty_list",
                                                                                            "ragged", "np_array2d"}))})
+    cases += substitution_cases("testing.manager_machine.page_ids_or_none", empty_world,
+                                lambda w, **k: manager_machine.page_ids_or_none(**k),
+                                {"result": P(lambda: [[1, 2]], "object", accept={"None"},
+                                             either={"list", "empty_list", "ragged", "np_array2d"})})
     cases += substitution_cases("testing.Layout", empty_world, lambda w, **k: Layout(**k), dict(
         name=P("full", "object", accept={"str", "empty_str"}, either={"hashflip_str", "surrogate"}),
         config=P(_config, "object")))

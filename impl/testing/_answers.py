@@ -15,6 +15,7 @@ import numbers
 import reprlib
 from typing import Any
 
+from verikv.testing._arguments import is_int
 from verikv.testing.adapter import page_ids_of
 
 
@@ -24,14 +25,9 @@ def shown(value: Any) -> str:
     return reprlib.repr(value)
 
 
-def _is_int(value: Any) -> bool:
-    """An integer of any type (numpy's included), but not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def count_problem(value: Any, most: int) -> str | None:
     """Why ``value`` is not a count in ``0..most``, or None."""
-    if not _is_int(value):
+    if not is_int(value):
         return f"not an int but {type(value).__name__}"
     if not 0 <= value <= most:
         return f"outside 0..{most}"

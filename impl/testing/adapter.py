@@ -18,12 +18,13 @@ two common API families:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypedDict, cast, runtime_checkable
 
-from verikv.errors import InvalidArgumentError
+from verikv.errors import InvalidArgumentError, describe
 from verikv.spec.abstraction import ManagerLike
 from verikv.spec.manager import GroupLayout, ManagerConfig, RequestView
+from verikv.testing._arguments import checked_factory, checked_instance, is_int
 
 PageIds = Sequence[Sequence[int]]
 """Page ids per cache group, in group order (0 = the null placeholder)."""
@@ -103,10 +104,27 @@ AdapterFactory = Callable[[ManagerConfig], PageManagerAdapter]
 
 def page_ids_of(result: Any) -> tuple[tuple[int, ...], ...]:
     """Page ids per group of a hit or allocation result: ids, or an object with
-    ``get_page_ids()`` (eSurge) or ``get_block_ids()`` (vLLM)."""
+    ``get_page_ids()`` (eSurge) or ``get_block_ids()`` (vLLM). `InvalidArgumentError` when
+    they are not a collection of page lists of integers (a string, a number, a mapping)."""
     getter = getattr(result, "get_page_ids", None) or getattr(result, "get_block_ids", None)
     ids = getter() if getter is not None else result
-    return tuple(tuple(group) for group in ids)
+    groups = tuple(_items(group, result) for group in _items(ids, result))
+    if not all(is_int(page) for group in groups for page in group):
+        raise InvalidArgumentError(f"{_NOT_PAGE_IDS}, got {describe(result)}")
+    return groups
+
+
+_NOT_PAGE_IDS = "page ids must be a collection of page lists (ints) per group"
+
+
+def _items(value: Any, result: Any) -> tuple[Any, ...]:
+    """The items of ``value`` (part of ``result``), a collection that is neither text nor a mapping."""
+    if isinstance(value, str | bytes | bytearray | Mapping):
+        raise InvalidArgumentError(f"{_NOT_PAGE_IDS}, got {describe(result)}")
+    try:
+        return tuple(value)
+    except TypeError:  # not iterable (a number, a 0-d array)
+        raise InvalidArgumentError(f"{_NOT_PAGE_IDS}, got {describe(result)}") from None
 
 
 class _AttentionGeometry(TypedDict):
@@ -120,8 +138,9 @@ class _AttentionGeometry(TypedDict):
 
 
 def build_cache_manager(config: ManagerConfig, **options: Any) -> Any:
-    """A `verikv.CacheManager` for a spec configuration (small made-up layer geometry);
-    ``options`` go to the constructor (e.g. ``hash_scheme``)."""
+    """A `verikv.CacheManager` for a spec configuration (a `ManagerConfig`; small made-up layer
+    geometry); ``options`` go to the constructor (e.g. ``hash_scheme``)."""
+    checked_instance(config, ManagerConfig, "config")
     from verikv import (
         CacheGroupSpec,
         CacheManager,
@@ -152,11 +171,17 @@ def build_cache_manager(config: ManagerConfig, **options: Any) -> Any:
                         data_parallel_size=config.data_parallel_size, **options)
 
 
+_MANAGER_METHODS = ("get_computed_pages", "allocate_slots", "free", "free_page_hashes", "cache_pages",
+                    "reset_prefix_cache", "get_page_ids")
+"""The methods `CacheManagerAdapter` calls on the manager ``make_manager`` builds."""
+
+
 class CacheManagerAdapter:
     """`verikv.CacheManager` as a `WhiteBoxAdapter` (the reference the harness must accept).
 
-    ``make_manager`` builds the manager for a configuration (default: a small made-up layer
-    geometry per group); pass another to test a subclass or a differently configured manager.
+    ``config`` is a `ManagerConfig`; ``make_manager`` builds the manager for it (default: a
+    small made-up layer geometry per group); pass another to test a subclass or a differently
+    configured manager.
     """
 
     rejection_types: tuple[type[BaseException], ...] = (InvalidArgumentError,)
@@ -165,7 +190,8 @@ class CacheManagerAdapter:
 
     def __init__(self, config: ManagerConfig,
                  make_manager: Callable[[ManagerConfig], Any] = build_cache_manager) -> None:
-        self.manager: Any = make_manager(config)
+        checked_instance(config, ManagerConfig, "config")
+        self.manager: Any = checked_factory(make_manager, "make_manager")(config)
 
     def new_request(self, view: RequestView) -> Any:
         from verikv.request import Request
@@ -249,6 +275,7 @@ class KeyFailingAdapter(CacheManagerAdapter):
     failing-key-computation rule can make key computation fail at a chosen call."""
 
     def __init__(self, config: ManagerConfig) -> None:
+        checked_instance(config, ManagerConfig, "config")
         self.hasher: ArmableHash = ArmableHash()
         super().__init__(config, lambda cfg: build_cache_manager(cfg, hash_scheme=self.hasher))
 

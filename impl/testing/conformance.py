@@ -58,6 +58,7 @@ from verikv.spec.hit_rules import EAGLE_RULES, EagleRule
 from verikv.spec.pool import FREE_ORDERS, FreeOrder
 from verikv.testing import live
 from verikv.testing._answers import shown
+from verikv.testing._arguments import built_with, checked_count, checked_factory, checked_flag, checked_names
 from verikv.testing.adapter import (
     AdapterFactory,
     CacheManagerAdapter,
@@ -149,28 +150,24 @@ class ConformanceConfig:
         if not isinstance(self.mode, str) or self.mode not in MODES:
             raise InvalidArgumentError(f"mode must be one of {MODES}, got {shown(self.mode)}")
         self._normalize_collections()
-        for what, given, known in (("check names", self.checks or (), CHECK_NAMES),
-                                   ("waivers", self.waivers, WAIVERS), ("features", self.features, FEATURES)):
-            unknown = set(given) - set(known)
-            if unknown:
-                raise InvalidArgumentError(f"unknown {what} {sorted(unknown)}; known: {sorted(known)}")
         self._check_layouts()
         self._check_budget()
         self._check_profile()
 
     def _normalize_collections(self) -> None:
-        """Layout lists become tuples and name sets frozensets; anything but a tuple, list or
-        set there (a string, a number, an array) is refused."""
-        for name, kind in (("layouts", tuple), ("skip_layouts", tuple), ("checks", frozenset),
-                           ("waivers", frozenset), ("features", frozenset)):
+        """Layout lists become tuples and name sets frozensets of known names; anything but a
+        tuple, list or set there (a string, a number, an array) is refused."""
+        for name in ("layouts", "skip_layouts"):
             value = getattr(self, name)
-            if value is None and name in ("layouts", "checks"):
+            if value is None and name == "layouts":
                 continue
             if not isinstance(value, tuple | list | set | frozenset):
                 raise InvalidArgumentError(f"{name} must be a tuple or set, got {shown(value)}")
-            if kind is frozenset and not all(isinstance(item, str) for item in value):
-                raise InvalidArgumentError(f"{name} must hold names (str), got {shown(value)}")
-            object.__setattr__(self, name, kind(value))
+            object.__setattr__(self, name, tuple(value))
+        for name, known in (("checks", CHECK_NAMES), ("waivers", WAIVERS), ("features", FEATURES)):
+            value = getattr(self, name)
+            if value is not None or name != "checks":
+                object.__setattr__(self, name, checked_names(value, name, known))
 
     def _check_layouts(self) -> None:
         """Every named layout exists, and each chosen one applies under the claimed policy."""
@@ -186,17 +183,16 @@ class ConformanceConfig:
         time is a positive finite number of seconds."""
         for name in ("max_examples", "stateful_step_count"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise InvalidArgumentError(f"{name} must be an int >= 1 or None, got {shown(value)}")
+            if value is not None:
+                checked_count(value, name)
         if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
             raise InvalidArgumentError(f"seed must be an int or None, got {shown(self.seed)}")
         seconds = self.shrink_seconds
         if (isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not math.isfinite(seconds)
                 or seconds <= 0):
             raise InvalidArgumentError(f"shrink_seconds must be a positive finite number, got {shown(seconds)}")
-        if not isinstance(self.shrink, bool) or not isinstance(self.bad_inputs, bool):
-            raise InvalidArgumentError(f"shrink and bad_inputs must be bools, got {shown(self.shrink)}, "
-                                       f"{shown(self.bad_inputs)}")
+        checked_flag(self.shrink, "shrink")
+        checked_flag(self.bad_inputs, "bad_inputs")
 
     def _check_profile(self) -> None:
         """``profile`` names a registered Hypothesis settings profile."""
@@ -442,43 +438,18 @@ def _why_not_shrunk(config: ConformanceConfig, budget: ShrinkBudget) -> str | No
 ADAPTER_METHODS = ("new_request", "lookup", "allocate", "free", "finish", "cache", "reset", "usage",
                    "num_free_pages", "page_ids")
 """The methods of `PageManagerAdapter` (white-box adds ``abstraction``)."""
-POOL_METHODS = ("get_new_page_ids", "touch_ids", "free_page_ids", "cache_page_id", "lookup_id",
-                "reset_prefix_cache", "get_num_free_pages", "get_usage", "ref_count", "key_of", "free_list_ids",
-                "cached_items")
-"""The id-level pool API and read-only protocol the pool machine calls (`verikv.testing.pool_machine`)."""
-
-
-def _lacking(built: Any, methods: Sequence[str], protocol: str) -> None:
-    """`InvalidArgumentError` naming the ``methods`` that ``built`` lacks, if any."""
-    missing = [m for m in methods if not callable(getattr(built, m, None))]
-    if missing:
-        raise InvalidArgumentError(f"{type(built).__name__} lacks the {protocol} methods {missing}")
 
 
 def _check_adapter(adapter_factory: AdapterFactory, layout: Layout, mode: Mode) -> None:
     """What ``adapter_factory`` builds for ``layout`` has the protocol's methods, and
-    ``abstraction`` in white-box mode. A factory that raises is left to the run, which reports
-    it as ``crash:<Exception>`` like any failure of the manager."""
-    try:
-        adapter = adapter_factory(layout.config)
-    except Exception:
-        return
-    _lacking(adapter, ADAPTER_METHODS, "adapter (verikv.testing.adapter.PageManagerAdapter)")
-    if mode == "white-box" and not callable(getattr(adapter, "abstraction", None)):
+    ``abstraction`` in white-box mode (a factory that raises is left to the run: `built_with`)."""
+    adapter = built_with(adapter_factory, (layout.config,), ADAPTER_METHODS,
+                         "adapter (verikv.testing.adapter.PageManagerAdapter)")
+    if adapter is not None and mode == "white-box" and not callable(getattr(adapter, "abstraction", None)):
         raise InvalidArgumentError(
             f"{type(adapter).__name__} has no abstraction() method, which mode='white-box' needs, and white-box is "
             f"the default mode: to compare only what a scheduler sees, use ConformanceConfig(mode='black-box') (or "
             f"mode='policy-free' for a manager with its own free-list policy)")
-
-
-def _check_pool(pool_factory: Callable[[int, str], Any], free_order: str) -> None:
-    """What ``pool_factory`` builds has the pool machine's methods (a factory that raises is left
-    to the run, as in `_check_adapter`)."""
-    try:
-        pool = pool_factory(4, free_order)
-    except Exception:
-        return
-    _lacking(pool, POOL_METHODS, "pool")
 
 
 def check_conformance(adapter_factory: AdapterFactory, layout: str | Layout,
@@ -496,7 +467,7 @@ def check_conformance(adapter_factory: AdapterFactory, layout: str | Layout,
     run as generated, so a class waits for its searches plus at most ``shrink_seconds``.
     """
     __tracebackhide__ = True
-    _check_layout(_factory(adapter_factory, "adapter_factory"), layout, config, machine,
+    _check_layout(checked_factory(adapter_factory, "adapter_factory"), layout, config, machine,
                   ShrinkBudget(_checked(config).shrink_seconds))
 
 
@@ -504,13 +475,6 @@ def _checked(config: Any) -> ConformanceConfig:
     if not isinstance(config, ConformanceConfig):
         raise InvalidArgumentError(f"config must be a ConformanceConfig, got {shown(config)}")
     return config
-
-
-def _factory(factory: Any, name: str) -> Any:
-    """``factory`` if it can be called (a class or a function), else `InvalidArgumentError`."""
-    if not callable(factory):
-        raise InvalidArgumentError(f"{name} must be a class or function that builds one, got {shown(factory)}")
-    return factory
 
 
 def _check_layout(adapter_factory: AdapterFactory, layout: str | Layout, config: ConformanceConfig,
@@ -537,9 +501,8 @@ def check_pool_conformance(pool_factory: Callable[[int, str], Any],
     __tracebackhide__ = True
     from verikv.testing.pool_machine import POOL_WAIVERS, PoolCheckFailure, make_pool_machine
 
-    config, pool_factory = _checked(config), _factory(pool_factory, "pool_factory")
+    config, pool_factory = _checked(config), checked_factory(pool_factory, "pool_factory")
     orders = tuple(sorted(FREE_ORDERS)) if config.free_order is None else (config.free_order,)
-    _check_pool(pool_factory, orders[0])
     _run(make_pool_machine(pool_factory, orders, config.waivers & POOL_WAIVERS), "pool", config, PoolCheckFailure,
          lambda failure: failure.checks, ShrinkBudget(config.shrink_seconds))
 
@@ -553,7 +516,7 @@ def conformance_test(adapter_factory: AdapterFactory,
 
         TestMyManager = conformance_test(MyAdapter, ConformanceConfig(mode="black-box"))
     """
-    config, adapter_factory = _checked(config), _factory(adapter_factory, "adapter_factory")
+    config, adapter_factory = _checked(config), checked_factory(adapter_factory, "adapter_factory")
     methods: dict[str, Any] = {}
     budget = ShrinkBudget(config.shrink_seconds)
     layouts = config.resolved_layouts()

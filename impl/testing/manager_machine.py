@@ -46,13 +46,21 @@ try:
 except ModuleNotFoundError as missing:  # pragma: no cover - exercised in a subprocess
     raise _missing_extra(missing) from missing
 
-from verikv.errors import VeriKVError
+from verikv.errors import InvalidArgumentError, VeriKVError
 from verikv.spec import invariants as inv, manager as spec
 from verikv.spec.abstraction import abstract_manager
 from verikv.spec.pool import NULL_PAGE, PreconditionError
 from verikv.testing._answers import count_problem, flag_problem, fraction_problem, page_ids_problem, shown
+from verikv.testing._arguments import (
+    built_with,
+    checked_factory,
+    checked_flag,
+    checked_instance,
+    checked_names,
+)
 from verikv.testing._transcript import RecordedAdapter
 from verikv.testing.adapter import (
+    _MANAGER_METHODS,
     AdapterFactory,
     CacheManagerAdapter,
     KeyFailure,
@@ -161,10 +169,15 @@ WAIVERS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Layout:
-    """A named manager configuration the machine runs against."""
+    """A named manager configuration the machine runs against: ``name`` a str, ``config`` a
+    `verikv.spec.manager.ManagerConfig`."""
 
     name: str
     config: spec.ManagerConfig
+
+    def __post_init__(self) -> None:
+        checked_instance(self.name, str, "name")
+        checked_instance(self.config, spec.ManagerConfig, "config")
 
 
 def _layout(name: str, *groups: spec.GroupLayout, num_pages: int = 12, max_model_len: int = 20,
@@ -237,6 +250,22 @@ class MachineOptions:
     rejection: tuple[type[BaseException], ...] | None = None
     record_calls: bool = False
 
+    def __post_init__(self) -> None:
+        """Each field is what it says; name collections become frozensets (as in
+        `verikv.testing.conformance.ConformanceConfig`)."""
+        if not isinstance(self.mode, str) or self.mode not in MODES:
+            raise InvalidArgumentError(f"mode must be one of {MODES}, got {shown(self.mode)}")
+        for name, known in (("checks", CHECK_NAMES), ("waivers", WAIVERS), ("features", FEATURES)):
+            value = getattr(self, name)
+            if value is not None or name != "checks":
+                object.__setattr__(self, name, checked_names(value, name, known))
+        for name in ("bad_inputs", "key_failures", "record_calls"):
+            checked_flag(getattr(self, name), name)
+        rejection = self.rejection
+        if rejection is not None and not (isinstance(rejection, tuple) and rejection and all(
+                isinstance(kind, type) and issubclass(kind, BaseException) for kind in rejection)):
+            raise InvalidArgumentError(f"rejection must be None or a tuple of exception types, got {shown(rejection)}")
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -267,7 +296,10 @@ def page_ids_or_none(result: Any) -> tuple[tuple[int, ...], ...] | None:
 def window_pages_real(config: spec.ManagerConfig, hit: spec.Hit) -> bool:
     """A windowed hit holds real pages inside the window of the next token: the last
     ``cdiv(window - 1, page_size)`` pages (at least one) for sliding, the current chunk's pages
-    for chunked local attention. A null page there would feed masked-out KV to attention."""
+    for chunked local attention. A null page there would feed masked-out KV to attention.
+    ``config`` is a `verikv.spec.manager.ManagerConfig`, ``hit`` a `verikv.spec.manager.Hit`."""
+    checked_instance(config, spec.ManagerConfig, "config")
+    checked_instance(hit, spec.Hit, "hit")
     for layout, pages in zip(config.groups, hit.pages):
         if not pages:
             continue
@@ -1062,11 +1094,24 @@ class ManagerMachine(RuleBasedStateMachine):
 def machine_factory(layout: Layout, make_adapter: AdapterFactory = CacheManagerAdapter,
                     options: MachineOptions = MachineOptions(),
                     machine: type[ManagerMachine] = ManagerMachine) -> Callable[[], ManagerMachine]:
-    """The zero-argument factory ``run_state_machine_as_test`` wants, for one layout."""
+    """The zero-argument factory ``run_state_machine_as_test`` wants, for one layout (a
+    `Layout`): ``machine`` (`ManagerMachine` or a subclass) checks adapters ``make_adapter``
+    builds, as ``options`` (`MachineOptions`) say."""
+    _check_machine_arguments(layout, make_adapter, options, machine)
+
     def make() -> ManagerMachine:
         return machine(layout, make_adapter, options)
     make.__name__ = make.__qualname__ = f"{machine.__name__}[{layout.name}]"
     return make
+
+
+def _check_machine_arguments(layout: Any, make_adapter: Any, options: Any, machine: Any) -> None:
+    """`InvalidArgumentError` unless the arguments are what `machine_factory` documents."""
+    checked_instance(layout, Layout, "layout")
+    checked_factory(make_adapter, "make_adapter")
+    checked_instance(options, MachineOptions, "options")
+    if not (isinstance(machine, type) and issubclass(machine, ManagerMachine)):
+        raise InvalidArgumentError(f"machine must be ManagerMachine or a subclass, got {shown(machine)}")
 
 
 def detection_settings() -> settings:
@@ -1082,10 +1127,18 @@ def find_manager_failure(make_manager: Callable[[spec.ManagerConfig], Any], layo
                          machine: type[ManagerMachine] = ManagerMachine) -> list[str]:
     """Run the manager machine (``machine``: it or a subclass) for ``layout`` against
     ``make_manager``; the names of the checks that failed, or []. An unexpected exception
-    escaping the machine is ``crash:<type>``."""
-    factory = machine_factory(layout, lambda config: CacheManagerAdapter(config, make_manager), machine=machine)
+    escaping the machine is ``crash:<type>``. A ``make_manager`` that cannot be called or builds
+    no manager (one lacking `CacheManagerAdapter`'s methods), a ``layout`` that is not a `Layout`
+    or ``run_settings`` that are not Hypothesis settings are an `InvalidArgumentError`, before
+    anything runs."""
+    checked_factory(make_manager, "make_manager")
+    checked_instance(layout, Layout, "layout")
+    if run_settings is not None:
+        checked_instance(run_settings, settings, "run_settings")
+    built_with(make_manager, (layout.config,), _MANAGER_METHODS, "manager (verikv.CacheManager)")
+    make = machine_factory(layout, lambda config: CacheManagerAdapter(config, make_manager), machine=machine)
     try:
-        run_state_machine_as_test(factory, settings=run_settings or detection_settings())  # type: ignore[arg-type]
+        run_state_machine_as_test(make, settings=run_settings or detection_settings())  # type: ignore[arg-type]
     except ConformanceFailure as failure:
         return failure.names
     except Exception as exc:  # a crash is a detection too; report it by type

@@ -51,6 +51,16 @@ from verikv.hashing import PageHash, PageHashWithGroupId
 from verikv.spec import pool as spec
 from verikv.spec.abstraction import abstract_pool
 from verikv.spec.invariants import POOL_INVARIANTS
+from verikv.testing._arguments import (
+    built_with,
+    checked_choices,
+    checked_count,
+    checked_factory,
+    checked_flag,
+    checked_instance,
+    checked_names,
+    lacking,
+)
 
 PoolFactory = Callable[[int, str], Any]
 
@@ -83,9 +93,26 @@ POOL_WAIVERS: frozenset[str] = frozenset({"usage-formula", "null-page-free"})
 reported usage is not checked, and freeing the null page is not sent as a bad input."""
 
 
+_READ_METHODS = ("ref_count", "key_of", "free_list_ids", "cached_items", "get_num_free_pages", "get_usage")
+"""The read-only protocol of `verikv.spec.abstraction` and the reported counts, which the checks read."""
+_POOL_METHODS = ("get_new_page_ids", "touch_ids", "free_page_ids", "cache_page_id", "lookup_id",
+                 "reset_prefix_cache", *_READ_METHODS)
+"""What the machine calls on every pool (the id-level API and `_READ_METHODS`)."""
+_PROBE_PAGES = 4
+"""The size of the pool built once to see that a factory builds pools, before a machine runs."""
+
+
 def pool_invariant_failures(pool: Any, state: spec.PoolState, check_usage: bool = True) -> list[str]:
-    """Failed checks of ``pool`` against the expected spec ``state`` (empty when it conforms);
-    ``check_usage``: compare the reported usage with the spec's formula."""
+    """Failed checks of ``pool`` against the expected spec ``state`` (a `verikv.spec.pool.PoolState`;
+    empty when it conforms); ``check_usage``: compare the reported usage with the spec's formula.
+    A pool without the read-only protocol, or arguments of other types, are an `InvalidArgumentError`."""
+    lacking(pool, _READ_METHODS, "pool (verikv.spec.abstraction.PoolLike)")
+    checked_instance(state, spec.PoolState, "state")
+    return _failures(pool, state, checked_flag(check_usage, "check_usage"))
+
+
+def _failures(pool: Any, state: spec.PoolState, check_usage: bool) -> list[str]:
+    """`pool_invariant_failures` of a pool the machine built (its arguments are known good)."""
     actual = abstract_pool(pool)
     failed = [name for name, holds in POOL_INVARIANTS.items() if not spec.well_formed(actual) or not holds(actual)]
     if pool.get_num_free_pages() != len(actual.free) and "INV-FREE-DISTINCT" not in failed:
@@ -101,7 +128,14 @@ def make_pool_machine(factory: PoolFactory, free_orders: tuple[str, ...] = tuple
                       waivers: frozenset[str] = frozenset()) -> type[RuleBasedStateMachine]:
     """A state machine class checking pools built by ``factory(num_pages, free_order)``, for
     each policy of ``free_orders`` (an engine with one policy passes only that one), with
-    the declared ``waivers`` (those of `POOL_WAIVERS`; others do not concern the pool)."""
+    the declared ``waivers`` (those of `POOL_WAIVERS`; others do not concern the pool).
+
+    A ``factory`` that cannot be called or builds something without the pool methods (one pool
+    is built to see), an unknown policy or waiver are an `InvalidArgumentError`; a factory that
+    raises is left to the run."""
+    free_orders = checked_choices(free_orders, "free_orders", spec.FREE_ORDERS)
+    waivers = checked_names(waivers, "waivers", POOL_WAIVERS)
+    built_with(checked_factory(factory, "factory"), (_PROBE_PAGES, free_orders[0]), _POOL_METHODS, "pool")
     check_usage = "usage-formula" not in waivers
     bad_inputs = [kind for kind in BAD_INPUTS if not (kind == "free-null" and "null-page-free" in waivers)]
 
@@ -142,10 +176,10 @@ def make_pool_machine(factory: PoolFactory, free_orders: tuple[str, ...] = tuple
                 self.fail([f"rejects:{reason}"], f"{op}: expected {EXPECTED_ERROR[reason].__name__}, "
                                                  f"got {type(exc).__name__}: {exc}")
             else:
-                failed = pool_invariant_failures(self.pool, self.state, check_usage)
+                failed = _failures(self.pool, self.state, check_usage)
                 self.fail([f"rejects:{reason}", *failed], f"{op} was accepted")
             if abstract_pool(self.pool) != before:
-                broken = [name for name in pool_invariant_failures(self.pool, self.state, check_usage)
+                broken = [name for name in _failures(self.pool, self.state, check_usage)
                           if name != "refines-spec"]
                 self.fail(["INV-ATOMIC", *broken], f"{op} raised but changed the pool")
 
@@ -305,7 +339,7 @@ def make_pool_machine(factory: PoolFactory, free_orders: tuple[str, ...] = tuple
             if self.state is None:
                 return
             self.steps += 1
-            failed = pool_invariant_failures(self.pool, self.state, check_usage)
+            failed = _failures(self.pool, self.state, check_usage)
             if failed:
                 self.fail(failed, f"after step {self.steps}: implementation {abstract_pool(self.pool)} "
                                   f"vs spec {self.state}")
@@ -315,8 +349,10 @@ def make_pool_machine(factory: PoolFactory, free_orders: tuple[str, ...] = tuple
 
 
 def detection_settings(max_examples: int = 300, steps: int = 50) -> settings:
-    """Bounded, derandomized settings for showing that a broken pool is caught (no shrinking)."""
-    return settings(max_examples=max_examples, stateful_step_count=steps, derandomize=True, database=None,
+    """Bounded, derandomized settings for showing that a broken pool is caught (no shrinking);
+    the counts are ints >= 1."""
+    return settings(max_examples=checked_count(max_examples, "max_examples"),
+                    stateful_step_count=checked_count(steps, "steps"), derandomize=True, database=None,
                     deadline=None, report_multiple_bugs=False, print_blob=False,
                     phases=[Phase.explicit, Phase.generate],
                     suppress_health_check=list(HealthCheck))
@@ -325,8 +361,12 @@ def detection_settings(max_examples: int = 300, steps: int = 50) -> settings:
 def find_pool_failure(factory: PoolFactory, run_settings: settings | None = None) -> list[str]:
     """Run the pool machine against ``factory``; the names of the checks that failed, or [].
 
-    An unexpected exception escaping the machine is reported as ``crash:<type>``.
+    An unexpected exception escaping the machine is reported as ``crash:<type>``; a ``factory``
+    `make_pool_machine` refuses, or ``run_settings`` that are not Hypothesis settings, are an
+    `InvalidArgumentError` before anything runs.
     """
+    if run_settings is not None:
+        checked_instance(run_settings, settings, "run_settings")
     machine = make_pool_machine(factory)
     try:
         run_state_machine_as_test(machine, settings=run_settings or detection_settings())
