@@ -114,7 +114,7 @@ def count_paths(name: str, examples: int) -> Counter[str]:
 
 
 def test_runs_are_long_and_reach_the_paths() -> None:
-    seen = count_paths("full+sliding(window<=page)", 60)
+    seen = count_paths("full+sliding(window<=page)", 100)
     assert seen["longest run"] >= STEPS, seen
     for path in ("prefix hit", "allocation refused", "preemption", "null placeholder held"):
         assert seen[path] > 0, seen

@@ -999,7 +999,7 @@ class ManagerMachine(RuleBasedStateMachine):
         manager = getattr(self.impl, "manager", None)
         return manager if callable(getattr(manager, "allocate_slots_batch", None)) else None
 
-    @precondition(lambda self: len(self.running) >= 2 and self.batch_manager() is not None)
+    @precondition(lambda self: self.running and self.batch_manager() is not None)
     @rule(data=st.data(), lookahead=st.sampled_from((0, 0, 2, 3)), delay=st.sampled_from((False, False, True)))
     def batch_step(self, data: st.DataObject, lookahead: int, delay: bool) -> None:
         """A scheduler step as one ``allocate_slots_batch`` call over some running requests (each
