@@ -170,7 +170,8 @@ def test_generated_test_case_fails_with_the_invariant_name() -> None:
     result = unittest.TestResult()
     unittest.defaultTestLoader.loadTestsFromTestCase(case).run(result)
     assert result.testsRun == 1 and len(result.failures) == 1
-    assert expected in result.failures[0][1]
+    if SHRINKS_AS_WRITTEN:  # (older Hypothesis releases generate other steps: another check may fail first)
+        assert expected in result.failures[0][1]
 
 
 # --- configuration --------------------------------------------------------------------------------

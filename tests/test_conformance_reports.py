@@ -142,8 +142,8 @@ def test_pytest_shows_the_first_report_live_and_the_shrunk_one_once(tmp_path: Pa
 
 
 def test_pytest_hypothesis_seed_is_the_runs_seed(tmp_path: Path) -> None:
-    run = run_pytest(tmp_path, "layouts=('full',), mode='black-box', profile='toy-random', shrink=False",
-                     "--hypothesis-seed=5")
+    run = run_pytest(tmp_path, f"layouts=('full',), mode='black-box', profile='toy-random', shrink=False, "
+                               f"stateful_step_count={TOY_STEPS}", "--hypothesis-seed=5")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "layout 'full', seed 5: " in run.stdout
 
