@@ -393,17 +393,9 @@ class PagePool(ESurgePoolMethods):
                 and self._key[page_id] is None):
             check_key(key)  # a bad key is reported before a bad page, as the spec orders them
             self.check_cacheable([page_id])  # raises the precise error
-        self._insert_key(page_id, key)
-        self._key[page_id] = key
-        self.key_version += 1
-        if self._events is not None:
-            self._events.stored(page_id, key)
-
-    def _insert_key(self, page_id: int, key: Hashable) -> None:
-        """Put ``page_id`` under ``key`` in the cached map (after equal pages), or raise
-        `InvalidArgumentError` with the map unchanged. A user key's hash and equality run before
-        the map changes (a key not equal to itself, a NaN, could never be found again), and a
-        dict call whose comparison fails leaves the dict as it was."""
+        # A user key's hash and equality run before the map changes (a key not equal to itself, a
+        # NaN, could never be found again), and a dict call whose comparison fails leaves the dict
+        # as it was. (Inline, not a helper: this runs once per page a step fills.)
         try:
             if key != key:
                 raise InvalidArgumentError(f"cache key {describe(key)} is not equal to itself")
@@ -421,6 +413,10 @@ class PagePool(ESurgePoolMethods):
         except Exception as exc:  # the key's own __hash__ / __eq__ (or an equal key's) failed
             raise InvalidArgumentError(
                 f"cache key {describe(key)} cannot be hashed or compared: {type(exc).__name__}: {exc}") from None
+        self._key[page_id] = key
+        self.key_version += 1
+        if self._events is not None:
+            self._events.stored(page_id, key)
 
     def cache_page_ids(self, page_ids: Sequence[int], keys: Sequence[Hashable]) -> None:
         """`cache_page_id` for each ``(page_ids[i], keys[i])`` in order, as one step: on an error
