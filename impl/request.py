@@ -250,6 +250,23 @@ class Request:
     request_id: str
     status: RequestStatus
     num_computed_tokens: int
+    #: every token id, prompt then output: the one store of them (``array('Q')``, 8 bytes per id
+    #: and no int objects; page hashing reads its bytes, the views read its items)
+    _tokens: array[int]
+    _num_prompt_tokens: int
+    _cache_salt: str | bytes | None
+    _lora_id: int | None
+    _lora_name: str | None
+    _lora_path: str | None
+    _mm_features: tuple[MMFeature, ...]
+    _prompt_logprobs: bool
+    _view: TokenView
+    #: how many managers hold pages for this object (each `CacheManager` counts itself in while
+    #: it holds pages for it); the identity fields are frozen while it is > 0
+    _holders: int
+    #: bumped by every change of an identity field: a manager's kept keys for this object are
+    #: valid only for the version they were computed at
+    _identity_version: int
 
     def __init__(
         self,
@@ -277,27 +294,21 @@ class Request:
         features = () if type(mm_features) is tuple and not mm_features else _checked_features(mm_features, len(tokens))
         if not isinstance(prompt_logprobs, bool):
             raise InvalidArgumentError(f"prompt_logprobs must be a bool, got {type(prompt_logprobs).__name__}")
-        # the plain fields, stored as they are (valid): `__setattr__` checks later assignments
-        object.__setattr__(self, "request_id", rid)
-        object.__setattr__(self, "num_computed_tokens", 0)
-        object.__setattr__(self, "status", RequestStatus.WAITING)
-        #: every token id, prompt then output: the one store of them (``array('Q')``, 8 bytes
-        #: per id and no int objects; page hashing reads its bytes, the views read its items)
-        self._tokens = tokens
-        self._num_prompt_tokens = len(tokens)
-        self._cache_salt = salt
-        self._lora_id = lora
-        self._lora_name = name
-        self._lora_path = path
-        self._mm_features = features
-        self._prompt_logprobs = prompt_logprobs
-        self._view = TokenView(tokens)
-        #: how many managers hold pages for this object (each `CacheManager` counts itself in
-        #: while it holds pages for it); the identity fields are frozen while it is > 0
-        self._holders = 0
-        #: bumped by every change of an identity field: a manager's kept keys for this object
-        #: are valid only for the version they were computed at
-        self._identity_version = 0
+        # every field stored as it is (all are valid), past `__setattr__`, which checks later assignments
+        _store_field(self, "request_id", rid)
+        _store_field(self, "num_computed_tokens", 0)
+        _store_field(self, "status", RequestStatus.WAITING)
+        _store_field(self, "_tokens", tokens)
+        _store_field(self, "_num_prompt_tokens", len(tokens))
+        _store_field(self, "_cache_salt", salt)
+        _store_field(self, "_lora_id", lora)
+        _store_field(self, "_lora_name", name)
+        _store_field(self, "_lora_path", path)
+        _store_field(self, "_mm_features", features)
+        _store_field(self, "_prompt_logprobs", prompt_logprobs)
+        _store_field(self, "_view", TokenView(tokens))
+        _store_field(self, "_holders", 0)
+        _store_field(self, "_identity_version", 0)
 
     # ---- identity: what names the request and what enters its page keys ----------------------
 
@@ -309,7 +320,7 @@ class Request:
             return
         checked = _CHECKED_FIELDS.get(name)
         if checked is None:
-            object.__setattr__(self, name, value)
+            _store_field(self, name, value)
         else:
             checked(self, value)
 
@@ -322,14 +333,14 @@ class Request:
     def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
         """Restore a pickled or copied request as it was (its fields were valid when it was saved)."""
         for name, value in state[1].items():
-            object.__setattr__(self, name, value)
+            _store_field(self, name, value)
 
     def _set_identity(self, slot: str, value: object) -> None:
         """Store an (already validated) identity field, unless a manager holds pages for us."""
         if self._holders:
             raise InvalidArgumentError(
                 f"request {self.request_id!r} holds pages: its {slot.lstrip('_')} cannot change until it is freed")
-        object.__setattr__(self, slot, value)
+        _store_field(self, slot, value)
         self._identity_version += 1
 
     cache_salt: Field[str | bytes | None, str | bytes | None] = _identity_field(
@@ -407,12 +418,12 @@ class Request:
         count = value if type(value) is int else checked_int(value, "num_computed_tokens")
         if count < 0:
             raise InvalidArgumentError(f"num_computed_tokens must be >= 0, got {describe(count)}")
-        object.__setattr__(self, "num_computed_tokens", count)
+        _store_field(self, "num_computed_tokens", count)
 
     def _set_status(self, value: object) -> None:
         if not isinstance(value, RequestStatus):
             raise InvalidArgumentError(f"status must be a RequestStatus, got {describe(value)}")
-        object.__setattr__(self, "status", value)
+        _store_field(self, "status", value)
 
     def _set_request_id(self, value: object) -> None:
         self._set_identity("request_id", _checked_request_id(value))
@@ -448,6 +459,9 @@ class Request:
 
 
 # ---- what a cache manager reads and counts (not part of the scheduler's API) ---------------------
+
+#: a field's store, past `Request.__setattr__` (for values already checked)
+_store_field: Callable[[Request, str, object], None] = object.__setattr__
 
 #: the store of a checked ``num_computed_tokens`` (its slot's own setter)
 _store_num_computed_tokens: Callable[[Request, int], None] = Request.__dict__["num_computed_tokens"].__set__
